@@ -1,0 +1,446 @@
+//! Type inference for every primitive op, and a [`Builder`] that appends type-checked nodes.
+
+use super::*;
+
+/// Broadcasts two shapes NumPy-style (right-aligned; extent 1 repeats).
+pub fn broadcast_shapes(a: &Shape, b: &Shape) -> Result<Shape, String> {
+    let rank = a.rank().max(b.rank());
+    let mut out = Vec::with_capacity(rank);
+    for i in 0..rank {
+        let da = if i + a.rank() >= rank { a.0[i + a.rank() - rank] } else { Dim::Fixed(1) };
+        let db = if i + b.rank() >= rank { b.0[i + b.rank() - rank] } else { Dim::Fixed(1) };
+        let d = match (da, db) {
+            (x, y) if x == y => x,
+            (Dim::Fixed(1), y) => y,
+            (x, Dim::Fixed(1)) => x,
+            _ => return Err(format!("shapes {a} and {b} do not broadcast")),
+        };
+        out.push(d);
+    }
+    Ok(Shape(out))
+}
+
+/// Whether `from` broadcasts to exactly `to`.
+pub fn broadcasts_to(from: &Shape, to: &Shape) -> bool {
+    from.rank() <= to.rank() && broadcast_shapes(from, to).is_ok_and(|s| &s == to)
+}
+
+fn mixed(a: DType, b: DType) -> Result<DType, String> {
+    match (a, b) {
+        (DType::I32, _) | (_, DType::I32) => Err("i32 values take no arithmetic".into()),
+        (DType::F32, DType::F32) => Ok(DType::F32),
+        _ => Ok(DType::C64),
+    }
+}
+
+fn need(dt: DType, want: DType, what: &str) -> Result<(), String> {
+    if dt == want {
+        Ok(())
+    } else {
+        Err(format!("{what} needs {want}, got {dt}"))
+    }
+}
+
+fn dims4(s: &Shape, what: &str) -> Result<[Dim; 4], String> {
+    if s.rank() != 4 {
+        return Err(format!("{what} needs a 4-D tensor (N, C, H, W), got {s}"));
+    }
+    Ok([s.0[0], s.0[1], s.0[2], s.0[3]])
+}
+
+fn fixed(d: Dim, what: &str) -> Result<usize, String> {
+    d.fixed().ok_or_else(|| format!("{what} cannot be the batch size B"))
+}
+
+/// The result type of `op` applied to operands of types `inputs`. `requested` is the
+/// target shape for ops that take one (`Reshape`, `Expand`, `DropoutMask`).
+pub fn infer(op: &Op, inputs: &[&TensorType], requested: Option<&Shape>) -> Result<TensorType, String> {
+    let arity = |n: usize| -> Result<(), String> {
+        if inputs.len() == n {
+            Ok(())
+        } else {
+            Err(format!("{} takes {n} operands, got {}", op.mnemonic(), inputs.len()))
+        }
+    };
+    let req = || requested.cloned().ok_or_else(|| format!("{} needs a target shape", op.mnemonic()));
+    match op {
+        Op::Input { .. } | Op::Param { .. } | Op::State { .. } => {
+            arity(0)?;
+            Err("leaf types are given, not inferred".into())
+        }
+        Op::Scalar { .. } => {
+            arity(0)?;
+            Ok(TensorType::new(DType::F32, Shape::scalar()))
+        }
+        Op::Unary(u) => {
+            arity(1)?;
+            let t = inputs[0];
+            use UnaryOp::*;
+            let dtype = match u {
+                Neg | Conj | StopGrad => {
+                    if t.dtype == DType::I32 {
+                        return Err(format!("{u:?} needs f32 or c64"));
+                    }
+                    t.dtype
+                }
+                Real | Imag | Abs | Abs2 | Angle => {
+                    if t.dtype == DType::I32 {
+                        return Err(format!("{u:?} needs f32 or c64"));
+                    }
+                    DType::F32
+                }
+                ToComplex => {
+                    need(t.dtype, DType::F32, "to_complex")?;
+                    DType::C64
+                }
+                Exp | Log | Sqrt | Rsqrt | Recip | Sin | Cos | Tanh | Sigmoid | Relu | Step
+                | Gelu | GeluGrad => {
+                    need(t.dtype, DType::F32, &format!("{u:?}").to_lowercase())?;
+                    DType::F32
+                }
+            };
+            Ok(TensorType::new(dtype, t.shape.clone()))
+        }
+        Op::Binary(b) => {
+            arity(2)?;
+            let (x, y) = (inputs[0], inputs[1]);
+            let shape = broadcast_shapes(&x.shape, &y.shape)?;
+            use BinaryOp::*;
+            let dtype = match b {
+                Add | Sub | Mul => mixed(x.dtype, y.dtype)?,
+                Div => mixed(x.dtype, y.dtype)?,
+                Max | Greater => {
+                    need(x.dtype, DType::F32, "max/greater")?;
+                    need(y.dtype, DType::F32, "max/greater")?;
+                    DType::F32
+                }
+                Equal => {
+                    if x.dtype == DType::C64 || y.dtype == DType::C64 {
+                        return Err("equal needs real operands".into());
+                    }
+                    DType::F32
+                }
+                Complex => {
+                    need(x.dtype, DType::F32, "complex (real part)")?;
+                    need(y.dtype, DType::F32, "complex (imaginary part)")?;
+                    DType::C64
+                }
+            };
+            Ok(TensorType::new(dtype, shape))
+        }
+        Op::Select => {
+            arity(3)?;
+            need(inputs[0].dtype, DType::F32, "select condition")?;
+            let s = broadcast_shapes(&inputs[0].shape, &inputs[1].shape)?;
+            let s = broadcast_shapes(&s, &inputs[2].shape)?;
+            Ok(TensorType::new(mixed(inputs[1].dtype, inputs[2].dtype)?, s))
+        }
+        Op::Reduce { op: r, axes } => {
+            arity(1)?;
+            let t = inputs[0];
+            if axes.windows(2).any(|w| w[0] >= w[1]) || axes.iter().any(|&a| a >= t.shape.rank()) {
+                return Err(format!("bad reduction axes {axes:?} for {}", t.shape));
+            }
+            match r {
+                ReduceOp::Sum | ReduceOp::MaxMag => {
+                    if t.dtype == DType::I32 {
+                        return Err("cannot reduce i32".into());
+                    }
+                }
+                ReduceOp::Max => need(t.dtype, DType::F32, "reduce_max")?,
+            }
+            let mut s = t.shape.clone();
+            for &a in axes {
+                s.0[a] = Dim::Fixed(1);
+            }
+            Ok(TensorType::new(t.dtype, s))
+        }
+        Op::Reshape => {
+            arity(1)?;
+            let to = req()?;
+            let from = &inputs[0].shape;
+            if from.fixed_numel() != to.fixed_numel() || from.batch_power() != to.batch_power() {
+                return Err(format!("cannot reshape {from} to {to}: element counts differ"));
+            }
+            Ok(TensorType::new(inputs[0].dtype, to))
+        }
+        Op::Expand => {
+            arity(1)?;
+            let to = req()?;
+            if !broadcasts_to(&inputs[0].shape, &to) {
+                return Err(format!("cannot expand {} to {to}", inputs[0].shape));
+            }
+            Ok(TensorType::new(inputs[0].dtype, to))
+        }
+        Op::Permute { perm } => {
+            arity(1)?;
+            let s = &inputs[0].shape;
+            let mut seen = perm.clone();
+            seen.sort_unstable();
+            if seen != (0..s.rank()).collect::<Vec<_>>() {
+                return Err(format!("{perm:?} is not a permutation of the axes of {s}"));
+            }
+            Ok(TensorType::new(inputs[0].dtype, Shape(perm.iter().map(|&p| s.0[p]).collect())))
+        }
+        Op::Slice { axis, start, len } => {
+            arity(1)?;
+            let s = &inputs[0].shape;
+            let ext = fixed(*s.0.get(*axis).ok_or("slice axis out of range")?, "a sliced axis")?;
+            if start + len > ext || *len == 0 {
+                return Err(format!("slice {start}..{} out of range 0..{ext}", start + len));
+            }
+            let mut o = s.clone();
+            o.0[*axis] = Dim::Fixed(*len);
+            Ok(TensorType::new(inputs[0].dtype, o))
+        }
+        Op::Pad { axis, before, after } => {
+            arity(1)?;
+            let s = &inputs[0].shape;
+            let ext = fixed(*s.0.get(*axis).ok_or("pad axis out of range")?, "a padded axis")?;
+            let mut o = s.clone();
+            o.0[*axis] = Dim::Fixed(ext + before + after);
+            Ok(TensorType::new(inputs[0].dtype, o))
+        }
+        Op::Concat { axis } => {
+            if inputs.is_empty() {
+                return Err("concat needs at least one operand".into());
+            }
+            let first = &inputs[0].shape;
+            if *axis >= first.rank() {
+                return Err("concat axis out of range".into());
+            }
+            let mut total = 0;
+            let mut dtype = inputs[0].dtype;
+            for t in inputs {
+                if t.shape.rank() != first.rank()
+                    || (0..first.rank()).any(|i| i != *axis && t.shape.0[i] != first.0[i])
+                {
+                    return Err(format!("cannot concatenate {} and {} along axis {axis}", first, t.shape));
+                }
+                total += fixed(t.shape.0[*axis], "a concatenated axis")?;
+                dtype = mixed(dtype, t.dtype)?;
+            }
+            let mut o = first.clone();
+            o.0[*axis] = Dim::Fixed(total);
+            Ok(TensorType::new(dtype, o))
+        }
+        Op::MatMul { trans, .. } => {
+            arity(2)?;
+            let (a, b) = (&inputs[0].shape, &inputs[1].shape);
+            if a.rank() != 2 || b.rank() != 2 {
+                return Err(format!("matmul needs 2-D operands, got {a} and {b}"));
+            }
+            let (m, ka) = if trans[0] { (a.0[1], a.0[0]) } else { (a.0[0], a.0[1]) };
+            let (kb, n) = if trans[1] { (b.0[1], b.0[0]) } else { (b.0[0], b.0[1]) };
+            if ka != kb {
+                return Err(format!("matmul inner extents differ: {ka} vs {kb}"));
+            }
+            Ok(TensorType::new(mixed(inputs[0].dtype, inputs[1].dtype)?, Shape(vec![m, n])))
+        }
+        Op::Conv2d { geom, .. } => {
+            arity(2)?;
+            let [n, c, h, w] = dims4(&inputs[0].shape, "conv2d input")?;
+            let [o, cg, kh, kw] = dims4(&inputs[1].shape, "conv2d weight")?;
+            let (c, cg, o) = (fixed(c, "channels")?, fixed(cg, "channels")?, fixed(o, "channels")?);
+            let (kh, kw) = (fixed(kh, "kernel")?, fixed(kw, "kernel")?);
+            if geom.groups == 0 || c != cg * geom.groups || o % geom.groups != 0 {
+                return Err(format!(
+                    "conv2d channels: input has {c}, weight expects {cg}×{} groups",
+                    geom.groups
+                ));
+            }
+            let ho = geom
+                .out_extent(0, fixed(h, "height")?, kh)
+                .ok_or("conv2d kernel larger than the padded input height")?;
+            let wo = geom
+                .out_extent(1, fixed(w, "width")?, kw)
+                .ok_or("conv2d kernel larger than the padded input width")?;
+            Ok(TensorType::new(
+                mixed(inputs[0].dtype, inputs[1].dtype)?,
+                Shape(vec![n, Dim::Fixed(o), Dim::Fixed(ho), Dim::Fixed(wo)]),
+            ))
+        }
+        Op::ConvTranspose2d { geom, out_hw, .. } => {
+            arity(2)?;
+            let [n, o, ho, wo] = dims4(&inputs[0].shape, "conv_transpose2d input")?;
+            let [ow, cg, kh, kw] = dims4(&inputs[1].shape, "conv_transpose2d weight")?;
+            if o != ow {
+                return Err(format!("conv_transpose2d: input has {o} channels, weight {ow}"));
+            }
+            let (kh, kw) = (fixed(kh, "kernel")?, fixed(kw, "kernel")?);
+            for a in 0..2 {
+                let got = geom.out_extent(a, out_hw[a], [kh, kw][a]);
+                let want = fixed([ho, wo][a], "spatial extent")?;
+                if got != Some(want) {
+                    return Err(format!(
+                        "conv_transpose2d: output extent {} does not map back to {want}",
+                        out_hw[a]
+                    ));
+                }
+            }
+            let c = fixed(cg, "channels")? * geom.groups;
+            Ok(TensorType::new(
+                mixed(inputs[0].dtype, inputs[1].dtype)?,
+                Shape(vec![n, Dim::Fixed(c), Dim::Fixed(out_hw[0]), Dim::Fixed(out_hw[1])]),
+            ))
+        }
+        Op::Conv2dWeightGrad { geom, kernel, .. } => {
+            arity(2)?;
+            let [_, c, h, w] = dims4(&inputs[0].shape, "conv2d_weight_grad input")?;
+            let [_, o, ho, wo] = dims4(&inputs[1].shape, "conv2d_weight_grad gradient")?;
+            let (h, w) = (fixed(h, "height")?, fixed(w, "width")?);
+            if geom.out_extent(0, h, kernel[0]) != o_fixed(ho)
+                || geom.out_extent(1, w, kernel[1]) != o_fixed(wo)
+            {
+                return Err("conv2d_weight_grad: extents do not match the geometry".into());
+            }
+            let c = fixed(c, "channels")?;
+            if c % geom.groups != 0 {
+                return Err("conv2d_weight_grad: channels not divisible by groups".into());
+            }
+            Ok(TensorType::new(
+                mixed(inputs[0].dtype, inputs[1].dtype)?,
+                Shape(vec![o, Dim::Fixed(c / geom.groups), Dim::Fixed(kernel[0]), Dim::Fixed(kernel[1])]),
+            ))
+        }
+        Op::Fft { axis, .. } => {
+            arity(1)?;
+            need(inputs[0].dtype, DType::C64, "fft")?;
+            let d = *inputs[0].shape.0.get(*axis).ok_or("fft axis out of range")?;
+            fixed(d, "the transformed axis")?;
+            Ok(inputs[0].clone())
+        }
+        Op::OneHot { classes } => {
+            arity(1)?;
+            need(inputs[0].dtype, DType::I32, "one_hot")?;
+            let mut s = inputs[0].shape.clone();
+            s.0.push(Dim::Fixed(*classes));
+            Ok(TensorType::new(DType::F32, s))
+        }
+        Op::DropoutMask { p, .. } => {
+            arity(1)?;
+            need(inputs[0].dtype, DType::I32, "dropout step counter")?;
+            if !(0.0..1.0).contains(p) {
+                return Err(format!("dropout probability {p} is not in [0, 1)"));
+            }
+            Ok(TensorType::new(DType::F32, req()?))
+        }
+        Op::Assign => {
+            arity(2)?;
+            if inputs[0].shape != inputs[1].shape {
+                return Err(format!("assign: {} vs {}", inputs[0].shape, inputs[1].shape));
+            }
+            if inputs[0].dtype != inputs[1].dtype {
+                return Err(format!("assign: {} vs {}", inputs[0].dtype, inputs[1].dtype));
+            }
+            Ok(inputs[0].clone())
+        }
+    }
+}
+
+fn o_fixed(d: Dim) -> Option<usize> {
+    d.fixed()
+}
+
+/// Appends type-checked nodes to a graph, stamping each with the current span and origin.
+pub struct Builder<'g> {
+    /// The graph being built.
+    pub graph: &'g mut Graph,
+    /// Span given to new nodes.
+    pub span: Span,
+    /// Origin given to new nodes.
+    pub origin: Origin,
+}
+
+impl<'g> Builder<'g> {
+    /// A builder appending to `graph`.
+    pub fn new(graph: &'g mut Graph) -> Self {
+        Builder {
+            graph,
+            span: Span::default(),
+            origin: Origin { role: Role::Forward, label: String::new() },
+        }
+    }
+
+    /// Sets the span and origin of the nodes that follow.
+    pub fn at(&mut self, span: Span, role: Role, label: impl Into<String>) -> &mut Self {
+        self.span = span;
+        self.origin = Origin { role, label: label.into() };
+        self
+    }
+
+    /// Appends `op(inputs)` with an inferred type.
+    pub fn add(&mut self, op: Op, inputs: &[Value]) -> Result<Value, String> {
+        self.add_shaped(op, inputs, None)
+    }
+
+    /// Appends `op(inputs)`, passing a target shape (reshape, expand, dropout mask).
+    pub fn add_shaped(&mut self, op: Op, inputs: &[Value], shape: Option<&Shape>) -> Result<Value, String> {
+        let tys: Vec<&TensorType> = inputs.iter().map(|&v| self.graph.ty(v)).collect();
+        let ty = infer(&op, &tys, shape)?;
+        Ok(self.push(op, inputs.to_vec(), ty))
+    }
+
+    /// Appends a leaf of a given type (`Input`, `Param`, `State`).
+    pub fn leaf(&mut self, op: Op, ty: TensorType) -> Value {
+        self.push(op, Vec::new(), ty)
+    }
+
+    fn push(&mut self, op: Op, inputs: Vec<Value>, ty: TensorType) -> Value {
+        let node = Node { op, inputs, ty, origin: self.origin.clone() };
+        self.graph.nodes.append(node, self.span)
+    }
+
+    /// `value * B^batch_exp` as an f32 scalar.
+    pub fn scalar(&mut self, value: f64, batch_exp: i32) -> Value {
+        let ty = TensorType::new(DType::F32, Shape::scalar());
+        self.push(Op::Scalar { value, batch_exp }, Vec::new(), ty)
+    }
+    /// Elementwise unary op.
+    pub fn unary(&mut self, op: UnaryOp, x: Value) -> Result<Value, String> {
+        self.add(Op::Unary(op), &[x])
+    }
+    /// Elementwise binary op.
+    pub fn binary(&mut self, op: BinaryOp, a: Value, b: Value) -> Result<Value, String> {
+        self.add(Op::Binary(op), &[a, b])
+    }
+    /// `a + b`.
+    pub fn add2(&mut self, a: Value, b: Value) -> Result<Value, String> {
+        self.binary(BinaryOp::Add, a, b)
+    }
+    /// `a - b`.
+    pub fn sub(&mut self, a: Value, b: Value) -> Result<Value, String> {
+        self.binary(BinaryOp::Sub, a, b)
+    }
+    /// `a * b`.
+    pub fn mul(&mut self, a: Value, b: Value) -> Result<Value, String> {
+        self.binary(BinaryOp::Mul, a, b)
+    }
+    /// `a / b`.
+    pub fn div(&mut self, a: Value, b: Value) -> Result<Value, String> {
+        self.binary(BinaryOp::Div, a, b)
+    }
+    /// `x * c` for a constant `c`.
+    pub fn scale(&mut self, x: Value, c: f64) -> Result<Value, String> {
+        let s = self.scalar(c, 0);
+        self.mul(x, s)
+    }
+    /// Sum over `axes` (kept as extent 1).
+    pub fn sum(&mut self, x: Value, axes: &[usize]) -> Result<Value, String> {
+        self.add(Op::Reduce { op: ReduceOp::Sum, axes: axes.to_vec() }, &[x])
+    }
+    /// Reshape (a view).
+    pub fn reshape(&mut self, x: Value, shape: Shape) -> Result<Value, String> {
+        if self.graph.ty(x).shape == shape {
+            return Ok(x);
+        }
+        self.add_shaped(Op::Reshape, &[x], Some(&shape))
+    }
+    /// Materialised broadcast to `shape`.
+    pub fn expand(&mut self, x: Value, shape: Shape) -> Result<Value, String> {
+        if self.graph.ty(x).shape == shape {
+            return Ok(x);
+        }
+        self.add_shaped(Op::Expand, &[x], Some(&shape))
+    }
+}

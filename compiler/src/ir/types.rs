@@ -1,0 +1,152 @@
+//! Dtypes, symbolic shapes and tensor types of IR values.
+
+use serde::Serialize;
+use std::fmt;
+
+/// Element type of an IR value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum DType {
+    /// 32-bit float (real).
+    F32,
+    /// Complex of two f32, stored interleaved `(re, im)` (8 bytes).
+    C64,
+    /// 32-bit signed integer: class labels and the step counter only.
+    I32,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn bytes(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::C64 => 8,
+        }
+    }
+    /// Whether the type is complex.
+    pub fn is_complex(self) -> bool {
+        self == DType::C64
+    }
+    /// Text form (`f32`, `c64`, `i32`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::C64 => "c64",
+            DType::I32 => "i32",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One dimension of a shape: a constant, or the batch size `B` (symbolic until planning).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Dim {
+    /// The batch size; becomes a number when a batch is given.
+    Batch,
+    /// A known extent.
+    Fixed(usize),
+}
+
+impl Dim {
+    /// The extent, with `B = batch`.
+    pub fn resolve(self, batch: usize) -> usize {
+        match self {
+            Dim::Batch => batch,
+            Dim::Fixed(n) => n,
+        }
+    }
+    /// The extent when known without a batch.
+    pub fn fixed(self) -> Option<usize> {
+        match self {
+            Dim::Batch => None,
+            Dim::Fixed(n) => Some(n),
+        }
+    }
+}
+
+impl fmt::Display for Dim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Dim::Batch => f.write_str("B"),
+            Dim::Fixed(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// A row-major shape; rank 0 is a scalar.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default, Serialize)]
+pub struct Shape(pub Vec<Dim>);
+
+impl Shape {
+    /// The scalar shape `[]`.
+    pub fn scalar() -> Self {
+        Shape(Vec::new())
+    }
+    /// A shape of constant extents.
+    pub fn fixed(dims: &[usize]) -> Self {
+        Shape(dims.iter().map(|&d| Dim::Fixed(d)).collect())
+    }
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.0.len()
+    }
+    /// Extents with `B = batch`.
+    pub fn resolve(&self, batch: usize) -> Vec<usize> {
+        self.0.iter().map(|d| d.resolve(batch)).collect()
+    }
+    /// Element count with `B = batch`.
+    pub fn numel(&self, batch: usize) -> usize {
+        self.0.iter().map(|d| d.resolve(batch)).product()
+    }
+    /// How many times `B` occurs (element count is `fixed_numel * B^batch_power`).
+    pub fn batch_power(&self) -> u32 {
+        self.0.iter().filter(|d| **d == Dim::Batch).count() as u32
+    }
+    /// Product of the constant extents.
+    pub fn fixed_numel(&self) -> usize {
+        self.0.iter().filter_map(|d| d.fixed()).product()
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// The type of an IR value: element type and shape.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct TensorType {
+    /// Element type.
+    pub dtype: DType,
+    /// Shape, batch possibly symbolic.
+    pub shape: Shape,
+}
+
+impl TensorType {
+    /// A tensor type.
+    pub fn new(dtype: DType, shape: Shape) -> Self {
+        TensorType { dtype, shape }
+    }
+    /// Bytes at a given batch size.
+    pub fn bytes(&self, batch: usize) -> usize {
+        self.shape.numel(batch) * self.dtype.bytes()
+    }
+}
+
+impl fmt::Display for TensorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.dtype, self.shape)
+    }
+}

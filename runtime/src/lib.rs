@@ -1,0 +1,1 @@
+//! cvc's runtime.
