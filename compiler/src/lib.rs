@@ -7,5 +7,6 @@
 pub mod diag;
 pub mod front;
 pub mod ir;
+pub mod passes;
 
 pub use diag::Diagnostic;

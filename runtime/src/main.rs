@@ -1,1 +1,59 @@
-fn main() {}
+//! The `cvc` command: check, plan, emit, train, run, eval, data.
+
+use clap::{Parser, Subcommand};
+use cvc_runtime::cli::{self, CliError};
+use std::process::ExitCode;
+
+/// cvc — a compiler for complex-valued neural networks.
+#[derive(Parser, Debug)]
+#[command(name = "cvc", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Parse and check a .cvnn file; print the layer table.
+    Check(cli::check::CheckArgs),
+    /// Compile and print the static plan: kernels, casts, memory.
+    Plan(cli::plan::PlanArgs),
+    /// Print the IR after a pass, the CUDA source or the Cranelift IR.
+    Emit(cli::emit::EmitArgs),
+    /// Train a model.
+    Train(cli::train::TrainArgs),
+    /// One batch forward + backward from given weights and data.
+    Run(cli::run::RunArgs),
+    /// Accuracy and confusion matrix of given weights on given data.
+    Eval(cli::eval::EvalArgs),
+    /// Generate a built-in dataset.
+    Data(cli::data::DataArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            // clap uses 2 for usage errors; cvc's contract is 1 for every user error.
+            return if e.use_stderr() { ExitCode::from(1) } else { ExitCode::SUCCESS };
+        }
+    };
+    let result = match &cli.command {
+        Command::Check(a) => cli::check::run(a),
+        Command::Plan(a) => cli::plan::run(a),
+        Command::Emit(a) => cli::emit::run(a),
+        Command::Train(a) => cli::train::run(a),
+        Command::Run(a) => cli::run::run(a),
+        Command::Eval(a) => cli::eval::run(a),
+        Command::Data(a) => cli::data::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::Reported) => ExitCode::from(1),
+        Err(CliError::Message(m)) => {
+            eprintln!("error: {m}");
+            ExitCode::from(1)
+        }
+    }
+}

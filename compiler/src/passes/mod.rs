@@ -1,0 +1,58 @@
+//! The pass pipeline. Every pass is a file of its own; [`pipeline::compile`] runs them in order
+//! and verifies the IR after each one in debug builds.
+
+pub mod fusion;
+pub mod memplan;
+
+use crate::ir::*;
+use fusion::{GroupId, KernelGroup};
+use memplan::ArenaPlan;
+use serde::Serialize;
+
+/// A real→complex cast the compiler placed (or folded into its consumer).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CastSite {
+    /// The `ToComplex` node, or the consumer it was folded into.
+    pub value: Value,
+    /// Source line.
+    pub line: usize,
+    /// What happened: `folded into conv2d`, `materialised before fft`, ...
+    pub what: String,
+}
+
+/// Facts the passes report, for `cvc plan` and the tests.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PipelineFacts {
+    /// Pass names in the order they ran.
+    pub passes: Vec<String>,
+    /// Casts placed or folded.
+    pub casts: Vec<CastSite>,
+    /// `(param, grad)` pairs from autodiff.
+    pub grads: Vec<(Value, Value)>,
+    /// Real/imag combines whose parts were stored separately and copied (must be 0).
+    pub combines_materialized: usize,
+    /// Values recomputed instead of stored (rematerialisation), with why.
+    pub recomputed: Vec<(Value, String)>,
+}
+
+/// A compiled program: the final graph, its kernel groups in schedule order, the memory plan.
+#[derive(Clone, Debug)]
+pub struct Program {
+    /// The graph after all passes.
+    pub graph: Graph,
+    /// Kernel groups.
+    pub groups: Vec<KernelGroup>,
+    /// Execution order: indices into `groups`.
+    pub order: Vec<GroupId>,
+    /// Static memory plan.
+    pub plan: ArenaPlan,
+    /// What the passes did.
+    pub facts: PipelineFacts,
+}
+
+impl Program {
+    /// Groups in execution order.
+    pub fn scheduled(&self) -> impl Iterator<Item = &KernelGroup> {
+        self.order.iter().map(|&i| &self.groups[i])
+    }
+}

@@ -1,0 +1,104 @@
+//! The interface every execution back end implements (CPU JIT, CUDA), and host tensors.
+
+use cvc_compiler::ir::{DType, Value};
+use std::fmt;
+
+/// Element storage of a host tensor: f32 (complex interleaved re, im) or i32 (labels, step).
+#[derive(Clone, Debug, PartialEq)]
+pub enum HostData {
+    /// Real values, or complex as interleaved `(re, im)` pairs.
+    F32(Vec<f32>),
+    /// Integer values.
+    I32(Vec<i32>),
+}
+
+/// A tensor in host memory, laid out as the arena stores it (row-major, complex interleaved).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    /// Element type.
+    pub dtype: DType,
+    /// Concrete shape.
+    pub shape: Vec<usize>,
+    /// Elements.
+    pub data: HostData,
+}
+
+impl HostTensor {
+    /// A zero tensor.
+    pub fn zeros(dtype: DType, shape: &[usize]) -> Self {
+        let n: usize = shape.iter().product();
+        let data = match dtype {
+            DType::F32 => HostData::F32(vec![0.0; n]),
+            DType::C64 => HostData::F32(vec![0.0; 2 * n]),
+            DType::I32 => HostData::I32(vec![0; n]),
+        };
+        HostTensor { dtype, shape: shape.to_vec(), data }
+    }
+    /// Number of elements (complex counts once).
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// Bytes as stored.
+    pub fn bytes(&self) -> usize {
+        self.numel() * self.dtype.bytes()
+    }
+    /// The f32 storage (panics on i32 tensors: callers check the dtype first).
+    pub fn f32s(&self) -> &[f32] {
+        match &self.data {
+            HostData::F32(v) => v,
+            HostData::I32(_) => panic!("f32s() on an i32 tensor"),
+        }
+    }
+    /// The raw bytes (little-endian), as copied into an arena.
+    pub fn as_bytes(&self) -> Vec<u8> {
+        match &self.data {
+            HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            HostData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+    /// A tensor of `dtype`/`shape` from raw little-endian bytes.
+    pub fn from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Self {
+        let data = match dtype {
+            DType::I32 => HostData::I32(
+                bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            ),
+            _ => HostData::F32(
+                bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect(),
+            ),
+        };
+        HostTensor { dtype, shape: shape.to_vec(), data }
+    }
+}
+
+/// A runtime failure (device errors, missing libraries, bad buffers).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuntimeError(pub String);
+
+impl fmt::Display for RuntimeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for RuntimeError {}
+impl From<String> for RuntimeError {
+    fn from(s: String) -> Self {
+        RuntimeError(s)
+    }
+}
+
+/// An execution back end holding one compiled program and its arena.
+pub trait Backend {
+    /// `cpu` or `cuda:<device name>`.
+    fn name(&self) -> String;
+    /// Copies `t` into the buffer of `v` (an input, parameter or state).
+    fn upload(&mut self, v: Value, t: &HostTensor) -> Result<(), RuntimeError>;
+    /// Copies the buffer of `v` (any materialised value) to the host.
+    fn download(&mut self, v: Value) -> Result<HostTensor, RuntimeError>;
+    /// Runs every kernel group of the program once, in schedule order.
+    fn step(&mut self) -> Result<(), RuntimeError>;
+    /// Arena size allocated from the plan, in bytes.
+    fn arena_bytes(&self) -> usize;
+    /// Measured peak memory of the process/device attributable to this back end, in bytes
+    /// (CPU: peak RSS; CUDA: driver-reported used memory delta), when known.
+    fn measured_peak_bytes(&self) -> Option<usize>;
+}

@@ -1,0 +1,38 @@
+//! The `cvc` command line: one module per subcommand.
+
+pub mod check;
+pub mod data;
+pub mod emit;
+pub mod eval;
+pub mod plan;
+pub mod run;
+pub mod train;
+
+use std::fmt;
+
+/// Why a command failed. Every variant exits with code 1: a user error, already explained.
+#[derive(Debug)]
+pub enum CliError {
+    /// Diagnostics were already printed to stderr.
+    Reported,
+    /// A message to print as `error: ...`.
+    Message(String),
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Reported => f.write_str("errors reported above"),
+            CliError::Message(m) => f.write_str(m),
+        }
+    }
+}
+
+impl From<String> for CliError {
+    fn from(m: String) -> Self {
+        CliError::Message(m)
+    }
+}
+
+/// Result of a subcommand.
+pub type CliResult = Result<(), CliError>;
