@@ -31,6 +31,7 @@ pub struct ParseError {
 
 /// Parses a whole `.cvnn` source.
 pub fn parse(src: &str) -> Result<File, ParseError> {
+    pest::set_error_detail(true);
     check_nesting(src)?;
     let mut pairs = CvnnParser::parse(Rule::file, src).map_err(|e| convert_error(src, e))?;
     let file = pairs.next().ok_or_else(|| ParseError {
@@ -115,7 +116,7 @@ fn rule_word(rule: Rule) -> Option<&'static str> {
 /// Describes what the parser found at byte `pos`.
 fn found_at(src: &str, pos: usize) -> (String, Span) {
     let rest = &src[pos.min(src.len())..];
-    let Some(c) = rest.chars().next() else {
+    let Some(c) = rest.chars().next().filter(|_| !rest.trim().is_empty()) else {
         return ("end of file".into(), Span::new(pos, pos));
     };
     if c.is_ascii_alphanumeric() || c == '_' {
@@ -138,25 +139,36 @@ fn found_at(src: &str, pos: usize) -> (String, Span) {
 }
 
 fn convert_error(src: &str, e: pest::error::Error<Rule>) -> ParseError {
-    let pos = match e.location {
+    let mut pos = match e.location {
         InputLocation::Pos(p) => p,
         InputLocation::Span((a, _)) => a,
     };
-    let mut words: Vec<&str> = Vec::new();
-    if let ErrorVariant::ParsingError { positives, .. } = &e.variant {
-        for r in positives {
-            if let Some(w) = rule_word(*r) {
-                if !words.contains(&w) {
-                    words.push(w);
-                }
-            }
+    let mut rules: Vec<Rule> = match &e.variant {
+        ErrorVariant::ParsingError { positives, .. } => positives.clone(),
+        ErrorVariant::CustomError { .. } => Vec::new(),
+    };
+    let mut tokens: Vec<String> = Vec::new();
+    if let Some(att) = e.parse_attempts() {
+        // Literal tokens (`,`, `)`, `=`, keywords) are tracked separately from rules and may
+        // have got further than any rule: report the furthest point.
+        if att.max_position > pos {
+            pos = att.max_position;
+            rules.clear();
+        }
+        if att.max_position == pos {
+            tokens = att.expected_tokens().iter().map(|t| t.to_string()).collect();
         }
     }
+    let words = expected_words(&rules, &tokens);
     let expected = match words.len() {
         0 => "something else".to_string(),
-        1 => words[0].to_string(),
+        1 => words[0].clone(),
         n => format!("{} or {}", words[..n - 1].join(", "), words[n - 1]),
     };
+    if pos >= src.trim_end().len() {
+        // At the end of the text: point just after the last token, not past trailing newlines.
+        pos = src.trim_end().len();
+    }
     let (found, span) = found_at(src, pos);
     let help = suggest(src, pos, &words);
     ParseError {
@@ -167,8 +179,52 @@ fn convert_error(src: &str, e: pest::error::Error<Rule>) -> ParseError {
     }
 }
 
+/// Orders what the parser wanted: punctuation, keywords, then kinds of thing.
+fn expected_words(rules: &[Rule], tokens: &[String]) -> Vec<String> {
+    const PUNCT: [&str; 10] = ["=", ":", ",", ")", "]", "}", "{", "(", "[", ".."];
+    const KEYWORDS: [&str; 7] = ["model", "train", "block", "input", "output", "loss", "of"];
+    let mut words: Vec<String> = Vec::new();
+    fn push(words: &mut Vec<String>, w: String) {
+        if !words.contains(&w) {
+            words.push(w);
+        }
+    }
+    // `(` also starts a parenthesised expression or an optional argument list: only worth
+    // naming when nothing else explains it.
+    let optional_args = rules.contains(&Rule::call_args) || rules.iter().any(|r| rule_word(*r) == Some("an expression"));
+    for p in PUNCT {
+        if tokens.iter().any(|t| t == p) && !(p == "(" && optional_args) {
+            push(&mut words, format!("`{p}`"));
+        }
+    }
+    for k in KEYWORDS {
+        if tokens.iter().any(|t| t == k) {
+            push(&mut words, format!("`{k}`"));
+        }
+    }
+    let mut operator = tokens.iter().any(|t| t == "|>");
+    for r in rules {
+        match r {
+            Rule::pipe_op | Rule::add_op | Rule::mul_op => operator = true,
+            Rule::call_args => {}
+            r => {
+                if let Some(w) = rule_word(*r) {
+                    push(&mut words, w.to_string());
+                }
+            }
+        }
+    }
+    if operator {
+        push(&mut words, "an operator (`|>`, `+`, `-`, `*`, `/`)".to_string());
+    }
+    if words.is_empty() && tokens.iter().any(|t| t == "a..z") {
+        push(&mut words, "a name".to_string());
+    }
+    words
+}
+
 /// Hints for common slips, keyed on what the parser wanted and what is there.
-fn suggest(src: &str, pos: usize, words: &[&str]) -> Option<String> {
+fn suggest(src: &str, pos: usize, words: &[String]) -> Option<String> {
     let rest = &src[pos.min(src.len())..];
     let at_word = |w: &str| rest.starts_with(w) && !rest[w.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
     if src.trim().is_empty() {
@@ -177,16 +233,21 @@ fn suggest(src: &str, pos: usize, words: &[&str]) -> Option<String> {
     if rest.starts_with("->") || rest.starts_with('>') {
         return Some("pipelines use `|>`: `x |> conv2d(32, kernel = 3)`".into());
     }
-    if rest.starts_with(':') && words.contains(&"`=`") {
+    if rest.starts_with(':') && words.iter().any(|w| w == "`=`") {
         return Some("settings and keyword arguments use `=`, e.g. `batch = 64`".into());
     }
-    if ["model", "block", "input", "output", "loss", "train", "of"].iter().any(|k| at_word(k)) && words.contains(&"an expression") {
+    if ["model", "block", "input", "output", "loss", "train", "of"].iter().any(|k| at_word(k)) && words.iter().any(|w| w == "an expression") {
         return Some("this word is reserved by the language; choose another name".into());
     }
-    if rest.starts_with('=') && words.contains(&"`input`") {
+    let before = src[..pos.min(src.len())].trim_end();
+    let prev_word = before.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
+    if rest.starts_with('=') && ["input", "output", "loss", "model", "block", "train"].contains(&prev_word) {
         return Some("`input`, `output` and `loss` cannot be bound with `=`: choose another name".into());
     }
-    if words.contains(&"`model`") && words.contains(&"`train`") {
+    if rest.trim().is_empty() && words.iter().any(|w| w == "`}`") {
+        return Some("a `{` above is not closed: add `}` after its last line".into());
+    }
+    if words.iter().any(|w| w == "`model`") && words.iter().any(|w| w == "`train`") {
         return Some("a .cvnn file holds `model Name { ... }` and `train Name { ... }` sections".into());
     }
     None
@@ -194,9 +255,30 @@ fn suggest(src: &str, pos: usize, words: &[&str]) -> Option<String> {
 
 // ------------------------------------------------------------------ building the AST
 
+/// The span of a pair without the whitespace and comments that pest's implicit
+/// `WHITESPACE*` leaves at its end when an optional trailing part is absent.
 fn span_of(p: &Pair<Rule>) -> Span {
     let s = p.as_span();
-    Span::new(s.start(), s.end())
+    let text = s.as_str().as_bytes();
+    // Children come in order, so the last one ends last; it may itself carry trailing space.
+    let inner_end = p.clone().into_inner().last().map_or(s.end(), |c| span_of(&c).end as usize);
+    let mut end = inner_end.max(s.start());
+    let mut i = end - s.start();
+    while i < text.len() {
+        match text[i] {
+            b'#' => {
+                while i < text.len() && text[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b' ' | b'\t' | b'\r' | b'\n' => i += 1,
+            _ => {
+                i += 1;
+                end = s.start() + i;
+            }
+        }
+    }
+    Span::new(s.start(), end)
 }
 
 fn ident(p: Pair<Rule>) -> Ident {

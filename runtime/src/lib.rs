@@ -2,4 +2,13 @@
 //! trains models, loads data, writes checkpoints, and holds the `cvc` command line.
 
 pub mod backend;
+pub mod checkpoint;
+pub mod data;
+pub mod interp_backend;
+pub mod metrics;
+pub mod session;
+pub mod timeline;
+pub mod train;
 pub mod cli;
+pub mod cpu;
+pub mod cuda;

@@ -104,37 +104,91 @@ pub struct ConvDims {
     pub geom: ConvGeom,
 }
 
+/// Real and imaginary planes of a convolution operand; `im` is absent when the whole
+/// computation is real. Planar f64 loops keep the interpreter usable in debug builds.
+pub struct Planes {
+    /// Real parts.
+    pub re: Vec<f64>,
+    /// Imaginary parts (complex computation only).
+    pub im: Option<Vec<f64>>,
+}
+
+impl Planes {
+    /// Zeros of `n` elements, complex when `complex`.
+    fn zeros(n: usize, complex: bool) -> Planes {
+        Planes { re: vec![0.0; n], im: complex.then(|| vec![0.0; n]) }
+    }
+    /// The planes as tensor data.
+    pub fn into_data(self) -> TensorData {
+        match self.im {
+            None => TensorData::Real(self.re),
+            Some(im) => {
+                TensorData::Complex(self.re.into_iter().zip(im).map(|(r, i)| Complex64::new(r, i)).collect())
+            }
+        }
+    }
+}
+
+/// Both operands as planes of a common kind, each conjugated when its flag is set.
+pub fn planes(a: &Tensor, b: &Tensor, conj: [bool; 2]) -> Result<(Planes, Planes), String> {
+    Ok(match pair(a, b, conj)? {
+        Pair::Real(x, y) => (Planes { re: x, im: None }, Planes { re: y, im: None }),
+        Pair::Complex(x, y) => {
+            let split = |v: Vec<Complex64>| Planes {
+                re: v.iter().map(|z| z.re).collect(),
+                im: Some(v.iter().map(|z| z.im).collect()),
+            };
+            (split(x), split(y))
+        }
+    })
+}
+
+/// One output row of a convolution tap: `count` elements starting at `x` (step `stride[1]`)
+/// in the input and at `y` (step 1) in the output, all multiplied by weight element `w`.
+#[derive(Clone, Copy)]
+struct Row {
+    x: usize,
+    w: usize,
+    y: usize,
+    count: usize,
+}
+
 impl ConvDims {
-    /// Calls `f(x_index, w_index, y_index)` for every multiply-add of the forward convolution.
-    fn each(&self, mut f: impl FnMut(usize, usize, usize)) {
+    /// Calls `f` for every (weight tap, output row) pair of the forward convolution, with
+    /// the output columns whose input column lies inside the image.
+    fn rows(&self, mut f: impl FnMut(Row)) {
         let [n, c, h, w] = self.x;
         let [o, cg, kh, kw] = self.w;
         let [ho, wo] = self.out;
         let g = self.geom;
         let og = o / g.groups;
-        for b in 0..n {
-            for oc in 0..o {
-                let grp = oc / og;
-                for ci in 0..cg {
-                    let ic = grp * cg + ci;
-                    for ki in 0..kh {
-                        for kj in 0..kw {
+        let (s1, d1, p1) = (g.stride[1] as isize, g.dilation[1] as isize, g.pad[1] as isize);
+        for kj in 0..kw {
+            // Columns yj with 0 <= yj*s1 + kj*d1 - p1 < w.
+            let off = kj as isize * d1 - p1;
+            let j0 = if off >= 0 { 0 } else { ((-off + s1 - 1) / s1) as usize };
+            let last = w as isize - 1 - off;
+            let j1 = if last < 0 { 0 } else { ((last / s1) as usize + 1).min(wo) };
+            if j0 >= j1 {
+                continue;
+            }
+            let count = j1 - j0;
+            let x_col = (j0 as isize * s1 + off) as usize;
+            for b in 0..n {
+                for oc in 0..o {
+                    let grp = oc / og;
+                    for ci in 0..cg {
+                        let ic = grp * cg + ci;
+                        for ki in 0..kh {
                             let widx = ((oc * cg + ci) * kh + ki) * kw + kj;
                             for yi in 0..ho {
                                 let hi = (yi * g.stride[0] + ki * g.dilation[0]) as isize - g.pad[0] as isize;
                                 if hi < 0 || hi >= h as isize {
                                     continue;
                                 }
-                                for yj in 0..wo {
-                                    let wj =
-                                        (yj * g.stride[1] + kj * g.dilation[1]) as isize - g.pad[1] as isize;
-                                    if wj < 0 || wj >= w as isize {
-                                        continue;
-                                    }
-                                    let xidx = ((b * c + ic) * h + hi as usize) * w + wj as usize;
-                                    let yidx = ((b * o + oc) * ho + yi) * wo + yj;
-                                    f(xidx, widx, yidx);
-                                }
+                                let x = ((b * c + ic) * h + hi as usize) * w + x_col;
+                                let y = ((b * o + oc) * ho + yi) * wo + j0;
+                                f(Row { x, w: widx, y, count });
                             }
                         }
                     }
@@ -143,24 +197,102 @@ impl ConvDims {
         }
     }
 
+    // The inner loops below index plain slices with `while` loops: in unoptimised (debug)
+    // builds, iterator adapters and `Vec` indexing cost a call per element.
+
     /// Forward convolution `y = x ⋆ w` (PyTorch's conv2d).
-    pub fn conv<T: Elem>(&self, x: &[T], w: &[T]) -> Vec<T> {
-        let mut y = vec![T::zero(); self.x[0] * self.w[0] * self.out[0] * self.out[1]];
-        self.each(|xi, wi, yi| y[yi] = y[yi] + x[xi] * w[wi]);
+    pub fn conv(&self, x: &Planes, w: &Planes) -> Planes {
+        let s = self.geom.stride[1];
+        let mut y = Planes::zeros(self.x[0] * self.w[0] * self.out[0] * self.out[1], x.im.is_some());
+        let (xr, wr): (&[f64], &[f64]) = (&x.re, &w.re);
+        let yr: &mut [f64] = &mut y.re;
+        match (x.im.as_deref(), w.im.as_deref(), y.im.as_deref_mut()) {
+            (Some(xi), Some(wi), Some(yi)) => self.rows(|r| {
+                let (a, bb) = (wr[r.w], wi[r.w]);
+                let (mut k, mut j, end) = (r.x, r.y, r.y + r.count);
+                while j < end {
+                    let (p, q) = (xr[k], xi[k]);
+                    yr[j] += p * a - q * bb;
+                    yi[j] += p * bb + q * a;
+                    k += s;
+                    j += 1;
+                }
+            }),
+            _ => self.rows(|r| {
+                let a = wr[r.w];
+                let (mut k, mut j, end) = (r.x, r.y, r.y + r.count);
+                while j < end {
+                    yr[j] += xr[k] * a;
+                    k += s;
+                    j += 1;
+                }
+            }),
+        }
         y
     }
 
     /// Transposed convolution: `dx[xi] += dy[yi]·w[wi]` over the forward index triples.
-    pub fn transpose<T: Elem>(&self, dy: &[T], w: &[T]) -> Vec<T> {
-        let mut dx = vec![T::zero(); self.x.iter().product()];
-        self.each(|xi, wi, yi| dx[xi] = dx[xi] + dy[yi] * w[wi]);
+    pub fn transpose(&self, dy: &Planes, w: &Planes) -> Planes {
+        let s = self.geom.stride[1];
+        let mut dx = Planes::zeros(self.x.iter().product(), dy.im.is_some());
+        let (yr, wr): (&[f64], &[f64]) = (&dy.re, &w.re);
+        let xr: &mut [f64] = &mut dx.re;
+        match (dy.im.as_deref(), w.im.as_deref(), dx.im.as_deref_mut()) {
+            (Some(yi), Some(wi), Some(xi)) => self.rows(|r| {
+                let (a, bb) = (wr[r.w], wi[r.w]);
+                let (mut k, mut j, end) = (r.x, r.y, r.y + r.count);
+                while j < end {
+                    let (p, q) = (yr[j], yi[j]);
+                    xr[k] += p * a - q * bb;
+                    xi[k] += p * bb + q * a;
+                    k += s;
+                    j += 1;
+                }
+            }),
+            _ => self.rows(|r| {
+                let a = wr[r.w];
+                let (mut k, mut j, end) = (r.x, r.y, r.y + r.count);
+                while j < end {
+                    xr[k] += yr[j] * a;
+                    k += s;
+                    j += 1;
+                }
+            }),
+        }
         dx
     }
 
     /// Weight gradient: `dw[wi] += dy[yi]·x[xi]` over the forward index triples.
-    pub fn weight_grad<T: Elem>(&self, x: &[T], dy: &[T]) -> Vec<T> {
-        let mut dw = vec![T::zero(); self.w.iter().product()];
-        self.each(|xi, wi, yi| dw[wi] = dw[wi] + dy[yi] * x[xi]);
+    pub fn weight_grad(&self, x: &Planes, dy: &Planes) -> Planes {
+        let s = self.geom.stride[1];
+        let mut dw = Planes::zeros(self.w.iter().product(), x.im.is_some());
+        let (xr, yr): (&[f64], &[f64]) = (&x.re, &dy.re);
+        let wr: &mut [f64] = &mut dw.re;
+        match (x.im.as_deref(), dy.im.as_deref(), dw.im.as_deref_mut()) {
+            (Some(xi), Some(yi), Some(wi)) => self.rows(|r| {
+                let (mut re, mut im) = (0.0, 0.0);
+                let (mut k, mut j, end) = (r.x, r.y, r.y + r.count);
+                while j < end {
+                    let (p, q, u, v) = (yr[j], yi[j], xr[k], xi[k]);
+                    re += p * u - q * v;
+                    im += p * v + q * u;
+                    k += s;
+                    j += 1;
+                }
+                wr[r.w] += re;
+                wi[r.w] += im;
+            }),
+            _ => self.rows(|r| {
+                let mut acc = 0.0;
+                let (mut k, mut j, end) = (r.x, r.y, r.y + r.count);
+                while j < end {
+                    acc += yr[j] * xr[k];
+                    k += s;
+                    j += 1;
+                }
+                wr[r.w] += acc;
+            }),
+        }
         dw
     }
 }

@@ -85,9 +85,7 @@ fn spread(t: &Tensor, to: &[usize], complex: bool) -> Result<Num, String> {
         (TensorData::Real(v), false) => Num::R(v),
         (TensorData::Real(v), true) => Num::C(v.into_iter().map(|x| Complex64::new(x, 0.0)).collect()),
         (TensorData::Int(v), false) => Num::R(v.into_iter().map(|x| x as f64).collect()),
-        (TensorData::Int(v), true) => {
-            Num::C(v.into_iter().map(|x| Complex64::new(x as f64, 0.0)).collect())
-        }
+        (TensorData::Int(v), true) => Num::C(v.into_iter().map(|x| Complex64::new(x as f64, 0.0)).collect()),
     })
 }
 
@@ -96,6 +94,22 @@ fn flag(b: bool) -> f64 {
         1.0
     } else {
         0.0
+    }
+}
+
+/// `p / q` without overflow or underflow of `|q|²` (Smith's algorithm; exact for real `q`).
+pub fn complex_div(p: Complex64, q: Complex64) -> Complex64 {
+    if q.im == 0.0 {
+        return Complex64::new(p.re / q.re, p.im / q.re);
+    }
+    if q.re.abs() >= q.im.abs() {
+        let r = q.im / q.re;
+        let d = q.re + q.im * r;
+        Complex64::new((p.re + p.im * r) / d, (p.im - p.re * r) / d)
+    } else {
+        let r = q.re / q.im;
+        let d = q.re * r + q.im;
+        Complex64::new((p.re * r + p.im) / d, (p.im * r - p.re) / d)
     }
 }
 
@@ -131,7 +145,7 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: &[usize]) -> Result<Ten
                 Add => |p, q| p + q,
                 Sub => |p, q| p - q,
                 Mul => |p, q| p * q,
-                Div => |p, q| p / q,
+                Div => complex_div,
                 _ => unreachable!("rejected above"),
             };
             TensorData::Complex(x.iter().zip(&y).map(|(&p, &q)| f(p, q)).collect())

@@ -58,7 +58,7 @@ pub fn name_hash(name: &str) -> u64 {
 /// independently. Integer tensors take the constant part only (zeros, ones, the constant).
 pub fn init_tensor(init: &Init, dtype: DType, shape: &[usize], rng: &mut SplitMix64) -> Tensor {
     let n: usize = shape.iter().product();
-    let mut sample = |rng: &mut SplitMix64| -> Complex64 {
+    let sample = |rng: &mut SplitMix64| -> Complex64 {
         match *init {
             Init::Zeros => Complex64::new(0.0, 0.0),
             Init::Ones => Complex64::new(1.0, 0.0),

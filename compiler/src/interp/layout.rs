@@ -12,22 +12,35 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
 /// The flat offsets `base + Σ idx[a]·stride[a]` of every multi-index of `shape`, row-major.
 pub fn strided_offsets(shape: &[usize], stride: &[usize], base: usize) -> Vec<usize> {
     let n: usize = shape.iter().product();
-    let r = shape.len();
     let mut out = Vec::with_capacity(n);
     if n == 0 {
         return out;
     }
-    let mut idx = vec![0usize; r];
+    let Some((&inner, outer)) = shape.split_last() else {
+        out.push(base);
+        return out;
+    };
+    let step = stride[outer.len()];
+    let mut idx = vec![0usize; outer.len()];
     let mut cur = base;
-    for _ in 0..n {
-        out.push(cur);
-        for a in (0..r).rev() {
+    for _ in 0..n / inner {
+        // One run along the last axis (a `while` loop: cheap in debug builds too).
+        let mut k = 0;
+        let mut at = cur;
+        while k < inner {
+            out.push(at);
+            at += step;
+            k += 1;
+        }
+        let mut a = outer.len();
+        while a > 0 {
+            a -= 1;
             idx[a] += 1;
             cur += stride[a];
-            if idx[a] < shape[a] {
+            if idx[a] < outer[a] {
                 break;
             }
-            cur -= stride[a] * shape[a];
+            cur -= stride[a] * outer[a];
             idx[a] = 0;
         }
     }
@@ -51,18 +64,4 @@ pub fn broadcast_map(from: &[usize], to: &[usize]) -> Result<Vec<usize>, String>
         }
     }
     Ok(strided_offsets(to, &st, 0))
-}
-
-/// NumPy broadcast of two resolved shapes.
-pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>, String> {
-    let r = a.len().max(b.len());
-    let get = |s: &[usize], i: usize| if i + s.len() >= r { s[i + s.len() - r] } else { 1 };
-    (0..r)
-        .map(|i| match (get(a, i), get(b, i)) {
-            (x, y) if x == y => Ok(x),
-            (1, y) => Ok(y),
-            (x, 1) => Ok(x),
-            _ => Err(format!("shapes {a:?} and {b:?} do not broadcast")),
-        })
-        .collect()
 }

@@ -11,8 +11,12 @@ pub type GroupId = usize;
 pub enum GroupKind {
     /// One loop over `domain`: evaluates `nodes` (elementwise ops, `Scalar`s and `Assign`s, in
     /// dependency order) per element and stores each value in `outputs`. Operands outside the
-    /// group are read from `inputs`, broadcast to `domain`. An `Assign` in `outputs` stores its
-    /// value operand into the assign's slot, which the plan makes the target's slot.
+    /// group are read from `inputs`, broadcast to `domain`; a node whose shape is smaller than
+    /// `domain` is evaluated at every domain point (broadcast, recomputed). An `Assign` in
+    /// `outputs` stores its value operand into the assign's slot, which the plan makes the
+    /// target's slot; `Assign`s come last in `nodes`, so every input of an element is loaded
+    /// before anything is stored. A single-output group's output may share the slot of an
+    /// input of the same shape (in place): each element is loaded before it is overwritten.
     Elementwise,
     /// An elementwise prologue over `domain` (the reduction's input shape) followed by the
     /// `Reduce` node, which is last in `nodes` and is the only output.
@@ -92,9 +96,7 @@ pub fn unfused(g: &Graph) -> Fusion {
         let mut nodes = Vec::new();
         let mut inputs = Vec::new();
         for &i in &n.inputs {
-            let inline_scalar = matches!(g.node(i).op, Op::Scalar { .. })
-                && matches!(kind, GroupKind::Elementwise | GroupKind::Reduce)
-                && kind != GroupKind::Reduce;
+            let inline_scalar = matches!(g.node(i).op, Op::Scalar { .. }) && kind == GroupKind::Elementwise;
             if inline_scalar {
                 if !nodes.contains(&i) {
                     nodes.push(i);
@@ -111,4 +113,247 @@ pub fn unfused(g: &Graph) -> Fusion {
         groups.push(KernelGroup { kind, nodes, inputs, outputs: vec![h], domain });
     }
     Fusion { groups, recomputed: Vec::new() }
+}
+
+/// Most elementwise nodes a value may inline (recompute) from its materialised inputs before
+/// it is stored instead: the cap that keeps recomputation cheap.
+pub const INLINE_CAP: usize = 48;
+
+/// The kind of group a node roots when it is materialised.
+fn kind_of(op: &Op) -> GroupKind {
+    match op {
+        Op::Reshape => GroupKind::View,
+        op if op.is_elementwise() || matches!(op, Op::Assign) => GroupKind::Elementwise,
+        Op::Reduce { .. } => GroupKind::Reduce,
+        op if op.is_contraction() => GroupKind::Contraction,
+        _ => GroupKind::Movement,
+    }
+}
+
+/// Whether a user can evaluate its operand inline, per element of its loop.
+fn inlines_operands(op: &Op) -> bool {
+    op.is_elementwise() || matches!(op, Op::Assign | Op::Reduce { .. })
+}
+
+/// Which values must be written to memory: leaves, outputs, the results of reductions,
+/// contractions, movement and views, and elementwise values that a non-elementwise user
+/// reads or whose inline cone exceeds [`INLINE_CAP`] (except the parts of a real/imag
+/// combine, which are always computed inside the combine's kernel).
+pub fn materialization(g: &Graph) -> Vec<bool> {
+    let users = g.users();
+    let mut roots = vec![false; g.nodes.len()];
+    for o in &g.outputs {
+        roots[o.value.index()] = true;
+    }
+    if let Some(l) = g.loss {
+        roots[l.index()] = true;
+    }
+    let mut mat = vec![false; g.nodes.len()];
+    // The distinct inlined nodes each value would recompute; `None` once past the cap.
+    let mut cone: Vec<Option<Vec<Value>>> = vec![Some(Vec::new()); g.nodes.len()];
+    for (h, n) in g.nodes.iter() {
+        let i = h.index();
+        let us = &users[i];
+        let foreign_user = us.iter().any(|&u| !inlines_operands(&g.node(u).op));
+        mat[i] = match &n.op {
+            Op::Scalar { .. } => roots[i] || foreign_user,
+            op if op.is_leaf() => true,
+            op if op.is_elementwise() => {
+                let mut set = Some(vec![h]);
+                for o in n.inputs.iter().filter(|o| !mat[o.index()]) {
+                    set = match (set, &cone[o.index()]) {
+                        (Some(mut s), Some(os)) => {
+                            for &v in os {
+                                if !s.contains(&v) {
+                                    s.push(v);
+                                }
+                            }
+                            (s.len() <= INLINE_CAP).then_some(s)
+                        }
+                        _ => None,
+                    };
+                }
+                let only_combined = !us.is_empty()
+                    && us.iter().all(|&u| matches!(g.node(u).op, Op::Binary(BinaryOp::Complex)));
+                let over = set.is_none();
+                cone[i] = set;
+                let m = roots[i] || us.is_empty() || foreign_user || (over && !only_combined);
+                if m {
+                    cone[i] = Some(Vec::new());
+                }
+                m
+            }
+            _ => true,
+        };
+    }
+    mat
+}
+
+/// The fusing partition: every materialised non-leaf value roots one group; elementwise
+/// operands that are not materialised are inlined (recomputed) into every group that reads
+/// them; `Assign`s of the same shape that read a common tensor share one kernel.
+pub fn fuse(g: &Graph) -> Fusion {
+    let mat = materialization(g);
+    let mut groups = Vec::new();
+    for (h, n) in g.nodes.iter() {
+        if !mat[h.index()] || (n.op.is_leaf() && !matches!(n.op, Op::Scalar { .. })) {
+            continue;
+        }
+        let kind = kind_of(&n.op);
+        let mut nodes = vec![h];
+        let mut inputs = Vec::new();
+        if matches!(kind, GroupKind::Elementwise | GroupKind::Reduce) {
+            let mut stack: Vec<Value> = n.inputs.clone();
+            while let Some(o) = stack.pop() {
+                let on = g.node(o);
+                let inline = matches!(on.op, Op::Scalar { .. }) || (on.op.is_elementwise() && !mat[o.index()]);
+                if inline {
+                    if !nodes.contains(&o) {
+                        nodes.push(o);
+                        stack.extend(on.inputs.iter().copied());
+                    }
+                } else if !inputs.contains(&o) {
+                    inputs.push(o);
+                }
+            }
+        } else {
+            for &o in &n.inputs {
+                if !inputs.contains(&o) {
+                    inputs.push(o);
+                }
+            }
+        }
+        nodes.sort();
+        inputs.sort();
+        let domain = match kind {
+            GroupKind::Reduce => g.ty(n.inputs[0]).shape.clone(),
+            _ => n.ty.shape.clone(),
+        };
+        groups.push(KernelGroup { kind, nodes, inputs, outputs: vec![h], domain });
+    }
+    let groups = merge_assigns(g, groups);
+    let recomputed = recomputed_values(g, &groups);
+    Fusion { groups, recomputed }
+}
+
+/// Merges elementwise groups that only write `Assign`s, have one domain and read a common
+/// tensor of that shape (an optimizer's moments and parameter update): one kernel reads the
+/// gradient once. Assigns are moved last so every element is read before it is written.
+fn merge_assigns(g: &Graph, groups: Vec<KernelGroup>) -> Vec<KernelGroup> {
+    let only_assigns = |k: &KernelGroup| {
+        k.kind == GroupKind::Elementwise && k.outputs.iter().all(|&o| matches!(g.node(o).op, Op::Assign))
+    };
+    let mut parent: Vec<usize> = (0..groups.len()).collect();
+    fn find(p: &mut [usize], mut i: usize) -> usize {
+        while p[i] != i {
+            p[i] = p[p[i]];
+            i = p[i];
+        }
+        i
+    }
+    let mut owner: std::collections::HashMap<(Value, Shape), usize> = std::collections::HashMap::new();
+    for (gi, k) in groups.iter().enumerate() {
+        if !only_assigns(k) {
+            continue;
+        }
+        for &i in &k.inputs {
+            if g.ty(i).shape != k.domain || g.ty(i).shape.rank() == 0 {
+                continue;
+            }
+            match owner.get(&(i, k.domain.clone())) {
+                Some(&o) => {
+                    let (a, b) = (find(&mut parent, o), find(&mut parent, gi));
+                    if a != b {
+                        parent[b.max(a)] = a.min(b);
+                    }
+                }
+                None => {
+                    owner.insert((i, k.domain.clone()), gi);
+                }
+            }
+        }
+    }
+    let mut merged: Vec<Option<KernelGroup>> = groups.into_iter().map(Some).collect();
+    for gi in 0..merged.len() {
+        let r = find(&mut parent, gi);
+        if r != gi {
+            let k = merged[gi].take().expect("each group merged once");
+            let into = merged[r].as_mut().expect("root kept");
+            for v in k.nodes {
+                if !into.nodes.contains(&v) {
+                    into.nodes.push(v);
+                }
+            }
+            into.outputs.extend(k.outputs);
+            for v in k.inputs {
+                if !into.inputs.contains(&v) {
+                    into.inputs.push(v);
+                }
+            }
+        }
+    }
+    let mut out: Vec<KernelGroup> = merged.into_iter().flatten().collect();
+    for k in &mut out {
+        k.nodes.sort_by_key(|&v| (matches!(g.node(v).op, Op::Assign), v));
+        k.inputs.retain(|i| !k.nodes.contains(i));
+        k.inputs.sort();
+        k.outputs.sort();
+    }
+    out
+}
+
+/// Non-scalar values computed inside more than one group.
+fn recomputed_values(g: &Graph, groups: &[KernelGroup]) -> Vec<Value> {
+    let mut count = vec![0usize; g.nodes.len()];
+    for k in groups {
+        for &v in &k.nodes {
+            count[v.index()] += 1;
+        }
+    }
+    g.nodes
+        .iter()
+        .filter(|(h, n)| count[h.index()] > 1 && !matches!(n.op, Op::Scalar { .. }))
+        .map(|(h, _)| h)
+        .collect()
+}
+
+/// Real/imag combines (`Binary(Complex)`) with a part that another kernel wrote to memory
+/// only so that the combine could read it back: the copies the fusion must avoid.
+pub fn combines_materialized(g: &Graph, fusion: &Fusion) -> usize {
+    let mat = fusion.materialized(g);
+    let users = g.users();
+    g.nodes
+        .iter()
+        .filter(|(_, n)| matches!(n.op, Op::Binary(BinaryOp::Complex)))
+        .filter(|(_, n)| {
+            n.inputs.iter().any(|&p| {
+                let pn = g.node(p);
+                mat[p.index()]
+                    && !pn.op.is_leaf()
+                    && pn.op.is_elementwise()
+                    && users[p.index()].iter().all(|&u| matches!(g.node(u).op, Op::Binary(BinaryOp::Complex)))
+            })
+        })
+        .count()
+}
+
+/// The fusion pass: the fusing partition (or the one-node-per-kernel baseline when `fuse` is
+/// false), with the combines and recomputed values recorded in `facts`.
+pub fn run(g: &mut Graph, fuse_nodes: bool, facts: &mut super::PipelineFacts) -> Result<Fusion, String> {
+    let f = if fuse_nodes {
+        let map = super::views::run(g)?;
+        super::remat::remap(facts, &map);
+        fuse(g)
+    } else {
+        unfused(g)
+    };
+    facts.combines_materialized = combines_materialized(g, &f);
+    for &v in &f.recomputed {
+        let kernels = f.groups.iter().filter(|k| k.nodes.contains(&v)).count();
+        let n = g.node(v);
+        facts
+            .recomputed
+            .push((v, format!("{} {} recomputed in {kernels} kernels instead of stored", n.op.mnemonic(), n.origin.label)));
+    }
+    Ok(f)
 }

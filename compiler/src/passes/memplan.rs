@@ -1,6 +1,7 @@
 //! Memory plan: one arena, a static offset for every materialised buffer.
 
-use super::fusion::{Fusion, GroupId, GroupKind};
+use super::fusion::{Fusion, GroupId};
+use super::liveness::{analyze, LiveInterval};
 use crate::ir::*;
 use serde::Serialize;
 
@@ -37,6 +38,21 @@ pub struct ArenaPlan {
     pub live_at_peak: Vec<Value>,
     /// Name of the placement heuristic that won.
     pub heuristic: String,
+    /// Every buffer with its lifetime and offset (empty for the [`bump`] baseline).
+    pub buffers: Vec<PlacedBuffer>,
+    /// Arena size each placement heuristic reached, `(name, bytes)`.
+    pub candidates: Vec<(String, usize)>,
+    /// Number of schedule steps.
+    pub steps: usize,
+}
+
+/// A buffer of the plan: its lifetime over the schedule and its place in the arena.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PlacedBuffer {
+    /// Lifetime and the values stored.
+    pub interval: LiveInterval,
+    /// Byte offset in the arena.
+    pub offset: usize,
 }
 
 impl ArenaPlan {
@@ -95,7 +111,6 @@ pub fn bump(g: &Graph, fusion: &Fusion, order: &[GroupId], batch: usize) -> Aren
             slots[h.index()] = slots[storage_root(g, h).index()];
         }
     }
-    let _ = order.iter().map(|&i| fusion.groups[i].kind == GroupKind::View);
     ArenaPlan {
         batch,
         arena_bytes: offset,
@@ -106,5 +121,170 @@ pub fn bump(g: &Graph, fusion: &Fusion, order: &[GroupId], batch: usize) -> Aren
         peak_step: order.len().saturating_sub(1),
         live_at_peak: Vec::new(),
         heuristic: "bump (no reuse)".into(),
+        buffers: Vec::new(),
+        candidates: Vec::new(),
+        steps: order.len(),
+    }
+}
+
+/// A placement: the offset of each interval (same order) and the arena size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// Offset of each interval.
+    pub offsets: Vec<usize>,
+    /// Arena bytes (end of the highest buffer).
+    pub arena_bytes: usize,
+}
+
+/// Places `intervals` in the order given by `rank`, each at the gap among already placed,
+/// time-overlapping buffers chosen by `best_fit` (smallest gap that fits) or first fit
+/// (lowest gap that fits). Persistent buffers go first, stacked from offset 0.
+fn place(intervals: &[LiveInterval], rank: &mut dyn FnMut(&LiveInterval) -> (usize, usize), best_fit: bool) -> Placement {
+    let mut offsets = vec![0usize; intervals.len()];
+    let mut base = 0;
+    for (i, iv) in intervals.iter().enumerate() {
+        if iv.persistent {
+            offsets[i] = base;
+            base += iv.bytes;
+        }
+    }
+    let mut todo: Vec<usize> = (0..intervals.len()).filter(|&i| !intervals[i].persistent).collect();
+    todo.sort_by_key(|&i| (rank(&intervals[i]), i));
+    let mut placed: Vec<usize> = Vec::new();
+    let mut arena = base;
+    for i in todo {
+        let iv = &intervals[i];
+        let mut busy: Vec<(usize, usize)> = placed
+            .iter()
+            .filter(|&&p| intervals[p].overlaps(iv))
+            .map(|&p| (offsets[p], offsets[p] + intervals[p].bytes))
+            .collect();
+        busy.sort_unstable();
+        let mut best: Option<(usize, usize)> = None; // (gap size, offset)
+        let mut cursor = base;
+        for &(lo, hi) in &busy {
+            if lo > cursor {
+                let gap = lo - cursor;
+                if gap >= iv.bytes {
+                    let better = match best {
+                        None => true,
+                        Some((g, _)) => best_fit && gap < g,
+                    };
+                    if better {
+                        best = Some((gap, cursor));
+                    }
+                }
+            }
+            cursor = cursor.max(hi);
+        }
+        let offset = best.map_or(cursor, |(_, o)| o);
+        offsets[i] = offset;
+        arena = arena.max(offset + iv.bytes);
+        placed.push(i);
+    }
+    Placement { offsets, arena_bytes: arena }
+}
+
+/// TFLite's greedy-by-size: largest buffers first, each at the lowest gap that fits.
+pub fn greedy_by_size(intervals: &[LiveInterval]) -> Placement {
+    place(intervals, &mut |iv| (usize::MAX - iv.bytes, iv.first), false)
+}
+
+/// Best fit in schedule order: buffers by first step, each in the smallest gap that fits.
+pub fn best_fit_in_order(intervals: &[LiveInterval]) -> Placement {
+    place(intervals, &mut |iv| (iv.first, usize::MAX - iv.bytes), true)
+}
+
+/// Largest first, each in the smallest gap that fits.
+pub fn best_fit_by_size(intervals: &[LiveInterval]) -> Placement {
+    place(intervals, &mut |iv| (usize::MAX - iv.bytes, iv.first), true)
+}
+
+/// Max over steps of the bytes alive at once (no placement can use less).
+pub fn lower_bound(intervals: &[LiveInterval], steps: usize) -> (usize, usize) {
+    let mut live = vec![0usize; steps.max(1)];
+    for iv in intervals {
+        for l in &mut live[iv.first..=iv.last.min(steps.max(1) - 1)] {
+            *l += iv.bytes;
+        }
+    }
+    let (peak_step, &peak) = live.iter().enumerate().max_by_key(|&(i, &b)| (b, std::cmp::Reverse(i))).expect("one step");
+    (peak, peak_step)
+}
+
+/// Checks a placement: buffers alive at a common step never share bytes.
+pub fn validate(intervals: &[LiveInterval], p: &Placement) -> Result<(), String> {
+    for (i, a) in intervals.iter().enumerate() {
+        if p.offsets[i] + a.bytes > p.arena_bytes {
+            return Err(format!("buffer {i} ends past the arena"));
+        }
+        for (j, b) in intervals.iter().enumerate().skip(i + 1) {
+            let disjoint = p.offsets[i] + a.bytes <= p.offsets[j] || p.offsets[j] + b.bytes <= p.offsets[i];
+            if a.overlaps(b) && !disjoint && a.bytes > 0 && b.bytes > 0 {
+                return Err(format!("buffers {i} and {j} are alive together and overlap in memory"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The memory plan of a scheduled program at `batch`: liveness with in-place reuse, then
+/// the smallest of three placements (greedy by size, best fit in schedule order, best fit by
+/// size).
+pub fn plan(g: &Graph, fusion: &Fusion, order: &[GroupId], batch: usize) -> ArenaPlan {
+    let live = analyze(g, fusion, order, batch);
+    let intervals = &live.intervals;
+    let candidates = [
+        ("greedy by size (first fit)", greedy_by_size(intervals)),
+        ("best fit in schedule order", best_fit_in_order(intervals)),
+        ("best fit by size", best_fit_by_size(intervals)),
+    ];
+    let (name, best) = candidates.iter().min_by_key(|(_, p)| p.arena_bytes).expect("three candidates");
+    let (lower_bound_bytes, peak_step) = lower_bound(intervals, live.steps);
+    let mut slots: Vec<Option<Slot>> = vec![None; g.nodes.len()];
+    for h in g.nodes.handles() {
+        if let Some(b) = live.buffer_of[h.index()] {
+            slots[h.index()] = Some(Slot { offset: best.offsets[b], bytes: g.ty(h).bytes(batch) });
+        }
+    }
+    let mut param_bytes = 0;
+    let mut persistent_bytes = 0;
+    for (_, n) in g.nodes.iter() {
+        if matches!(n.op, Op::Param { .. }) {
+            param_bytes += n.ty.bytes(batch);
+        }
+        if n.op.is_persistent() {
+            persistent_bytes += n.ty.bytes(batch);
+        }
+    }
+    let live_at_peak = intervals
+        .iter()
+        .filter(|iv| iv.first <= peak_step && peak_step <= iv.last)
+        .filter_map(|iv| {
+            iv.values
+                .iter()
+                .rev()
+                .find(|v| live.value_range[v.index()].is_some_and(|(f, _)| f <= peak_step))
+                .or(iv.values.first())
+                .copied()
+        })
+        .collect();
+    ArenaPlan {
+        batch,
+        arena_bytes: best.arena_bytes,
+        lower_bound_bytes,
+        param_bytes,
+        persistent_bytes,
+        slots,
+        peak_step,
+        live_at_peak,
+        heuristic: name.to_string(),
+        buffers: intervals
+            .iter()
+            .zip(&best.offsets)
+            .map(|(iv, &offset)| PlacedBuffer { interval: iv.clone(), offset })
+            .collect(),
+        candidates: candidates.iter().map(|(n, p)| (n.to_string(), p.arena_bytes)).collect(),
+        steps: live.steps,
     }
 }

@@ -1,8 +1,17 @@
 //! The pass pipeline. Every pass is a file of its own; [`pipeline::compile`] runs them in order
 //! and verifies the IR after each one in debug builds.
 
+pub mod autodiff;
+pub mod cast;
 pub mod fusion;
+pub mod liveness;
 pub mod memplan;
+pub mod optimizer;
+pub mod pipeline;
+pub mod remat;
+pub mod rewrite;
+pub mod schedule;
+pub mod views;
 
 use crate::ir::*;
 use fusion::{GroupId, KernelGroup};
@@ -14,8 +23,10 @@ use serde::Serialize;
 pub struct CastSite {
     /// The `ToComplex` node, or the consumer it was folded into.
     pub value: Value,
-    /// Source line.
+    /// Source line (filled in by [`PipelineFacts::set_lines`]; 0 until then).
     pub line: usize,
+    /// Source span of the cast or of the consumer it was folded into.
+    pub span: cvc_grammar::Span,
     /// What happened: `folded into conv2d`, `materialised before fft`, ...
     pub what: String,
 }
@@ -33,6 +44,17 @@ pub struct PipelineFacts {
     pub combines_materialized: usize,
     /// Values recomputed instead of stored (rematerialisation), with why.
     pub recomputed: Vec<(Value, String)>,
+}
+
+impl PipelineFacts {
+    /// Fills in the source line of every reported site from the `.cvnn` text.
+    pub fn set_lines(&mut self, src: &str) {
+        for c in &mut self.casts {
+            if c.span.end > 0 && (c.span.end as usize) <= src.len() {
+                c.line = c.span.line_col(src).0;
+            }
+        }
+    }
 }
 
 /// A compiled program: the final graph, its kernel groups in schedule order, the memory plan.

@@ -1,6 +1,9 @@
-//! `cvc emit`.
+//! `cvc emit`: print the IR after any pass, the generated CUDA C, or the Cranelift IR.
 
+use super::plan::{load, options};
 use super::{CliError, CliResult};
+use cvc_compiler::ir::print::print_graph;
+use cvc_compiler::passes::pipeline::{compile, compile_traced, PASSES};
 use std::path::PathBuf;
 
 /// Arguments of `cvc emit`.
@@ -8,9 +11,68 @@ use std::path::PathBuf;
 pub struct EmitArgs {
     /// The `.cvnn` file.
     pub file: PathBuf,
+    /// Print the IR (after the pass named by `--after`, default the last).
+    #[arg(long, group = "what")]
+    pub ir: bool,
+    /// Print the CUDA C source of every kernel.
+    #[arg(long, group = "what")]
+    pub cuda: bool,
+    /// Print the Cranelift IR of every kernel.
+    #[arg(long, group = "what")]
+    pub clif: bool,
+    /// With `--ir`: the pass after which to print (lower, cast, autodiff, optimizer, fusion,
+    /// schedule, remat, memplan).
+    #[arg(long, requires = "ir")]
+    pub after: Option<String>,
+    /// Batch size (default: the train section's batch).
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Compile inference only (no backward pass or optimizer update).
+    #[arg(long)]
+    pub eval: bool,
 }
 
 /// Runs `cvc emit`.
 pub fn run(args: &EmitArgs) -> CliResult {
-    Err(CliError::Message(format!("cvc emit is not available in this build ({})", args.file.display())))
+    if !(args.ir || args.cuda || args.clif) {
+        return Err(CliError::Message("say what to emit: --ir, --cuda or --clif".into()));
+    }
+    if args.batch == Some(0) {
+        return Err(CliError::Message("--batch must be at least 1".into()));
+    }
+    let after = args.after.as_deref().unwrap_or("memplan");
+    if !PASSES.contains(&after) {
+        return Err(CliError::Message(format!("unknown pass `{after}`; the passes are: {}", PASSES.join(", "))));
+    }
+    let checked = load(&args.file, args.eval)?;
+    let opts = options(&checked, args.batch, None, true);
+    if args.ir {
+        let mut text = None;
+        let src = checked.src.clone();
+        let program = compile_traced(checked.graph.clone(), &opts, &mut |pass, g| {
+            if pass == after {
+                text = Some(print_graph(g, Some(&src)));
+            }
+        })
+        .map_err(CliError::Message)?;
+        let _ = program;
+        return match text {
+            Some(t) => {
+                print!("{t}");
+                Ok(())
+            }
+            None => Err(CliError::Message(format!(
+                "pass `{after}` does not run for this model (inference has no autodiff or optimizer pass)"
+            ))),
+        };
+    }
+    let program = compile(checked.graph.clone(), &opts).map_err(CliError::Message)?;
+    let text = if args.cuda {
+        cvc_compiler::back::cuda::emit_source(&program)
+    } else {
+        cvc_compiler::back::clif::emit_text(&program)
+    }
+    .map_err(CliError::Message)?;
+    print!("{text}");
+    Ok(())
 }

@@ -1,6 +1,14 @@
-//! `cvc eval`.
+//! `cvc eval FILE --weights W.safetensors --data D.npz [--batch N]`: inference-mode loss,
+//! accuracy and confusion matrix of given weights on given data.
 
+use super::train::{load_model, DeviceArg};
 use super::{CliError, CliResult};
+use crate::data::synthetic_rf::MODULATIONS;
+use crate::data::Dataset;
+use crate::metrics::Confusion;
+use crate::session::{Device, SessionOptions};
+use crate::train::{validate, Classifier};
+use cvc_compiler::front::train::DataSource;
 use std::path::PathBuf;
 
 /// Arguments of `cvc eval`.
@@ -8,9 +16,50 @@ use std::path::PathBuf;
 pub struct EvalArgs {
     /// The `.cvnn` file.
     pub file: PathBuf,
+    /// Parameters and state as safetensors (e.g. runs/<model>/best.safetensors).
+    #[arg(long)]
+    pub weights: PathBuf,
+    /// Input arrays as `.npz`, named after the model's inputs.
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Samples per evaluation batch.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    pub batch: u64,
+    /// Where to run.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub device: DeviceArg,
 }
 
 /// Runs `cvc eval`.
 pub fn run(args: &EvalArgs) -> CliResult {
-    Err(CliError::Message(format!("cvc eval is not available in this build ({})", args.file.display())))
+    let model = load_model(&args.file)?;
+    let data = Dataset::load_npz(&args.data, model.eval_inputs()).map_err(CliError::Message)?;
+    let mut opts = SessionOptions::from_config(model.config());
+    opts.device = Device::from(args.device);
+    let mut session = model.session_with(&opts).map_err(|e| CliError::Message(e.0))?;
+    if let Some(n) = session.note() {
+        eprintln!("note: {n}");
+    }
+    session.load_weights(&args.weights).map_err(|e| CliError::Message(e.0))?;
+    let classifier = Classifier::find(&model);
+    let all: Vec<usize> = (0..data.len).collect();
+    let (loss, cm) = validate(&mut session, &data, &all, args.batch as usize, classifier.as_ref())
+        .map_err(|e| CliError::Message(e.0))?;
+    println!("{} samples of {}", data.len, args.data.display());
+    if let Some(l) = loss {
+        println!("loss      {l:.6}");
+    }
+    match (cm, &classifier) {
+        (Some(cm), Some(c)) if data.array(&c.label).is_some() => print_confusion(&cm, &model, c.classes),
+        _ => println!("(no class labels: accuracy needs a `class[B] of N` input and a [B, N] real output)"),
+    }
+    Ok(())
+}
+
+fn print_confusion(cm: &Confusion, model: &crate::session::Model, classes: usize) {
+    println!("accuracy  {:.2}%  ({} of {})", 100.0 * cm.accuracy(), (cm.accuracy() * cm.total() as f64).round(), cm.total());
+    let rf = matches!(model.config().data, DataSource::SyntheticRf { .. }) && classes <= MODULATIONS.len();
+    let names: Vec<String> =
+        (0..classes).map(|i| if rf { MODULATIONS[i].to_string() } else { i.to_string() }).collect();
+    print!("{}", cm.render(&names));
 }

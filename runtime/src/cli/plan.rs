@@ -1,16 +1,437 @@
-//! `cvc plan`.
+//! `cvc plan`: compile a model and print its static plan — passes, kernels, casts, combines,
+//! recomputed values, arena size against the lower bound, the tensors alive at the peak —
+//! the largest batch for a memory budget, and a timeline picture of the arena.
 
 use super::{CliError, CliResult};
-use std::path::PathBuf;
+use cvc_compiler::front::{check_file, render_all, Checked};
+use cvc_compiler::ir::{Graph, Mode, Role, Value};
+use cvc_compiler::passes::fusion::GroupKind;
+use cvc_compiler::passes::pipeline::{compile, Options};
+use cvc_compiler::passes::Program;
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 
 /// Arguments of `cvc plan`.
 #[derive(clap::Args, Debug)]
 pub struct PlanArgs {
     /// The `.cvnn` file.
     pub file: PathBuf,
+    /// Batch size to plan for (default: the train section's batch).
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Print the plan as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Recompute (checkpoint) until the arena fits this many bytes, e.g. `4GiB`.
+    #[arg(long, value_parser = parse_bytes)]
+    pub memory_budget: Option<u64>,
+    /// Print the largest batch whose plan fits this many bytes, e.g. `8GiB`.
+    #[arg(long, value_parser = parse_bytes)]
+    pub max_batch: Option<u64>,
+    /// Write an SVG picture of the arena over the schedule to this file.
+    #[arg(long)]
+    pub timeline: Option<PathBuf>,
+    /// Plan inference only (no backward pass or optimizer update).
+    #[arg(long)]
+    pub eval: bool,
+    /// Plan the unfused baseline (one kernel per node).
+    #[arg(long)]
+    pub no_fuse: bool,
+}
+
+/// Parses a byte count: a number with an optional unit (`B`, `KiB`, `MiB`, `GiB`, `TiB`,
+/// `KB`, `MB`, `GB`, `TB`), e.g. `4GiB`, `512MiB`, `1.5GB`, `1000000`.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let num: f64 = num
+        .replace('_', "")
+        .parse()
+        .map_err(|_| format!("`{s}` is not a byte count (write e.g. 4GiB, 512MiB or 1000000)"))?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024.0 * 1024.0,
+        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
+        "t" | "tib" => 1024.0f64.powi(4),
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        u => return Err(format!("unknown byte unit `{u}` in `{s}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)")),
+    };
+    let bytes = num * scale;
+    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
+        return Err(format!("`{s}` is not a usable byte count"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Formats bytes in binary units (`1.50 GiB`, `512.0 MiB`, `300 B`).
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if b < 1024 {
+        return format!("{b} B");
+    }
+    let mut v = b as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.2} {}", UNITS[u])
+}
+
+/// Checks a `.cvnn` file for planning: a training step when the model has a loss (and
+/// `eval` is false), inference otherwise. Diagnostics are printed to stderr.
+pub fn load(file: &Path, eval: bool) -> Result<Checked, CliError> {
+    let report = |src: String, diags: Vec<cvc_compiler::Diagnostic>| {
+        let name = file.display().to_string();
+        eprint!("{}", render_all(&name, &src, &diags, std::io::stderr().is_terminal()));
+        CliError::Reported
+    };
+    let mode = if eval { Mode::Eval } else { Mode::Train };
+    let checked = check_file(file, mode).map_err(|(src, d)| report(src, d))?;
+    if mode == Mode::Train && checked.graph.loss.is_none() {
+        return check_file(file, Mode::Eval).map_err(|(src, d)| report(src, d));
+    }
+    Ok(checked)
+}
+
+/// Compile options for a checked model.
+pub fn options(c: &Checked, batch: Option<usize>, budget: Option<u64>, fuse: bool) -> Options {
+    Options {
+        batch: batch.unwrap_or(c.train.batch),
+        optimizer: c.train.optimizer.clone(),
+        memory_budget: budget.or(c.train.memory_budget),
+        fuse,
+    }
 }
 
 /// Runs `cvc plan`.
 pub fn run(args: &PlanArgs) -> CliResult {
-    Err(CliError::Message(format!("cvc plan is not available in this build ({})", args.file.display())))
+    if args.batch == Some(0) {
+        return Err(CliError::Message("--batch must be at least 1".into()));
+    }
+    let checked = load(&args.file, args.eval)?;
+    let fuse = !args.no_fuse;
+    if let Some(budget) = args.max_batch {
+        return max_batch(&checked, budget, fuse, args.json);
+    }
+    let opts = options(&checked, args.batch, args.memory_budget, fuse);
+    let mut program = compile(checked.graph.clone(), &opts).map_err(CliError::Message)?;
+    program.facts.set_lines(&checked.src);
+    if let Some(path) = &args.timeline {
+        let svg = crate::timeline::render_svg(&program, &checked.src);
+        std::fs::write(path, svg).map_err(|e| format!("cannot write `{}`: {e}", path.display()))?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&json(&program, &checked.src)).expect("plan serialises"));
+    } else {
+        print!("{}", summary(&program, &checked.src, &checked.model));
+    }
+    if let Some(b) = opts.memory_budget {
+        if program.plan.arena_bytes as u64 > b {
+            return Err(CliError::Message(format!(
+                "the plan needs {} but the memory budget is {}: lower the batch or raise the budget",
+                human_bytes(program.plan.arena_bytes as u64),
+                human_bytes(b)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The largest batch whose plan fits `budget` (with checkpointing allowed), by doubling
+/// then bisection over plans.
+pub fn largest_batch(c: &Checked, budget: u64, fuse: bool) -> Result<Option<(usize, Program)>, String> {
+    let fits = |b: usize| -> Result<Option<Program>, String> {
+        let p = compile(c.graph.clone(), &options(c, Some(b), Some(budget), fuse))?;
+        Ok((p.plan.arena_bytes as u64 <= budget).then_some(p))
+    };
+    let Some(mut best) = fits(1)? else { return Ok(None) };
+    let (mut lo, mut hi) = (1usize, 2usize);
+    loop {
+        match fits(hi)? {
+            Some(p) => {
+                best = p;
+                lo = hi;
+                if hi >= 1 << 24 {
+                    return Ok(Some((lo, best)));
+                }
+                hi *= 2;
+            }
+            None => break,
+        }
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        match fits(mid)? {
+            Some(p) => {
+                best = p;
+                lo = mid;
+            }
+            None => hi = mid,
+        }
+    }
+    Ok(Some((lo, best)))
+}
+
+fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool) -> CliResult {
+    match largest_batch(c, budget, fuse).map_err(CliError::Message)? {
+        None => Err(CliError::Message(format!(
+            "even batch 1 needs more than {} ({} of parameters and state alone)",
+            human_bytes(budget),
+            human_bytes(compile(c.graph.clone(), &options(c, Some(1), None, fuse))
+                .map(|p| p.plan.persistent_bytes as u64)
+                .unwrap_or(0))
+        ))),
+        Some((batch, p)) => {
+            if as_json {
+                let v = serde_json::json!({
+                    "budget_bytes": budget,
+                    "max_batch": batch,
+                    "arena_bytes": p.plan.arena_bytes,
+                    "lower_bound_bytes": p.plan.lower_bound_bytes,
+                });
+                println!("{}", serde_json::to_string_pretty(&v).expect("serialises"));
+            } else {
+                println!(
+                    "largest batch that fits in {}: {batch} (arena {}, lower bound {})",
+                    human_bytes(budget),
+                    human_bytes(p.plan.arena_bytes as u64),
+                    human_bytes(p.plan.lower_bound_bytes as u64)
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+/// 1-based source line of a value (0 when it has no span).
+pub fn line_of(g: &Graph, v: Value, src: &str) -> usize {
+    let sp = g.span(v);
+    if sp.end == 0 || sp.end as usize > src.len() {
+        return 0;
+    }
+    sp.line_col(src).0
+}
+
+/// What a buffer holds, for reports and the timeline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum BufferKind {
+    /// A trainable parameter.
+    Param,
+    /// The gradient of a parameter.
+    Gradient,
+    /// Optimizer moments, running statistics, counters.
+    OptimizerState,
+    /// A data input or forward activation.
+    Activation,
+    /// A backward or optimizer temporary.
+    BackwardTemp,
+}
+
+impl BufferKind {
+    /// Label for legends.
+    pub fn name(self) -> &'static str {
+        match self {
+            BufferKind::Param => "parameter",
+            BufferKind::Gradient => "gradient",
+            BufferKind::OptimizerState => "optimizer state",
+            BufferKind::Activation => "forward activation",
+            BufferKind::BackwardTemp => "backward temporary",
+        }
+    }
+    /// Classifies value `v` of a compiled program.
+    pub fn of(p: &Program, v: Value) -> BufferKind {
+        if p.facts.grads.iter().any(|&(_, d)| d == v) {
+            return BufferKind::Gradient;
+        }
+        match p.graph.node(v).origin.role {
+            Role::Param => BufferKind::Param,
+            Role::State => BufferKind::OptimizerState,
+            Role::Input | Role::Forward => BufferKind::Activation,
+            Role::Backward | Role::Update => BufferKind::BackwardTemp,
+        }
+    }
+}
+
+fn kernel_label(p: &Program, gi: usize) -> String {
+    let k = &p.groups[gi];
+    let g = &p.graph;
+    let main = k.outputs.iter().map(|&o| {
+        let n = g.node(o);
+        if n.origin.label.is_empty() {
+            n.op.mnemonic()
+        } else {
+            format!("{} {}", n.op.mnemonic(), n.origin.label)
+        }
+    });
+    main.collect::<Vec<_>>().join(", ")
+}
+
+fn kind_name(k: GroupKind) -> &'static str {
+    match k {
+        GroupKind::Elementwise => "elementwise",
+        GroupKind::Reduce => "reduce",
+        GroupKind::Contraction => "contraction",
+        GroupKind::Movement => "movement",
+        GroupKind::View => "view",
+    }
+}
+
+/// The human-readable plan.
+pub fn summary(p: &Program, src: &str, model: &str) -> String {
+    let g = &p.graph;
+    let plan = &p.plan;
+    let mut s = String::new();
+    let mode = match g.mode {
+        Mode::Train => "training step",
+        Mode::Eval => "inference",
+    };
+    let _ = writeln!(s, "plan {model} ({mode}, batch {})", plan.batch);
+    let _ = writeln!(s, "passes: {}", p.facts.passes.join(" → "));
+    let mut counts = std::collections::BTreeMap::new();
+    for k in &p.groups {
+        *counts.entry(kind_name(k.kind)).or_insert(0usize) += 1;
+    }
+    let per: Vec<String> = counts.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let _ = writeln!(s, "\nkernels: {} ({})", p.groups.len(), per.join(", "));
+    for (step, &gi) in p.order.iter().enumerate() {
+        let k = &p.groups[gi];
+        if k.kind == GroupKind::View {
+            continue;
+        }
+        let line = k.outputs.first().map_or(0, |&o| line_of(g, o, src));
+        let _ = writeln!(
+            s,
+            "  {step:>4}  {:<11} {:>3} ops  {:<22} {}{}",
+            kind_name(k.kind),
+            k.nodes.len(),
+            k.domain.to_string(),
+            kernel_label(p, gi),
+            if line > 0 { format!("  @{line}") } else { String::new() }
+        );
+    }
+    let _ = writeln!(s, "\ncasts: {}", p.facts.casts.len());
+    for c in &p.facts.casts {
+        let _ = writeln!(s, "  line {:>3}: {}", c.line, c.what);
+    }
+    let _ = writeln!(s, "combines materialised: {}", p.facts.combines_materialized);
+    let _ = writeln!(s, "recomputed: {} values", p.facts.recomputed.len());
+    // One line per source layer: which values it recomputes instead of storing.
+    let mut by_layer: Vec<(String, usize, Vec<String>)> = Vec::new();
+    for (v, why) in &p.facts.recomputed {
+        let n = g.node(*v);
+        let key = (n.origin.label.clone(), line_of(g, *v, src));
+        let item = if why.contains("checkpoint") { format!("{} (checkpoint)", n.op.mnemonic()) } else { n.op.mnemonic() };
+        match by_layer.iter_mut().find(|(l, ln, _)| (l, *ln) == (&key.0, key.1)) {
+            Some((_, _, items)) => items.push(item),
+            None => by_layer.push((key.0, key.1, vec![item])),
+        }
+    }
+    for (label, line, items) in by_layer {
+        let at = if line > 0 { format!(" @{line}") } else { String::new() };
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for it in &items {
+            match counts.iter_mut().find(|(m, _)| m == it) {
+                Some((_, c)) => *c += 1,
+                None => counts.push((it.clone(), 1)),
+            }
+        }
+        counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let list: Vec<String> =
+            counts.iter().map(|(m, c)| if *c > 1 { format!("{m} ×{c}") } else { m.clone() }).collect();
+        let _ = writeln!(s, "  {label}{at}: {} ({})", items.len(), list.join(", "));
+    }
+    let _ = writeln!(s, "\nmemory (batch {}):", plan.batch);
+    let _ = writeln!(s, "  arena        {:>12}  ({} bytes, {})", human_bytes(plan.arena_bytes as u64), plan.arena_bytes, plan.heuristic);
+    let _ = writeln!(s, "  lower bound  {:>12}  ({} bytes)", human_bytes(plan.lower_bound_bytes as u64), plan.lower_bound_bytes);
+    let _ = writeln!(s, "  fragmentation {:.2}%", plan.fragmentation_pct());
+    let _ = writeln!(s, "  parameters   {:>12}", human_bytes(plan.param_bytes as u64));
+    let _ = writeln!(s, "  persistent   {:>12}  (parameters and state)", human_bytes(plan.persistent_bytes as u64));
+    for (name, bytes) in &plan.candidates {
+        let _ = writeln!(s, "  heuristic {name}: {}", human_bytes(*bytes as u64));
+    }
+    let _ = writeln!(s, "\npeak at step {} of {}; alive there:", plan.peak_step, plan.steps);
+    let mut live: Vec<Value> = plan.live_at_peak.clone();
+    live.sort_by_key(|&v| std::cmp::Reverse(g.ty(v).bytes(plan.batch)));
+    for v in live {
+        let n = g.node(v);
+        let line = line_of(g, v, src);
+        let _ = writeln!(
+            s,
+            "  {:>12}  {:<18} {:<16} {}{}",
+            human_bytes(n.ty.bytes(plan.batch) as u64),
+            BufferKind::of(p, v).name(),
+            n.ty.to_string(),
+            if n.origin.label.is_empty() { n.op.mnemonic() } else { n.origin.label.clone() },
+            if line > 0 { format!("  @{line}") } else { String::new() }
+        );
+    }
+    s
+}
+
+/// The plan as JSON (keys documented in `cvc plan --help`'s module doc).
+pub fn json(p: &Program, src: &str) -> serde_json::Value {
+    let g = &p.graph;
+    let plan = &p.plan;
+    let kernels: Vec<serde_json::Value> = p
+        .order
+        .iter()
+        .map(|&gi| {
+            let k = &p.groups[gi];
+            serde_json::json!({
+                "kind": kind_name(k.kind),
+                "nodes": k.nodes.len(),
+                "domain": k.domain.to_string(),
+                "outputs": k.outputs.iter().map(|o| o.index()).collect::<Vec<_>>(),
+                "label": kernel_label(p, gi),
+            })
+        })
+        .collect();
+    let casts: Vec<serde_json::Value> =
+        p.facts.casts.iter().map(|c| serde_json::json!({"line": c.line, "what": c.what})).collect();
+    let recomputed: Vec<serde_json::Value> = p
+        .facts
+        .recomputed
+        .iter()
+        .map(|(v, why)| serde_json::json!({"value": v.index(), "line": line_of(g, *v, src), "why": why}))
+        .collect();
+    let live: Vec<serde_json::Value> = plan
+        .live_at_peak
+        .iter()
+        .map(|&v| {
+            serde_json::json!({
+                "value": v.index(),
+                "bytes": g.ty(v).bytes(plan.batch),
+                "kind": BufferKind::of(p, v).name(),
+                "label": g.node(v).origin.label,
+                "line": line_of(g, v, src),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "model": g.name,
+        "mode": format!("{:?}", g.mode).to_lowercase(),
+        "batch": plan.batch,
+        "passes": p.facts.passes,
+        "arena_bytes": plan.arena_bytes,
+        "lower_bound_bytes": plan.lower_bound_bytes,
+        "param_bytes": plan.param_bytes,
+        "persistent_bytes": plan.persistent_bytes,
+        "fragmentation_pct": plan.fragmentation_pct(),
+        "heuristic": plan.heuristic,
+        "kernels": kernels,
+        "kernel_count": p.groups.len(),
+        "casts": casts,
+        "combines_materialized": p.facts.combines_materialized,
+        "recomputed": recomputed,
+        "peak_step": plan.peak_step,
+        "steps": plan.steps,
+        "live_at_peak": live,
+    })
 }

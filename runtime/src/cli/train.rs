@@ -1,16 +1,144 @@
-//! `cvc train`.
+//! `cvc train FILE [--device auto|cpu|cuda] [--epochs N] [--batch N] [--out DIR] [--resume]
+//! [--seed N] [--memory-budget SIZE]`: trains with a progress bar, writes `metrics.jsonl` and
+//! checkpoints, and prints the memory-liveness summary.
 
 use super::{CliError, CliResult};
-use std::path::PathBuf;
+use crate::data::Dataset;
+use crate::session::{Device, Model};
+use crate::train::{self, TrainOptions};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+/// Device flag values (`interp`, the reference interpreter, is hidden: for debugging).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceArg {
+    /// CUDA when available, else the CPU.
+    Auto,
+    /// The CPU back end.
+    Cpu,
+    /// A CUDA GPU (an error when none is usable).
+    Cuda,
+    /// The f64 reference interpreter (slow).
+    #[value(hide = true)]
+    Interp,
+}
+
+impl From<DeviceArg> for Device {
+    fn from(d: DeviceArg) -> Self {
+        match d {
+            DeviceArg::Auto => Device::Auto,
+            DeviceArg::Cpu => Device::Cpu,
+            DeviceArg::Cuda => Device::Cuda,
+            DeviceArg::Interp => Device::Interp,
+        }
+    }
+}
 
 /// Arguments of `cvc train`.
 #[derive(clap::Args, Debug)]
 pub struct TrainArgs {
     /// The `.cvnn` file.
     pub file: PathBuf,
+    /// Where to run (default: the train section's `device`, else auto).
+    #[arg(long, value_enum)]
+    pub device: Option<DeviceArg>,
+    /// Number of epochs (default: the train section's).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub epochs: Option<u64>,
+    /// Batch size (default: the train section's).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub batch: Option<u64>,
+    /// Output folder for metrics.jsonl and checkpoints (default: runs/<model>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Continue from OUT/last.safetensors.
+    #[arg(long)]
+    pub resume: bool,
+    /// Seed of initialisation, split and shuffling (default: the train section's).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Memory budget for the plan, e.g. 512MiB, 2GB or a byte count.
+    #[arg(long, value_parser = parse_bytes)]
+    pub memory_budget: Option<u64>,
+    /// No progress bar or per-epoch lines (metrics.jsonl is still written).
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Parses a byte size: a number with an optional unit (B, KB, MB, GB, KiB, MiB, GiB).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let x: f64 = num.parse().map_err(|_| format!("'{s}' is not a size (examples: 512MiB, 2GB, 1000000)"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" | "k" => 1e3,
+        "mb" | "m" => 1e6,
+        "gb" | "g" => 1e9,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => return Err(format!("unknown size unit '{other}' (use B, KB, MB, GB, KiB, MiB or GiB)")),
+    };
+    Ok((x * mult) as u64)
+}
+
+/// Loads and checks a model, printing diagnostics on failure.
+pub fn load_model(path: &Path) -> Result<Model, CliError> {
+    Model::from_file(path).map_err(|e| match e {
+        crate::session::ModelError::Diagnostics { .. } => {
+            eprint!("{}", e.render(std::io::stderr().is_terminal()));
+            eprintln!("error: could not compile `{}`", path.display());
+            CliError::Reported
+        }
+        crate::session::ModelError::Message(m) => CliError::Message(m),
+    })
 }
 
 /// Runs `cvc train`.
 pub fn run(args: &TrainArgs) -> CliResult {
-    Err(CliError::Message(format!("cvc train is not available in this build ({})", args.file.display())))
+    let model = load_model(&args.file)?;
+    let cfg = model.config().clone();
+    if !model.has_train_section() {
+        eprintln!("note: {} has no train section for {}; using the defaults (synthetic random data)", args.file.display(), model.name());
+    }
+    let out = args.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(model.name()));
+    let mut opts = TrainOptions::from_model(&model, out);
+    if let Some(d) = args.device {
+        opts.device = d.into();
+    }
+    if let Some(e) = args.epochs {
+        opts.epochs = e as usize;
+    }
+    if let Some(b) = args.batch {
+        opts.batch = b as usize;
+    }
+    if let Some(s) = args.seed {
+        opts.seed = s;
+    }
+    if args.memory_budget.is_some() {
+        opts.memory_budget = args.memory_budget;
+    }
+    opts.resume = args.resume;
+    opts.verbose = !args.quiet;
+    let data = Dataset::from_source(&cfg.data, model.dir(), model.inputs()).map_err(CliError::Message)?;
+    if opts.verbose {
+        println!(
+            "training {} on {} samples ({} train / {} validation), batch {}, {} epochs -> {}",
+            model.name(),
+            data.len,
+            (cfg.split * data.len as f64).round() as usize,
+            data.len - ((cfg.split * data.len as f64).round() as usize).min(data.len),
+            opts.batch,
+            opts.epochs,
+            opts.out.display()
+        );
+    }
+    let summary = train::train(&model, &data, &opts).map_err(|e| CliError::Message(e.0))?;
+    if opts.verbose {
+        print!("{}", summary.memory_report);
+        println!("checkpoints: {}/last.safetensors, {}/best.safetensors", opts.out.display(), opts.out.display());
+    }
+    Ok(())
 }

@@ -4,6 +4,10 @@ use super::{Arg, ArgValue, LayerCall};
 use crate::diag::Diagnostic;
 use cvc_grammar::Span;
 
+/// The largest integer a layer argument (channels, kernel, stride, ...) may take; keeps every
+/// derived extent and fan far from overflow.
+pub(crate) const MAX_COUNT: i64 = 1 << 24;
+
 /// The non-tensor arguments of one call, bound to the operator's parameter names.
 pub(crate) struct Args<'c> {
     op: &'c str,
@@ -135,7 +139,8 @@ impl<'c> Args<'c> {
 
     /// An error about the value of argument `arg`.
     pub(crate) fn bad(&self, arg: &Arg, message: String, label: impl Into<String>) -> Diagnostic {
-        Diagnostic::error(message, arg.span, label).with_note(format!("the signature is `{}`", self.signature))
+        Diagnostic::error(message, arg.span, label)
+            .with_note(format!("the signature is `{}`", self.signature))
     }
 
     fn wrong_type(&self, arg: &Arg, name: &str, want: &str) -> Diagnostic {
@@ -184,11 +189,23 @@ impl<'c> Args<'c> {
                 "out of range",
             ));
         }
-        usize::try_from(v).map_err(|_| self.bad(arg, format!("argument `{name}` is too large"), "too large"))
+        if v > MAX_COUNT {
+            return Err(self.bad(
+                arg,
+                format!("argument `{name}` of `{}` is too large ({v} > {MAX_COUNT})", self.op),
+                "too large",
+            ));
+        }
+        Ok(v as usize)
     }
 
     /// An integer or a 2-tuple (`kernel = 3` or `kernel = (3, 5)`), each `>= min`.
-    pub(crate) fn pair(&self, name: &str, default: Option<usize>, min: usize) -> Result<[usize; 2], Diagnostic> {
+    pub(crate) fn pair(
+        &self,
+        name: &str,
+        default: Option<usize>,
+        min: usize,
+    ) -> Result<[usize; 2], Diagnostic> {
         let Some(arg) = self.get(name) else {
             let d = default.ok_or_else(|| self.missing(name))?;
             return Ok([d, d]);
@@ -223,7 +240,14 @@ impl<'c> Args<'c> {
     }
 
     /// A number that must lie in `lo..hi` (`lo` included, `hi` excluded unless `hi_incl`).
-    pub(crate) fn float_in(&self, name: &str, default: f64, lo: f64, hi: f64, hi_incl: bool) -> Result<f64, Diagnostic> {
+    pub(crate) fn float_in(
+        &self,
+        name: &str,
+        default: f64,
+        lo: f64,
+        hi: f64,
+        hi_incl: bool,
+    ) -> Result<f64, Diagnostic> {
         let v = self.float(name, default)?;
         let ok = v >= lo && (v < hi || (hi_incl && v == hi));
         if !ok {
@@ -264,7 +288,12 @@ impl<'c> Args<'c> {
     }
 
     /// A word from `choices` (bare or quoted), with a default.
-    pub(crate) fn choice(&self, name: &str, default: &'static str, choices: &[&'static str]) -> Result<&'static str, Diagnostic> {
+    pub(crate) fn choice(
+        &self,
+        name: &str,
+        default: &'static str,
+        choices: &[&'static str],
+    ) -> Result<&'static str, Diagnostic> {
         let Some(arg) = self.get(name) else { return Ok(default) };
         let word = match &arg.value {
             ArgValue::Ident(w) | ArgValue::Str(w) => w.as_str(),

@@ -5,24 +5,24 @@ use super::*;
 pub(crate) const DEFS: &[OpDef] = &[
     OpDef {
         name: "conv1d",
-        signature: "conv1d(out, kernel, stride = 1, pad = 0, dilation = 1, groups = 1, bias = true)",
-        args: &["out", "kernel", "stride", "pad", "dilation", "groups", "bias"],
+        signature: "conv1d(out, kernel, stride = 1, pad = 0, dilation = 1, groups = 1, bias = true, init = he | glorot | rayleigh)",
+        args: &["out", "kernel", "stride", "pad", "dilation", "groups", "bias", "init"],
         variadic: false,
         operands: (1, 1),
         lower: conv1d,
     },
     OpDef {
         name: "conv2d",
-        signature: "conv2d(out, kernel, stride = 1, pad = 0, dilation = 1, groups = 1, bias = true)",
-        args: &["out", "kernel", "stride", "pad", "dilation", "groups", "bias"],
+        signature: "conv2d(out, kernel, stride = 1, pad = 0, dilation = 1, groups = 1, bias = true, init = he | glorot | rayleigh)",
+        args: &["out", "kernel", "stride", "pad", "dilation", "groups", "bias", "init"],
         variadic: false,
         operands: (1, 1),
         lower: conv2d,
     },
     OpDef {
         name: "conv_transpose2d",
-        signature: "conv_transpose2d(out, kernel, stride = 1, pad = 0, output_padding = 0, dilation = 1, groups = 1, bias = true)",
-        args: &["out", "kernel", "stride", "pad", "output_padding", "dilation", "groups", "bias"],
+        signature: "conv_transpose2d(out, kernel, stride = 1, pad = 0, output_padding = 0, dilation = 1, groups = 1, bias = true, init = he | glorot | rayleigh)",
+        args: &["out", "kernel", "stride", "pad", "output_padding", "dilation", "groups", "bias", "init"],
         variadic: false,
         operands: (1, 1),
         lower: conv_transpose2d,
@@ -59,12 +59,22 @@ fn conv_args(site: &Site, one_d: bool) -> Result<ConvArgs, Diagnostic> {
 }
 
 /// Checks channel/group divisibility; returns the input channel count.
-fn check_groups(ctx: &LowerCtx, site: &Site, x: &Operand, c: usize, out: usize, groups: usize) -> Result<(), Diagnostic> {
-    if c % groups != 0 || out % groups != 0 {
+fn check_groups(
+    ctx: &LowerCtx,
+    site: &Site,
+    x: &Operand,
+    c: usize,
+    out: usize,
+    groups: usize,
+) -> Result<(), Diagnostic> {
+    if !c.is_multiple_of(groups) || !out.is_multiple_of(groups) {
         let span = site.args.get("groups").map_or(site.call.span, |a| a.span);
         let ty = ctx.ty(x.value);
         return Err(Diagnostic::error(
-            format!("`{}`: groups = {groups} must divide both the input channels ({c}) and `out` ({out})", site.call.op),
+            format!(
+                "`{}`: groups = {groups} must divide both the input channels ({c}) and `out` ({out})",
+                site.call.op
+            ),
             span,
             "groups do not divide the channels",
         )
@@ -74,7 +84,14 @@ fn check_groups(ctx: &LowerCtx, site: &Site, x: &Operand, c: usize, out: usize, 
 }
 
 /// The output extent along one spatial axis, or an error saying the kernel does not fit.
-fn out_extent(ctx: &LowerCtx, site: &Site, x: &Operand, ca: &ConvArgs, a: usize, input: usize) -> Result<usize, Diagnostic> {
+fn out_extent(
+    ctx: &LowerCtx,
+    site: &Site,
+    x: &Operand,
+    ca: &ConvArgs,
+    a: usize,
+    input: usize,
+) -> Result<usize, Diagnostic> {
     ca.geom.out_extent(a, input, ca.kernel[a]).ok_or_else(|| {
         let span = ca.geom.dilation[a] * (ca.kernel[a] - 1) + 1;
         let axis = if a == 0 { "height" } else { "width" };
@@ -96,7 +113,14 @@ fn out_extent(ctx: &LowerCtx, site: &Site, x: &Operand, ca: &ConvArgs, a: usize,
 }
 
 /// The bias `[out]` (as `[1, out, 1, 1]`) added to `y`.
-fn add_bias(ctx: &mut LowerCtx, site: &Site, y: Value, out: usize, fan_in: usize, dtype: DType) -> Result<Value, Diagnostic> {
+fn add_bias(
+    ctx: &mut LowerCtx,
+    site: &Site,
+    y: Value,
+    out: usize,
+    fan_in: usize,
+    dtype: DType,
+) -> Result<Value, Diagnostic> {
     let bound = 1.0 / (fan_in as f64).sqrt();
     let b = ctx.param(site, "bias", Init::Uniform { bound }, TensorType::new(dtype, Shape::fixed(&[out])));
     let b4 = ctx.b.reshape(b, Shape::fixed(&[1, out, 1, 1])).at(site)?;
@@ -124,12 +148,8 @@ fn conv_core(
     out_extent(ctx, site, x, ca, 1, w)?;
     let cg = c / ca.geom.groups;
     let fan_in = cg * ca.kernel[0] * ca.kernel[1];
-    let wt = ctx.param(
-        site,
-        "weight",
-        Init::He { fan_in },
-        TensorType::new(WEIGHT_DTYPE, Shape::fixed(weight_shape)),
-    );
+    let init = weight_init(site, "he", fan_in, ca.out * ca.kernel[0] * ca.kernel[1])?;
+    let wt = ctx.param(site, "weight", init, TensorType::new(WEIGHT_DTYPE, Shape::fixed(weight_shape)));
     let w4 = ctx.b.reshape(wt, Shape::fixed(&[ca.out, cg, ca.kernel[0], ca.kernel[1]])).at(site)?;
     let y = ctx.b.add(Op::Conv2d { geom: ca.geom, conj: [false, false] }, &[x4, w4]).at(site)?;
     if ca.bias {
@@ -171,7 +191,7 @@ fn conv_transpose2d(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<
     let ca = conv_args(site, false)?;
     let op_pad = site.args.pair("output_padding", Some(0), 0)?;
     let x = &ops[0];
-    let ty = need_rank(ctx, site, x, 4..=4, "4-D [B, C, H, W]")?;
+    need_rank(ctx, site, x, 4..=4, "4-D [B, C, H, W]")?;
     let c = fixed_dim(ctx, site, x, 1, "channel count")?;
     let h = fixed_dim(ctx, site, x, 2, "height")?;
     let w = fixed_dim(ctx, site, x, 3, "width")?;
@@ -179,45 +199,48 @@ fn conv_transpose2d(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<
     let mut out_hw = [0usize; 2];
     for (a, input) in [h, w].into_iter().enumerate() {
         let g = &ca.geom;
-        if op_pad[a] >= g.stride[a] && op_pad[a] >= g.dilation[a] {
+        // Only then does the forward convolution of the output map back onto the input,
+        // as PyTorch requires.
+        if op_pad[a] >= g.stride[a] {
             let span = site.args.get("output_padding").map_or(site.call.span, |a| a.span);
             return Err(Diagnostic::error(
                 format!(
-                    "`conv_transpose2d`: output_padding ({}) must be smaller than the stride ({}) or the dilation ({})",
-                    op_pad[a], g.stride[a], g.dilation[a]
+                    "`conv_transpose2d`: output_padding ({}) must be smaller than the stride ({})",
+                    op_pad[a], g.stride[a]
                 ),
                 span,
                 "output_padding too large",
             ));
         }
-        let full = (input - 1) * g.stride[a] + g.dilation[a] * (ca.kernel[a] - 1) + op_pad[a] + 1;
+        let full = (input - 1)
+            .checked_mul(g.stride[a])
+            .and_then(|v| v.checked_add(g.dilation[a] * (ca.kernel[a] - 1) + op_pad[a] + 1))
+            .ok_or_else(|| {
+                site.error("`conv_transpose2d`: the output extent overflows".into(), "output too large")
+            })?;
         if full <= 2 * g.pad[a] {
             let span = site.args.get("pad").map_or(site.call.span, |a| a.span);
             return Err(Diagnostic::error(
-                format!("`conv_transpose2d`: padding {} leaves no output (uncropped extent {full})", g.pad[a]),
+                format!(
+                    "`conv_transpose2d`: padding {} leaves no output (uncropped extent {full})",
+                    g.pad[a]
+                ),
                 span,
                 "padding too large",
             ));
         }
         out_hw[a] = full - 2 * g.pad[a];
-        if g.out_extent(a, out_hw[a], ca.kernel[a]) != Some(input) {
-            let span = site.args.get("output_padding").map_or(site.call.span, |a| a.span);
-            return Err(Diagnostic::error(
-                "`conv_transpose2d`: output_padding must be smaller than the stride".to_string(),
-                span,
-                "output_padding too large",
-            ));
-        }
     }
+    // PyTorch's fans of a [C_in, out / groups, kh, kw] weight.
     let og = ca.out / ca.geom.groups;
     let fan_in = og * ca.kernel[0] * ca.kernel[1];
+    let init = weight_init(site, "he", fan_in, c * ca.kernel[0] * ca.kernel[1])?;
     let wt = ctx.param(
         site,
         "weight",
-        Init::He { fan_in },
+        init,
         TensorType::new(WEIGHT_DTYPE, Shape::fixed(&[c, og, ca.kernel[0], ca.kernel[1]])),
     );
-    let _ = ty;
     let y = ctx
         .b
         .add(Op::ConvTranspose2d { geom: ca.geom, out_hw, conj: [false, false] }, &[x.value, wt])

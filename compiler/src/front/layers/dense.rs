@@ -4,8 +4,8 @@ use super::*;
 
 pub(crate) const DEFS: &[OpDef] = &[OpDef {
     name: "linear",
-    signature: "linear(out, bias = true, real = false)",
-    args: &["out", "bias", "real"],
+    signature: "linear(out, bias = true, real = false, init = glorot | he | rayleigh)",
+    args: &["out", "bias", "real", "init"],
     variadic: false,
     operands: (1, 1),
     lower: linear,
@@ -33,13 +33,10 @@ fn linear(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Dia
     }
     let fan_in = fixed_dim(ctx, site, x, 1, "feature count")?;
     let wdt = if real { DType::F32 } else { DType::C64 };
-    let w = ctx.param(
-        site,
-        "weight",
-        Init::Glorot { fan_in, fan_out: out },
-        TensorType::new(wdt, Shape::fixed(&[fan_in, out])),
-    );
-    let mut y = ctx.b.add(Op::MatMul { trans: [false, false], conj: [false, false] }, &[x.value, w]).at(site)?;
+    let init = weight_init(site, "glorot", fan_in, out)?;
+    let w = ctx.param(site, "weight", init, TensorType::new(wdt, Shape::fixed(&[fan_in, out])));
+    let mut y =
+        ctx.b.add(Op::MatMul { trans: [false, false], conj: [false, false] }, &[x.value, w]).at(site)?;
     if bias {
         let bound = 1.0 / (fan_in as f64).sqrt();
         let b = ctx.param(site, "bias", Init::Uniform { bound }, TensorType::new(wdt, Shape::fixed(&[out])));

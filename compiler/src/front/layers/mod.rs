@@ -15,6 +15,10 @@
 //! - variadic integer arguments are positional: `reshape(B, 16, 4)`, `split(16, 16, axis = 1,
 //!   index = 0)`, `permute(0, 2, 1)`.
 
+// Every lowering returns the crate's `Diagnostic` by value (the interface `front::lower`
+// calls); errors are the cold path and end the compilation, so their size does not matter.
+#![allow(clippy::result_large_err)]
+
 mod activation;
 mod args;
 mod conv;
@@ -154,13 +158,13 @@ impl<'g> LowerCtx<'g> {
         }
         let existing = self.b.graph.find_leaf("step");
         let s = existing.unwrap_or_else(|| {
-            let saved = self.b.origin.role;
-            self.b.origin.role = Role::State;
+            let saved =
+                std::mem::replace(&mut self.b.origin, Origin { role: Role::State, label: "step".into() });
             let v = self.b.leaf(
                 Op::State { name: "step".into(), init: Init::Zeros },
                 TensorType::new(DType::I32, Shape::scalar()),
             );
-            self.b.origin.role = saved;
+            self.b.origin = saved;
             v
         });
         self.step = Some(s);
@@ -169,7 +173,13 @@ impl<'g> LowerCtx<'g> {
 
     /// `target ← (1 - m)·target + m·value` (a running-statistic update), with
     /// [`Role::Update`] origin. `value` is reshaped to the target's shape.
-    fn running_update(&mut self, site: &Site, target: Value, value: Value, momentum: f64) -> Result<(), Diagnostic> {
+    fn running_update(
+        &mut self,
+        site: &Site,
+        target: Value,
+        value: Value,
+        momentum: f64,
+    ) -> Result<(), Diagnostic> {
         let saved = self.b.origin.role;
         self.b.origin.role = Role::Update;
         let r = (|| {
@@ -195,7 +205,13 @@ pub(crate) struct Site<'c> {
 
 impl Site<'_> {
     /// An error about operand `o` (primary label on the call, secondary on the operand).
-    pub(crate) fn operand_error(&self, ctx: &LowerCtx, o: &Operand, message: String, label: impl Into<String>) -> Diagnostic {
+    pub(crate) fn operand_error(
+        &self,
+        ctx: &LowerCtx,
+        o: &Operand,
+        message: String,
+        label: impl Into<String>,
+    ) -> Diagnostic {
         let ty = ctx.ty(o.value);
         let d = Diagnostic::error(message, self.call.span, label);
         if o.span == self.call.span {
@@ -308,7 +324,12 @@ pub fn lower_layer(ctx: &mut LowerCtx, call: &LayerCall, operands: &[Operand]) -
 // ---- helpers shared by the families ----
 
 /// An f32 or c64 tensor type (`what` names the operand in errors); rejects i32.
-pub(crate) fn need_float(ctx: &LowerCtx, site: &Site, o: &Operand, what: &str) -> Result<TensorType, Diagnostic> {
+pub(crate) fn need_float(
+    ctx: &LowerCtx,
+    site: &Site,
+    o: &Operand,
+    what: &str,
+) -> Result<TensorType, Diagnostic> {
     let ty = ctx.ty(o.value);
     if ty.dtype == DType::I32 {
         return Err(site.operand_error(
@@ -342,7 +363,13 @@ pub(crate) fn need_rank(
 }
 
 /// The constant extent of axis `axis`, or an error naming it (`B` is not allowed there).
-pub(crate) fn fixed_dim(ctx: &LowerCtx, site: &Site, o: &Operand, axis: usize, what: &str) -> Result<usize, Diagnostic> {
+pub(crate) fn fixed_dim(
+    ctx: &LowerCtx,
+    site: &Site,
+    o: &Operand,
+    axis: usize,
+    what: &str,
+) -> Result<usize, Diagnostic> {
     let ty = ctx.ty(o.value);
     ty.shape.0[axis].fixed().ok_or_else(|| {
         site.operand_error(
@@ -351,6 +378,21 @@ pub(crate) fn fixed_dim(ctx: &LowerCtx, site: &Site, o: &Operand, axis: usize, w
             format!("`{}` needs a fixed {what} (axis {axis}), but it is the batch size B", site.call.op),
             "batch-sized axis here",
         )
+    })
+}
+
+/// The weight initialiser chosen by a layer's `init` argument (`glorot`, `he` or `rayleigh`),
+/// given the weight's fans as PyTorch computes them.
+pub(crate) fn weight_init(
+    site: &Site,
+    default: &'static str,
+    fan_in: usize,
+    fan_out: usize,
+) -> Result<Init, Diagnostic> {
+    Ok(match site.args.choice("init", default, &["glorot", "he", "rayleigh"])? {
+        "he" => Init::He { fan_in },
+        "rayleigh" => Init::Rayleigh { fan_in, fan_out },
+        _ => Init::Glorot { fan_in, fan_out },
     })
 }
 
@@ -372,7 +414,7 @@ pub(crate) fn inv_count(ctx: &mut LowerCtx, shape: &Shape, axes: &[usize]) -> Va
     for &a in axes {
         match shape.0[a] {
             Dim::Batch => bp += 1,
-            Dim::Fixed(n) => fixed *= n,
+            Dim::Fixed(n) => fixed = fixed.saturating_mul(n),
         }
     }
     ctx.b.scalar(1.0 / fixed as f64, -bp)
@@ -385,7 +427,7 @@ pub(crate) fn count_value(ctx: &mut LowerCtx, shape: &Shape, axes: &[usize]) -> 
     for &a in axes {
         match shape.0[a] {
             Dim::Batch => bp += 1,
-            Dim::Fixed(n) => fixed *= n,
+            Dim::Fixed(n) => fixed = fixed.saturating_mul(n),
         }
     }
     ctx.b.scalar(fixed as f64, bp)

@@ -1,0 +1,272 @@
+//! Contraction kernels: matmul and the convolution family as one tiled implicit-GEMM template.
+//!
+//! Every contraction is `C[g][m][n] = Σ_k A[g](m, k) · B[g](k, n)` for `g` over channel
+//! groups, where `A` and `B` are gathers generated per op (the convolution's input patches
+//! are read in place: no im2col buffer). A block computes a `BM × BN` tile with 16 × 16
+//! threads, each holding a `BM/16 × BN/16` register tile, stepping through K 16 at a time
+//! through shared memory. When the tiles alone cannot fill the GPU the K range is split over
+//! blocks that accumulate into the (zeroed) output with `atomicAdd`.
+
+use super::*;
+
+const BK: usize = 16;
+/// Blocks that fill an H200 (132 SMs) about twice.
+const FILL: usize = 264;
+
+/// What a contraction's GEMM reads and writes, as C code.
+struct Gemm {
+    m: usize,
+    n: usize,
+    k: usize,
+    groups: usize,
+    ta: DType,
+    tb: DType,
+    tc: DType,
+    /// Body of `A(g, m, k)` (returns a `ta`).
+    load_a: String,
+    /// Body of `B(g, k, n)` (returns a `tb`).
+    load_b: String,
+    /// The output element `C(g, m, n)` as an lvalue.
+    out: String,
+    /// Whether consecutive threads should walk `k` (contiguous in memory) when loading.
+    a_k_fast: bool,
+    b_k_fast: bool,
+}
+
+fn conj_if(c: bool, x: String) -> String {
+    if c {
+        format!("cj({x})")
+    } else {
+        x
+    }
+}
+
+/// A contraction group.
+pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Kernel, String> {
+    let v = *group.nodes.last().ok_or("empty contraction group")?;
+    let node = ctx.g.node(v);
+    let tc = node.ty.dtype;
+    let (x0, x1) = (node.inputs[0], node.inputs[1]);
+    let (t0, t1) = (ctx.dtype(x0), ctx.dtype(x1));
+    let (p0, p1, out) = (ctx.ptr(x0)?, ctx.ptr(x1)?, ctx.ptr(v)?);
+    for (x, what) in [(x0, "first operand"), (x1, "second operand"), (v, "output")] {
+        check_size(ctx.shape(x).iter().product(), &format!("a contraction's {what}"))?;
+    }
+    let gemm = match &node.op {
+        Op::MatMul { trans, conj } => {
+            let s0 = ctx.shape(x0);
+            let s1 = ctx.shape(x1);
+            let (m, k) = if trans[0] { (s0[1], s0[0]) } else { (s0[0], s0[1]) };
+            let n = if trans[1] { s1[0] } else { s1[1] };
+            let a_idx = if trans[0] { format!("k * {m}u + m") } else { format!("m * {k}u + k") };
+            let b_idx = if trans[1] { format!("n * {k}u + k") } else { format!("k * {n}u + n") };
+            Gemm {
+                m,
+                n,
+                k,
+                groups: 1,
+                ta: t0,
+                tb: t1,
+                tc,
+                load_a: format!("return {};", conj_if(conj[0], format!("{p0}[{a_idx}]"))),
+                load_b: format!("return {};", conj_if(conj[1], format!("{p1}[{b_idx}]"))),
+                out: format!("{out}[m * {n}u + n]"),
+                a_k_fast: !trans[0],
+                b_k_fast: trans[1],
+            }
+        }
+        Op::Conv2d { geom, conj } => {
+            let [nb, c, h, w] = dims(&ctx.shape(x0))?;
+            let [o, cg, kh, kw] = dims(&ctx.shape(x1))?;
+            let [_, _, ho, wo] = dims(&ctx.shape(v))?;
+            let og = o / geom.groups;
+            let kk = cg * kh * kw;
+            Gemm {
+                m: og,
+                n: nb * ho * wo,
+                k: kk,
+                groups: geom.groups,
+                ta: t1,
+                tb: t0,
+                tc,
+                load_a: format!("return {};", conj_if(conj[1], format!("{p1}[(g * {og}u + m) * {kk}u + k]"))),
+                load_b: format!(
+                    "const u32 ci = k / {khw}u, r = k % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
+                     const u32 b = n / {hwo}u, q = n % {hwo}u, oh = q / {wo}u, ow = q % {wo}u;\n      \
+                     const int y = (int)(oh * {s0}u + i * {d0}u) - {pd0}, x = (int)(ow * {s1}u + j * {d1}u) - {pd1};\n      \
+                     if (y < 0 || y >= {h} || x < 0 || x >= {w}) return {z};\n      \
+                     return {ld};",
+                    khw = kh * kw,
+                    hwo = ho * wo,
+                    s0 = geom.stride[0],
+                    s1 = geom.stride[1],
+                    d0 = geom.dilation[0],
+                    d1 = geom.dilation[1],
+                    pd0 = geom.pad[0],
+                    pd1 = geom.pad[1],
+                    z = czero(t0),
+                    ld = conj_if(conj[0], format!("{p0}[((b * {c}u + g * {cg}u + ci) * {h}u + (u32)y) * {w}u + (u32)x]")),
+                ),
+                out: format!("{out}[((n / {hwo}u) * {o}u + g * {og}u + m) * {hwo}u + n % {hwo}u]", hwo = ho * wo),
+                a_k_fast: true,
+                b_k_fast: false,
+            }
+        }
+        Op::ConvTranspose2d { geom, out_hw, conj } => {
+            let [nb, o, ho, wo] = dims(&ctx.shape(x0))?;
+            let [_, cg, kh, kw] = dims(&ctx.shape(x1))?;
+            let [_, c, h, w] = dims(&ctx.shape(v))?;
+            debug_assert_eq!([h, w], *out_hw);
+            let og = o / geom.groups;
+            let khw = kh * kw;
+            Gemm {
+                m: cg,
+                n: nb * h * w,
+                k: og * khw,
+                groups: geom.groups,
+                ta: t1,
+                tb: t0,
+                tc,
+                load_a: format!(
+                    "const u32 oc = k / {khw}u, r = k % {khw}u;\n      return {};",
+                    conj_if(conj[1], format!("{p1}[((g * {og}u + oc) * {cg}u + m) * {khw}u + r]"))
+                ),
+                load_b: format!(
+                    "const u32 oc = k / {khw}u, r = k % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
+                     const u32 b = n / {hw}u, q = n % {hw}u, y = q / {w}u, x = q % {w}u;\n      \
+                     const int sy = (int)(y + {pd0}u) - (int)(i * {d0}u), sx = (int)(x + {pd1}u) - (int)(j * {d1}u);\n      \
+                     if (sy < 0 || sx < 0 || sy % {s0} != 0 || sx % {s1} != 0) return {z};\n      \
+                     const int oy = sy / {s0}, ox = sx / {s1};\n      \
+                     if (oy >= {ho} || ox >= {wo}) return {z};\n      \
+                     return {ld};",
+                    hw = h * w,
+                    s0 = geom.stride[0],
+                    s1 = geom.stride[1],
+                    d0 = geom.dilation[0],
+                    d1 = geom.dilation[1],
+                    pd0 = geom.pad[0],
+                    pd1 = geom.pad[1],
+                    z = czero(t0),
+                    ld = conj_if(conj[0], format!("{p0}[((b * {o}u + g * {og}u + oc) * {ho}u + (u32)oy) * {wo}u + (u32)ox]")),
+                ),
+                out: format!("{out}[((n / {hw}u) * {c}u + g * {cg}u + m) * {hw}u + n % {hw}u]", hw = h * w),
+                a_k_fast: true,
+                b_k_fast: false,
+            }
+        }
+        Op::Conv2dWeightGrad { geom, kernel, conj } => {
+            let [nb, c, h, w] = dims(&ctx.shape(x0))?;
+            let [_, o, ho, wo] = dims(&ctx.shape(x1))?;
+            let [kh, kw] = *kernel;
+            let og = o / geom.groups;
+            let cg = c / geom.groups;
+            let khw = kh * kw;
+            let hwo = ho * wo;
+            Gemm {
+                m: og,
+                n: cg * khw,
+                k: nb * hwo,
+                groups: geom.groups,
+                ta: t1,
+                tb: t0,
+                tc,
+                load_a: format!(
+                    "return {};",
+                    conj_if(conj[1], format!("{p1}[((k / {hwo}u) * {o}u + g * {og}u + m) * {hwo}u + k % {hwo}u]"))
+                ),
+                load_b: format!(
+                    "const u32 ci = n / {khw}u, r = n % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
+                     const u32 b = k / {hwo}u, q = k % {hwo}u, oh = q / {wo}u, ow = q % {wo}u;\n      \
+                     const int y = (int)(oh * {s0}u + i * {d0}u) - {pd0}, x = (int)(ow * {s1}u + j * {d1}u) - {pd1};\n      \
+                     if (y < 0 || y >= {h} || x < 0 || x >= {w}) return {z};\n      \
+                     return {ld};",
+                    s0 = geom.stride[0],
+                    s1 = geom.stride[1],
+                    d0 = geom.dilation[0],
+                    d1 = geom.dilation[1],
+                    pd0 = geom.pad[0],
+                    pd1 = geom.pad[1],
+                    z = czero(t0),
+                    ld = conj_if(conj[0], format!("{p0}[((b * {c}u + g * {cg}u + ci) * {h}u + (u32)y) * {w}u + (u32)x]")),
+                ),
+                out: format!("{out}[(g * {og}u + m) * {}u + n]", cg * khw),
+                a_k_fast: true,
+                b_k_fast: true,
+            }
+        }
+        other => return Err(format!("{v}: {} is not a contraction", other.mnemonic())),
+    };
+    Ok(emit(ctx, &gemm, v, name)?)
+}
+
+fn dims(s: &[usize]) -> Result<[usize; 4], String> {
+    s.try_into().map_err(|_| format!("a convolution operand of shape {s:?} is not 4-D"))
+}
+
+fn tile(extent: usize, max: usize) -> usize {
+    extent.next_power_of_two().clamp(16, max)
+}
+
+fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, String> {
+    let bm = tile(gm.m, 64);
+    let bn = if bm <= 32 { tile(gm.n, 128) } else { tile(gm.n, 64) };
+    let (tm, tn) = (bm / 16, bn / 16);
+    let gx = gm.n.div_ceil(bn);
+    let gy = gm.m.div_ceil(bm);
+    let tiles = gx * gy * gm.groups;
+    let splits = if tiles < FILL && gm.k >= 4 * 256 { FILL.div_ceil(tiles).min(gm.k / 256).max(1) } else { 1 };
+    let chunk = gm.k.div_ceil(splits).div_ceil(BK) * BK;
+    let splits = gm.k.div_ceil(chunk);
+    if gy > 65535 || gm.groups * splits > 65535 {
+        return Err(format!("{v}: contraction grid too large ({gy} × {} blocks)", gm.groups * splits));
+    }
+    let (ta, tb, tc) = (ctype(gm.ta), ctype(gm.tb), ctype(gm.tc));
+    let mut c = String::new();
+    let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__(256) {name}(char* A) {{");
+    let _ = writeln!(c, "  const u32 tid = threadIdx.x, tx = tid % 16u, ty = tid / 16u;");
+    let _ = writeln!(c, "  const u32 g = blockIdx.z % {}u, split = blockIdx.z / {}u;", gm.groups, gm.groups);
+    let _ = writeln!(c, "  const u32 m0 = blockIdx.y * {bm}u, n0 = blockIdx.x * {bn}u;");
+    let _ = writeln!(c, "  const u32 kb = split * {chunk}u, ke = min(kb + {chunk}u, {}u);", gm.k);
+    let _ = writeln!(c, "  __shared__ {ta} As[{BK}][{}];", bm + 1);
+    let _ = writeln!(c, "  __shared__ {tb} Bs[{BK}][{}];", bn + 1);
+    let _ = writeln!(c, "  auto LA = [&](u32 m, u32 k) -> {ta} {{\n      {}\n  }};", gm.load_a);
+    let _ = writeln!(c, "  auto LB = [&](u32 k, u32 n) -> {tb} {{\n      {}\n  }};", gm.load_b);
+    let _ = writeln!(c, "  {tc} acc[{tm}][{tn}];");
+    let _ = writeln!(c, "  #pragma unroll\n  for (int i = 0; i < {tm}; ++i)\n    #pragma unroll\n    for (int j = 0; j < {tn}; ++j) acc[i][j] = {};", czero(gm.tc));
+    let _ = writeln!(c, "  for (u32 k0 = kb; k0 < ke; k0 += {BK}u) {{");
+    for (mat, ext, bx, k_fast, len, lname, z) in [
+        ("As", gm.m, bm, gm.a_k_fast, "m", "LA", czero(gm.ta)),
+        ("Bs", gm.n, bn, gm.b_k_fast, "n", "LB", czero(gm.tb)),
+    ] {
+        let per = BK * bx / 256;
+        let (kk, xx) = if k_fast {
+            (format!("e % {BK}u"), format!("e / {BK}u"))
+        } else {
+            (format!("e / {bx}u"), format!("e % {bx}u"))
+        };
+        let args = if lname == "LA" { "x, k" } else { "k, x" };
+        let _ = writeln!(
+            c,
+            "    #pragma unroll\n    for (u32 r = 0; r < {per}u; ++r) {{\n      const u32 e = tid + r * 256u, kk = {kk}, xx = {xx};\n      \
+             const u32 k = k0 + kk, x = {len}0 + xx;\n      {mat}[kk][xx] = (x < {ext}u && k < ke) ? {lname}({args}) : {z};\n    }}"
+        );
+    }
+    c.push_str("    __syncthreads();\n");
+    let _ = writeln!(
+        c,
+        "    #pragma unroll\n    for (int kk = 0; kk < {BK}; ++kk) {{\n      {ta} a[{tm}]; {tb} b[{tn}];\n      \
+         #pragma unroll\n      for (int i = 0; i < {tm}; ++i) a[i] = As[kk][ty + i * 16];\n      \
+         #pragma unroll\n      for (int j = 0; j < {tn}; ++j) b[j] = Bs[kk][tx + j * 16];\n      \
+         #pragma unroll\n      for (int i = 0; i < {tm}; ++i)\n        #pragma unroll\n        for (int j = 0; j < {tn}; ++j) mac(acc[i][j], a[i], b[j]);\n    }}"
+    );
+    c.push_str("    __syncthreads();\n  }\n");
+    let store = if splits > 1 { format!("atomic_acc(&{}, acc[i][j]);", gm.out) } else { format!("{} = acc[i][j];", gm.out) };
+    let _ = writeln!(
+        c,
+        "  #pragma unroll\n  for (int i = 0; i < {tm}; ++i)\n    #pragma unroll\n    for (int j = 0; j < {tn}; ++j) {{\n      \
+         const u32 m = m0 + ty + i * 16, n = n0 + tx + j * 16;\n      if (m < {}u && n < {}u) {store}\n    }}\n}}",
+        gm.m, gm.n
+    );
+    let zero = if splits > 1 { vec![(ctx.offset(v)?, ctx.bytes(v))] } else { Vec::new() };
+    Ok(Kernel { code: c, grid: [gx as u32, gy as u32, (gm.groups * splits) as u32], block: [256, 1, 1], zero })
+}

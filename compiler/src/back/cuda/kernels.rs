@@ -1,0 +1,473 @@
+//! Elementwise, reduction and data-movement kernels of the CUDA back end.
+
+use super::*;
+use std::collections::HashMap;
+
+/// The index of a (broadcast) operand of shape `shape` at a point of `domain` whose
+/// coordinates are the C expressions `coords` and whose linear index is `linear`.
+fn index_in(shape: &[usize], domain: &[usize], coords: &[String], linear: &str) -> String {
+    if shape == domain {
+        return linear.to_string();
+    }
+    if shape.iter().product::<usize>() <= 1 {
+        return "0u".into();
+    }
+    let r = shape.len();
+    let d = domain.len();
+    let st = strides(shape);
+    let mut terms = Vec::new();
+    for j in 0..r {
+        if shape[j] == 1 || j + d < r {
+            continue;
+        }
+        let a = d - r + j;
+        if st[j] == 1 {
+            terms.push(coords[a].clone());
+        } else {
+            terms.push(format!("{} * {}u", coords[a], st[j]));
+        }
+    }
+    if terms.is_empty() {
+        "0u".into()
+    } else {
+        terms.join(" + ")
+    }
+}
+
+/// A condition true at exactly one domain point per element of an output of `shape`
+/// (the point whose broadcast coordinates are 0), or `None` when every point owns one.
+fn owner_guard(shape: &[usize], domain: &[usize], coords: &[String]) -> Option<String> {
+    if shape == domain {
+        return None;
+    }
+    let r = shape.len();
+    let d = domain.len();
+    let mut conds = Vec::new();
+    for a in 0..d {
+        let ext = if a + r >= d { shape[a + r - d] } else { 1 };
+        if ext == 1 && domain[a] > 1 {
+            conds.push(format!("{} == 0u", coords[a]));
+        }
+    }
+    if conds.is_empty() {
+        None
+    } else {
+        Some(conds.join(" && "))
+    }
+}
+
+/// Emits the loads of `inputs` and the evaluation of `nodes` at one domain point; returns
+/// the C variable of every value.
+fn emit_values(
+    ctx: &Ctx,
+    nodes: &[Value],
+    inputs: &[Value],
+    domain: &[usize],
+    coords: &[String],
+    linear: &str,
+    out: &mut String,
+) -> Result<HashMap<Value, String>, String> {
+    let mut vars: HashMap<Value, String> = HashMap::new();
+    for &v in inputs {
+        let name = format!("v{}", v.index());
+        let idx = index_in(&ctx.shape(v), domain, coords, linear);
+        let _ = writeln!(out, "    const {} {name} = {}[{idx}];", ctype(ctx.dtype(v)), ctx.ptr(v)?);
+        vars.insert(v, name);
+    }
+    for &v in nodes {
+        let n = ctx.g.node(v);
+        let opnd = |i: usize| -> Result<String, String> {
+            let o = n.inputs[i];
+            vars.get(&o).cloned().ok_or_else(|| format!("{v}: operand {o} is neither computed in its kernel nor read by it"))
+        };
+        let odt = |i: usize| ctx.dtype(n.inputs[i]);
+        let as_f = |i: usize, s: String| if odt(i) == DType::I32 { format!("(float){s}") } else { s };
+        let expr = match &n.op {
+            Op::Scalar { value, batch_exp } => flit(value * (ctx.batch as f64).powi(*batch_exp)),
+            Op::Unary(u) => {
+                let x = opnd(0)?;
+                use UnaryOp::*;
+                match u {
+                    Neg => format!("neg({x})"),
+                    Conj => format!("cj({x})"),
+                    Real => format!("re({x})"),
+                    Imag => format!("im({x})"),
+                    Abs => format!("absv({x})"),
+                    Abs2 => format!("abs2({x})"),
+                    Angle => format!("angle({x})"),
+                    ToComplex => format!("cpx({x})"),
+                    Exp => format!("expf({x})"),
+                    Log => format!("logf({x})"),
+                    Sqrt => format!("sqrtf({x})"),
+                    Rsqrt => format!("(1.0f / sqrtf({x}))"),
+                    Recip => format!("(1.0f / {x})"),
+                    Sin => format!("sinf({x})"),
+                    Cos => format!("cosf({x})"),
+                    Tanh => format!("tanhf({x})"),
+                    Sigmoid => format!("sigm({x})"),
+                    Relu => format!("relu({x})"),
+                    Step => format!("stepf({x})"),
+                    Gelu => format!("gelu({x})"),
+                    GeluGrad => format!("gelu_grad({x})"),
+                    StopGrad => x,
+                }
+            }
+            Op::Binary(b) => {
+                let (a, c) = (opnd(0)?, opnd(1)?);
+                use BinaryOp::*;
+                match b {
+                    Add => format!("add({a}, {c})"),
+                    Sub => format!("sub({a}, {c})"),
+                    Mul => format!("mul({a}, {c})"),
+                    Div => format!("dvd({a}, {c})"),
+                    Max => format!("maxf({a}, {c})"),
+                    Complex => format!("make_float2({a}, {c})"),
+                    Greater => format!("gtf({a}, {c})"),
+                    Equal => format!("eqf({}, {})", as_f(0, a), as_f(1, c)),
+                }
+            }
+            Op::Select => {
+                let (c, a, b) = (opnd(0)?, opnd(1)?, opnd(2)?);
+                if n.ty.dtype == DType::C64 {
+                    format!("({c} > 0.0f ? cpx({a}) : cpx({b}))")
+                } else {
+                    format!("({c} > 0.0f ? {a} : {b})")
+                }
+            }
+            Op::Assign => opnd(1)?,
+            other => return Err(format!("{v}: {} cannot be computed in an elementwise kernel", other.mnemonic())),
+        };
+        let name = format!("v{}", v.index());
+        let _ = writeln!(out, "    const {} {name} = {expr};", ctype(n.ty.dtype));
+        vars.insert(v, name);
+    }
+    Ok(vars)
+}
+
+/// Coordinate variables `c0..` of a linear index `i` over `domain`.
+fn emit_coords(domain: &[usize], linear: &str, out: &mut String) -> Vec<String> {
+    let st = strides(domain);
+    let mut names = Vec::new();
+    for a in 0..domain.len() {
+        let name = format!("c{a}");
+        let e = if a == 0 {
+            format!("{linear} / {}u", st[0])
+        } else if st[a] == 1 {
+            format!("{linear} % {}u", domain[a])
+        } else {
+            format!("({linear} / {}u) % {}u", st[a], domain[a])
+        };
+        let _ = writeln!(out, "    const u32 {name} = {e};");
+        names.push(name);
+    }
+    names
+}
+
+fn grid_stride_open(n: usize, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "  for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < {n}u; i += blockDim.x * gridDim.x) {{"
+    );
+}
+
+/// An elementwise group: one loop over the domain, storing every output.
+pub(crate) fn elementwise(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Kernel, String> {
+    let domain = group.domain.resolve(ctx.batch);
+    let n: usize = domain.iter().product();
+    check_size(n, "an elementwise kernel's domain")?;
+    let mut code = format!("extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}(char* A) {{\n");
+    grid_stride_open(n, &mut code);
+    let coords = emit_coords(&domain, "i", &mut code);
+    let vars = emit_values(ctx, &group.nodes, &group.inputs, &domain, &coords, "i", &mut code)?;
+    for &o in &group.outputs {
+        let var = vars.get(&o).ok_or_else(|| format!("{o}: output of a kernel that does not compute it"))?;
+        let shape = ctx.shape(o);
+        let idx = index_in(&shape, &domain, &coords, "i");
+        let store = format!("{}[{idx}] = {var};", ctx.ptr(o)?);
+        match owner_guard(&shape, &domain, &coords) {
+            Some(c) => {
+                let _ = writeln!(code, "    if ({c}) {store}");
+            }
+            None => {
+                let _ = writeln!(code, "    {store}");
+            }
+        }
+    }
+    code.push_str("  }\n}\n");
+    Ok(Kernel { code, grid: [grid_for(n, BLOCK as usize), 1, 1], block: [BLOCK, 1, 1], zero: Vec::new() })
+}
+
+/// Accumulator of a reduction: its scalar parts, and the code that folds values into it.
+struct Acc {
+    /// `(C type, suffix, initial value)` of each part.
+    parts: Vec<(&'static str, &'static str, String)>,
+}
+
+impl Acc {
+    fn of(op: ReduceOp, dt: DType) -> Acc {
+        let p = |t, s, i: &str| (t, s, i.to_string());
+        let parts = match (op, dt) {
+            (ReduceOp::Sum, DType::C64) => vec![p("double", "x", "0.0"), p("double", "y", "0.0")],
+            (ReduceOp::Sum, _) => vec![p("double", "x", "0.0")],
+            (ReduceOp::Max, _) => vec![p("float", "x", "-INF")],
+            (ReduceOp::MaxMag, DType::C64) => {
+                vec![p("float", "x", "0.0f"), p("float", "y", "0.0f"), p("float", "m", "-1.0f"), p("u32", "i", "0xffffffffu")]
+            }
+            (ReduceOp::MaxMag, _) => vec![p("float", "x", "0.0f"), p("float", "m", "-1.0f"), p("u32", "i", "0xffffffffu")],
+        };
+        Acc { parts }
+    }
+    fn decl(&self, out: &mut String, base: &str) {
+        for (t, s, i) in &self.parts {
+            let _ = writeln!(out, "    {t} {base}{s} = {i};");
+        }
+    }
+    /// Folds the element `x` (index `r`) into accumulator `a`.
+    fn fold(op: ReduceOp, dt: DType, a: &str, x: &str, r: &str) -> String {
+        match (op, dt) {
+            (ReduceOp::Sum, DType::C64) => format!("{a}x += (double){x}.x; {a}y += (double){x}.y;"),
+            (ReduceOp::Sum, _) => format!("{a}x += (double){x};"),
+            (ReduceOp::Max, _) => format!("if ({x} > {a}x) {a}x = {x};"),
+            (ReduceOp::MaxMag, DType::C64) => format!(
+                "{{ float mm = abs2({x}); if (mm > {a}m) {{ {a}x = {x}.x; {a}y = {x}.y; {a}m = mm; {a}i = {r}; }} }}"
+            ),
+            (ReduceOp::MaxMag, _) => format!("{{ float mm = fabsf({x}); if (mm > {a}m) {{ {a}x = {x}; {a}m = mm; {a}i = {r}; }} }}"),
+        }
+    }
+    /// Merges accumulator `b` into `a` (keeping the first of equal candidates).
+    fn merge(op: ReduceOp, dt: DType, a: &str, b: &str) -> String {
+        match (op, dt) {
+            (ReduceOp::Sum, DType::C64) => format!("{a}x += {b}x; {a}y += {b}y;"),
+            (ReduceOp::Sum, _) => format!("{a}x += {b}x;"),
+            (ReduceOp::Max, _) => format!("if ({b}x > {a}x) {a}x = {b}x;"),
+            (ReduceOp::MaxMag, DType::C64) => format!(
+                "if ({b}m > {a}m || ({b}m == {a}m && {b}i < {a}i)) {{ {a}x = {b}x; {a}y = {b}y; {a}m = {b}m; {a}i = {b}i; }}"
+            ),
+            (ReduceOp::MaxMag, _) => {
+                format!("if ({b}m > {a}m || ({b}m == {a}m && {b}i < {a}i)) {{ {a}x = {b}x; {a}m = {b}m; {a}i = {b}i; }}")
+            }
+        }
+    }
+    fn result(op: ReduceOp, dt: DType, a: &str) -> String {
+        match (op, dt) {
+            (ReduceOp::Sum, DType::C64) => format!("make_float2((float){a}x, (float){a}y)"),
+            (ReduceOp::Sum, _) => format!("(float){a}x"),
+            (ReduceOp::Max, _) => format!("{a}x"),
+            (ReduceOp::MaxMag, DType::C64) => format!("make_float2({a}x, {a}y)"),
+            (ReduceOp::MaxMag, _) => format!("{a}x"),
+        }
+    }
+}
+
+/// A reduction group: an elementwise prologue over the domain folded into the `Reduce` node.
+/// One thread, one warp or one block (optionally several, for sums) per output element.
+pub(crate) fn reduce(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Kernel, String> {
+    let (&red, prologue) = group.nodes.split_last().ok_or("empty reduction group")?;
+    let rn = ctx.g.node(red);
+    let (op, axes) = match &rn.op {
+        Op::Reduce { op, axes } => (*op, axes.clone()),
+        other => return Err(format!("{red}: a reduction group ends in {}", other.mnemonic())),
+    };
+    let x = rn.inputs[0];
+    let dt = rn.ty.dtype;
+    let domain = group.domain.resolve(ctx.batch);
+    let dn: usize = domain.iter().product();
+    check_size(dn, "a reduction's input")?;
+    let out_shape = ctx.shape(red);
+    let o_n: usize = out_shape.iter().product();
+    let r_n: usize = axes.iter().map(|&a| domain[a]).product();
+    // Lanes per output and splits of the reduced range over blocks.
+    let (lanes, splits) = if r_n <= 32 {
+        (1usize, 1usize)
+    } else if r_n <= 4096 || o_n >= 2048 {
+        (32, 1)
+    } else {
+        let s = if op == ReduceOp::Sum && o_n < 528 { 528usize.div_ceil(o_n).min(r_n.div_ceil(8192)).max(1) } else { 1 };
+        (256, s)
+    };
+    let chunk = r_n.div_ceil(splits);
+    let acc = Acc::of(op, dt);
+    let dstr = strides(&domain);
+    let ostr = strides(&out_shape);
+    let kept: Vec<usize> = (0..domain.len()).filter(|a| !axes.contains(a)).collect();
+    // Strides of the reduced index over the reduced axes.
+    let mut rstr = vec![0usize; domain.len()];
+    let mut s = 1;
+    for &a in axes.iter().rev() {
+        rstr[a] = s;
+        s *= domain[a];
+    }
+    let mut code = format!("extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}(char* A) {{\n");
+    let _ = writeln!(code, "  const u32 lane = threadIdx.x % {lanes}u;");
+    let _ = writeln!(code, "  const u32 first = (blockIdx.x * blockDim.x + threadIdx.x) / {lanes}u;");
+    let _ = writeln!(code, "  const u32 stride = (gridDim.x * blockDim.x) / {lanes}u;");
+    if lanes == 256 {
+        for (t, s, _) in &acc.parts {
+            let _ = writeln!(code, "  __shared__ {t} sh{s}[{}];", BLOCK / 32);
+        }
+    }
+    let _ = writeln!(code, "  for (u32 o = first; o < {o_n}u; o += stride) {{");
+    acc.decl(&mut code, "a");
+    let _ = writeln!(code, "    const u32 rb = {}u;", if splits > 1 { format!("blockIdx.y * {chunk}") } else { "0".into() });
+    let _ = writeln!(code, "    const u32 re_ = min(rb + {chunk}u, {r_n}u);");
+    let _ = writeln!(code, "    for (u32 r = rb + lane; r < re_; r += {lanes}u) {{");
+    let mut coords = Vec::new();
+    for a in 0..domain.len() {
+        let e = if kept.contains(&a) {
+            format!("(o / {}u) % {}u", ostr[a], domain[a])
+        } else {
+            format!("(r / {}u) % {}u", rstr[a], domain[a])
+        };
+        let _ = writeln!(code, "    const u32 c{a} = {e};");
+        coords.push(format!("c{a}"));
+    }
+    let lin: Vec<String> = (0..domain.len()).map(|a| format!("c{a} * {}u", dstr[a])).collect();
+    let linear = if lin.is_empty() { "0u".to_string() } else { lin.join(" + ") };
+    let _ = writeln!(code, "    const u32 li = {linear};");
+    let vars = emit_values(ctx, prologue, &group.inputs, &domain, &coords, "li", &mut code)?;
+    let xv = vars.get(&x).ok_or_else(|| format!("{red}: its operand {x} is not available in the kernel"))?;
+    let _ = writeln!(code, "    {}", Acc::fold(op, dt, "a", xv, "r"));
+    code.push_str("    }\n");
+    if lanes >= 32 {
+        // Warp tree: lane 0 of each warp ends with the warp's accumulator.
+        code.push_str("    for (int off = 16; off > 0; off >>= 1) {\n");
+        for (t, s, _) in &acc.parts {
+            let _ = writeln!(code, "      {t} b{s} = __shfl_down_sync(0xffffffffu, a{s}, off);");
+        }
+        let _ = writeln!(code, "      {}", Acc::merge(op, dt, "a", "b"));
+        code.push_str("    }\n");
+    }
+    if lanes == 256 {
+        code.push_str("    if ((lane & 31u) == 0u) {\n");
+        for (_, s, _) in &acc.parts {
+            let _ = writeln!(code, "      sh{s}[lane >> 5] = a{s};");
+        }
+        code.push_str("    }\n    __syncthreads();\n    if (lane == 0u) {\n");
+        let _ = writeln!(code, "      for (u32 w = 1; w < {}u; ++w) {{", BLOCK / 32);
+        for (t, s, _) in &acc.parts {
+            let _ = writeln!(code, "        {t} b{s} = sh{s}[w];");
+        }
+        let _ = writeln!(code, "        {}", Acc::merge(op, dt, "a", "b"));
+        code.push_str("      }\n    }\n    __syncthreads();\n");
+    }
+    let res = Acc::result(op, dt, "a");
+    let p = ctx.ptr(red)?;
+    if splits > 1 {
+        let _ = writeln!(code, "    if (lane == 0u) atomic_acc(&{p}[o], {res});");
+    } else {
+        let _ = writeln!(code, "    if (lane == 0u) {p}[o] = {res};");
+    }
+    code.push_str("  }\n}\n");
+    let grid_x = if lanes == 256 { o_n.clamp(1, 65535) as u32 } else { grid_for(o_n * lanes, BLOCK as usize) };
+    let zero = if splits > 1 { vec![(ctx.offset(red)?, ctx.bytes(red))] } else { Vec::new() };
+    Ok(Kernel { code, grid: [grid_x, splits as u32, 1], block: [BLOCK, 1, 1], zero })
+}
+
+/// A data-movement or special node: one thread per output element.
+pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Kernel, String> {
+    let v = *group.nodes.last().ok_or("empty movement group")?;
+    let n = ctx.g.node(v);
+    let oshape = ctx.shape(v);
+    let on: usize = oshape.iter().product();
+    check_size(on, "a data-movement kernel's output")?;
+    let odt = n.ty.dtype;
+    let out = ctx.ptr(v)?;
+    let mut code = format!("extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}(char* A) {{\n");
+    if let Op::DropoutMask { .. } = n.op {
+        let _ = writeln!(code, "  const u32 step = (u32)(*{});", ctx.ptr(n.inputs[0])?);
+    }
+    grid_stride_open(on, &mut code);
+    let coords = emit_coords(&oshape, "i", &mut code);
+    let promote = |x: String, from: DType| if odt == DType::C64 && from != DType::C64 { format!("cpx({x})") } else { x };
+    let linear_of = |shape: &[usize], cs: &[String]| -> String {
+        let st = strides(shape);
+        let t: Vec<String> = cs.iter().zip(&st).map(|(c, s)| format!("{c} * {s}u")).collect();
+        if t.is_empty() { "0u".into() } else { t.join(" + ") }
+    };
+    let body = match &n.op {
+        Op::Expand => {
+            let x = n.inputs[0];
+            let idx = index_in(&ctx.shape(x), &oshape, &coords, "i");
+            format!("{out}[i] = {}[{idx}];", ctx.ptr(x)?)
+        }
+        Op::Permute { perm } => {
+            let x = n.inputs[0];
+            let ish = ctx.shape(x);
+            let ist = strides(&ish);
+            let t: Vec<String> = perm.iter().enumerate().map(|(a, &p)| format!("c{a} * {}u", ist[p])).collect();
+            let idx = if t.is_empty() { "0u".into() } else { t.join(" + ") };
+            format!("{out}[i] = {}[{idx}];", ctx.ptr(x)?)
+        }
+        Op::Slice { axis, start, .. } => {
+            let x = n.inputs[0];
+            let mut cs = coords.clone();
+            cs[*axis] = format!("({} + {start}u)", coords[*axis]);
+            format!("{out}[i] = {}[{}];", ctx.ptr(x)?, linear_of(&ctx.shape(x), &cs))
+        }
+        Op::Pad { axis, before, .. } => {
+            let x = n.inputs[0];
+            let ish = ctx.shape(x);
+            let ext = ish[*axis];
+            let mut cs = coords.clone();
+            cs[*axis] = format!("({} - {before}u)", coords[*axis]);
+            format!(
+                "{out}[i] = ({c} >= {before}u && {c} < {}u) ? {}[{}] : {};",
+                before + ext,
+                ctx.ptr(x)?,
+                linear_of(&ish, &cs),
+                czero(odt),
+                c = coords[*axis]
+            )
+        }
+        Op::Concat { axis } => {
+            let mut s = String::new();
+            let mut off = 0;
+            for (k, &x) in n.inputs.iter().enumerate() {
+                let ish = ctx.shape(x);
+                let mut cs = coords.clone();
+                cs[*axis] = format!("({} - {off}u)", coords[*axis]);
+                let load = promote(format!("{}[{}]", ctx.ptr(x)?, linear_of(&ish, &cs)), ctx.dtype(x));
+                off += ish[*axis];
+                if k + 1 == n.inputs.len() {
+                    let _ = write!(s, "{out}[i] = {load};");
+                } else {
+                    let _ = write!(s, "if ({} < {off}u) {out}[i] = {load}; else ", coords[*axis]);
+                }
+            }
+            s
+        }
+        Op::Fft { axis, inverse, norm } => {
+            let x = n.inputs[0];
+            let len = oshape[*axis];
+            let inner: usize = oshape[axis + 1..].iter().product();
+            let scale = norm.scale(len, *inverse);
+            let sign = if *inverse { "" } else { "-" };
+            format!(
+                "const u32 k = {c};\n    const float2* row = {p} + (i - k * {inner}u);\n    \
+                 double sx = 0.0, sy = 0.0;\n    u32 m = 0u;\n    \
+                 for (u32 j = 0; j < {len}u; ++j) {{\n      float s, c; sincospif({sign}2.0f * (float)m / {len}.0f, &s, &c);\n      \
+                 const float2 z = row[j * {inner}u];\n      sx += (double)z.x * c - (double)z.y * s;\n      sy += (double)z.x * s + (double)z.y * c;\n      \
+                 m += k; if (m >= {len}u) m -= {len}u;\n    }}\n    \
+                 {out}[i] = make_float2((float)(sx * {scale:e}), (float)(sy * {scale:e}));",
+                c = coords[*axis],
+                p = ctx.ptr(x)?,
+            )
+        }
+        Op::OneHot { classes } => {
+            let x = n.inputs[0];
+            format!(
+                "{out}[i] = ({}[i / {classes}u] == (int)(i % {classes}u)) ? 1.0f : 0.0f;",
+                ctx.ptr(x)?
+            )
+        }
+        Op::DropoutMask { p, salt } => {
+            let threshold = ((1.0 - p) * 16_777_216.0) as u32;
+            let keep = flit(1.0 / (1.0 - p));
+            format!("{out}[i] = ((dropout_hash({salt}u, step, i) >> 8) < {threshold}u) ? {keep} : 0.0f;")
+        }
+        other => return Err(format!("{v}: {} is not a data-movement op", other.mnemonic())),
+    };
+    let _ = writeln!(code, "    {body}");
+    code.push_str("  }\n}\n");
+    Ok(Kernel { code, grid: [grid_for(on, BLOCK as usize), 1, 1], block: [BLOCK, 1, 1], zero: Vec::new() })
+}

@@ -1,0 +1,440 @@
+//! Checks a `train` section against the model it names and fills a [`TrainConfig`].
+
+use super::resolve::did_you_mean;
+use super::train::*;
+use super::ModelInput;
+use crate::diag::Diagnostic;
+use crate::ir::DType;
+use cvc_grammar::ast::{self, ArithOp, Expr, ExprKind};
+use cvc_grammar::Span;
+use std::collections::HashMap;
+
+/// The keys a train section accepts.
+pub const TRAIN_KEYS: [&str; 10] =
+    ["data", "split", "batch", "epochs", "optimizer", "schedule", "seed", "device", "memory_budget", "precision"];
+
+/// A compile-time value of a train setting.
+#[derive(Clone, Debug)]
+enum TVal {
+    Int(i64),
+    Float(f64),
+    Size(u64),
+    Bool(bool),
+    Str(String),
+    Range(f64, f64),
+    Word(String),
+    Call(String, Vec<TArg>),
+    Tuple,
+}
+
+#[derive(Clone, Debug)]
+struct TArg {
+    name: Option<ast::Ident>,
+    value: TVal,
+    span: Span,
+}
+
+fn describe(v: &TVal) -> &'static str {
+    match v {
+        TVal::Int(_) => "an integer",
+        TVal::Float(_) => "a number",
+        TVal::Size(_) => "a size",
+        TVal::Bool(_) => "a boolean",
+        TVal::Str(_) => "a string",
+        TVal::Range(..) => "a range",
+        TVal::Word(_) => "a name",
+        TVal::Call(..) => "a call",
+        TVal::Tuple => "a tuple",
+    }
+}
+
+fn eval(e: &Expr) -> Result<TVal, Diagnostic> {
+    Ok(match &e.kind {
+        ExprKind::Int(n) => TVal::Int(*n),
+        ExprKind::Float(x) => TVal::Float(*x),
+        ExprKind::Size(n) => TVal::Size(*n),
+        ExprKind::Bool(b) => TVal::Bool(*b),
+        ExprKind::Str(s) => TVal::Str(s.clone()),
+        ExprKind::Range(a, b) => TVal::Range(*a, *b),
+        ExprKind::Name(n) => TVal::Word(n.clone()),
+        ExprKind::Tuple(_) => TVal::Tuple,
+        ExprKind::Call { callee, args } => {
+            let mut out = Vec::with_capacity(args.len());
+            for a in args {
+                out.push(TArg { name: a.name.clone(), value: eval(&a.value)?, span: a.span });
+            }
+            TVal::Call(callee.text(), out)
+        }
+        ExprKind::Arith { first, rest } => {
+            let mut acc = number(&eval(first)?, first.span, "arithmetic")?;
+            let mut all_int = matches!(eval(first)?, TVal::Int(_));
+            for (op, _, rhs) in rest {
+                let v = eval(rhs)?;
+                all_int &= matches!(v, TVal::Int(_)) && *op != ArithOp::Div;
+                let y = number(&v, rhs.span, "arithmetic")?;
+                acc = match op {
+                    ArithOp::Add => acc + y,
+                    ArithOp::Sub => acc - y,
+                    ArithOp::Mul => acc * y,
+                    ArithOp::Div => acc / y,
+                };
+            }
+            if !acc.is_finite() {
+                return Err(Diagnostic::error("arithmetic gives a non-finite number", e.span, "not finite"));
+            }
+            if all_int && acc.abs() < 9.0e15 {
+                TVal::Int(acc as i64)
+            } else {
+                TVal::Float(acc)
+            }
+        }
+        ExprKind::Pipe { .. } => {
+            return Err(Diagnostic::error("pipelines belong in a model, not a train section", e.span, "not a setting value"))
+        }
+    })
+}
+
+fn number(v: &TVal, span: Span, what: &str) -> Result<f64, Diagnostic> {
+    match v {
+        TVal::Int(n) => Ok(*n as f64),
+        TVal::Float(x) => Ok(*x),
+        other => Err(Diagnostic::error(format!("{what} needs a number, got {}", describe(other)), span, "not a number")),
+    }
+}
+
+fn int_at_least(v: &TVal, span: Span, what: &str, min: i64) -> Result<i64, Diagnostic> {
+    match v {
+        TVal::Int(n) if *n >= min => Ok(*n),
+        TVal::Int(n) => Err(Diagnostic::error(format!("`{what}` must be at least {min}, got {n}"), span, "too small")),
+        other => Err(Diagnostic::error(format!("`{what}` must be an integer, got {}", describe(other)), span, "not an integer")),
+    }
+}
+
+fn positive(v: &TVal, span: Span, what: &str) -> Result<usize, Diagnostic> {
+    int_at_least(v, span, what, 1).map(|n| usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+fn real_in(v: &TVal, span: Span, what: &str, lo: f64, hi: f64) -> Result<f64, Diagnostic> {
+    let x = number(v, span, &format!("`{what}`"))?;
+    if x < lo || x > hi {
+        return Err(Diagnostic::error(format!("`{what}` must lie in [{lo}, {hi}], got {x}"), span, "out of range"));
+    }
+    Ok(x)
+}
+
+/// Binds a call's arguments to `params` (positional in order, or by keyword).
+fn bind<'a>(
+    what: &str,
+    params: &[&'static str],
+    args: &'a [TArg],
+    call_span: Span,
+) -> Result<HashMap<&'static str, (&'a TVal, Span)>, Diagnostic> {
+    let mut out: HashMap<&'static str, (&TVal, Span)> = HashMap::new();
+    let statics = params;
+    let mut pos = 0;
+    for a in args {
+        let key = match &a.name {
+            Some(k) => match statics.iter().find(|p| **p == k.name) {
+                Some(p) => *p,
+                None => {
+                    let mut d = Diagnostic::error(format!("`{what}` has no argument `{}`", k.name), k.span, "unknown argument")
+                        .with_note(format!("`{what}` takes {}", params.join(", ")));
+                    if let Some(s) = did_you_mean(&k.name, params.iter().copied()) {
+                        d = d.with_help(format!("did you mean `{s}`?"));
+                    }
+                    return Err(d);
+                }
+            },
+            None => {
+                let Some(p) = statics.get(pos) else {
+                    return Err(Diagnostic::error(format!("`{what}` takes at most {} arguments", params.len()), a.span, "extra argument")
+                        .with_label(call_span, format!("`{what}` takes {}", params.join(", "))));
+                };
+                pos += 1;
+                p
+            }
+        };
+        if out.insert(key, (&a.value, a.span)).is_some() {
+            return Err(Diagnostic::error(format!("argument `{key}` of `{what}` is given twice"), a.span, "given again"));
+        }
+    }
+    Ok(out)
+}
+
+/// The callee and arguments of a value that may be written `name` or `name(args)`.
+fn call_parts(v: &TVal) -> Option<(&str, &[TArg])> {
+    match v {
+        TVal::Word(w) => Some((w.as_str(), &[])),
+        TVal::Call(c, a) => Some((c.as_str(), a.as_slice())),
+        _ => None,
+    }
+}
+
+fn unknown_choice(key: &str, got: &str, choices: &[&str], span: Span) -> Diagnostic {
+    let d = Diagnostic::error(format!("unknown {key} `{got}`"), span, format!("unknown {key}"))
+        .with_note(format!("{key}s: {}", choices.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")));
+    match did_you_mean(got, choices.iter().copied()) {
+        Some(s) => d.with_help(format!("did you mean `{s}`?")),
+        None => d,
+    }
+}
+
+/// Checks `train` (whose model is `model`, with `inputs`) and returns its configuration.
+pub fn check_train(train: &ast::Train, model: &str, inputs: &[ModelInput]) -> Result<TrainConfig, Vec<Diagnostic>> {
+    let mut cfg = TrainConfig::defaults(model);
+    let mut diags = Vec::new();
+    let mut seen: HashMap<&str, Span> = HashMap::new();
+    for s in &train.settings {
+        let key = s.key.name.as_str();
+        if !TRAIN_KEYS.contains(&key) {
+            let mut d = Diagnostic::error(format!("unknown train setting `{key}`"), s.key.span, "not a setting")
+                .with_note(format!("settings: {}", TRAIN_KEYS.join(", ")));
+            if let Some(sug) = did_you_mean(key, TRAIN_KEYS.iter().copied()) {
+                d = d.with_help(format!("did you mean `{sug}`?"));
+            }
+            diags.push(d);
+            continue;
+        }
+        if let Some(first) = seen.insert(key, s.key.span) {
+            diags.push(
+                Diagnostic::error(format!("`{key}` is set twice"), s.key.span, "set again here")
+                    .with_label(first, "first set here"),
+            );
+            continue;
+        }
+        let r = eval(&s.value).and_then(|v| apply(&mut cfg, key, &v, s.value.span, inputs));
+        if let Err(d) = r {
+            diags.push(d);
+        }
+    }
+    if let Optimizer { kind: OptimizerKind::Sgd { momentum, nesterov: true }, .. } = cfg.optimizer {
+        if momentum <= 0.0 {
+            let span = train.settings.iter().find(|s| s.key.name == "optimizer").map_or(train.span, |s| s.value.span);
+            diags.push(
+                Diagnostic::error("Nesterov momentum needs a momentum above 0", span, "nesterov = true with momentum 0")
+                    .with_help("add e.g. `momentum = 0.9`"),
+            );
+        }
+    }
+    if diags.is_empty() {
+        Ok(cfg)
+    } else {
+        Err(diags)
+    }
+}
+
+fn apply(cfg: &mut TrainConfig, key: &str, v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<(), Diagnostic> {
+    match key {
+        "data" => cfg.data = data_source(v, span, inputs)?,
+        "split" => {
+            let x = number(v, span, "`split`")?;
+            if !(x > 0.0 && x <= 1.0) {
+                return Err(Diagnostic::error(format!("`split` must lie in (0, 1], got {x}"), span, "out of range")
+                    .with_help("`split` is the fraction of samples used for training, e.g. `split = 0.9`"));
+            }
+            cfg.split = x;
+        }
+        "batch" => cfg.batch = positive(v, span, "batch")?,
+        "epochs" => cfg.epochs = positive(v, span, "epochs")?,
+        "seed" => cfg.seed = int_at_least(v, span, "seed", 0)? as u64,
+        "optimizer" => cfg.optimizer = optimizer(v, span)?,
+        "schedule" => cfg.schedule = schedule(v, span)?,
+        "device" => {
+            cfg.device = match v {
+                TVal::Word(w) if w == "auto" => DeviceChoice::Auto,
+                TVal::Word(w) if w == "cpu" => DeviceChoice::Cpu,
+                TVal::Word(w) if w == "cuda" => DeviceChoice::Cuda,
+                TVal::Word(w) if w == "gpu" => {
+                    return Err(unknown_choice("device", w, &["auto", "cpu", "cuda"], span).with_help("write `device = cuda`"))
+                }
+                TVal::Word(w) => return Err(unknown_choice("device", w, &["auto", "cpu", "cuda"], span)),
+                other => {
+                    return Err(Diagnostic::error(format!("`device` is `auto`, `cpu` or `cuda`, got {}", describe(other)), span, "not a device"))
+                }
+            }
+        }
+        "precision" => {
+            cfg.precision = match v {
+                TVal::Word(w) if w == "fp32" => Precision::Fp32,
+                TVal::Word(w) if w == "tf32" => Precision::Tf32,
+                TVal::Word(w) => return Err(unknown_choice("precision", w, &["fp32", "tf32"], span)),
+                other => {
+                    return Err(Diagnostic::error(format!("`precision` is `fp32` or `tf32`, got {}", describe(other)), span, "not a precision"))
+                }
+            }
+        }
+        _ => {
+            // memory_budget
+            let bytes = match v {
+                TVal::Size(n) => *n,
+                TVal::Int(n) if *n > 0 => *n as u64,
+                other => {
+                    return Err(Diagnostic::error(format!("`memory_budget` must be a size such as `4GiB`, got {}", describe(other)), span, "not a size")
+                        .with_help("write `memory_budget = 4GiB`, `512MiB`, or a number of bytes"))
+                }
+            };
+            if bytes == 0 {
+                return Err(Diagnostic::error("`memory_budget` must be more than 0 bytes", span, "zero"));
+            }
+            cfg.memory_budget = Some(bytes);
+        }
+    }
+    Ok(())
+}
+
+fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource, Diagnostic> {
+    const SOURCES: [&str; 3] = ["synthetic.rf", "synthetic.random", "npz"];
+    let Some((name, args)) = call_parts(v) else {
+        return Err(Diagnostic::error(format!("`data` names a data source, got {}", describe(v)), span, "not a data source")
+            .with_help("write `synthetic.rf(...)`, `synthetic.random(count = 1024)` or `npz(\"data.npz\")`"));
+    };
+    match name {
+        "synthetic.rf" => {
+            let a = bind(name, &["classes", "length", "snr_db", "count", "seed"], args, span)?;
+            let get_usize = |k: &str, d: usize| a.get(k).map_or(Ok(d), |(v, s)| positive(v, *s, k));
+            let classes = get_usize("classes", 5)?;
+            let length = get_usize("length", 512)?;
+            let count = get_usize("count", 10_000)?;
+            let seed = a.get("seed").map_or(Ok(0), |(v, s)| int_at_least(v, *s, "seed", 0))? as u64;
+            let snr_db = match a.get("snr_db") {
+                None => (0.0, 20.0),
+                Some((TVal::Range(lo, hi), s)) => {
+                    if lo > hi {
+                        return Err(Diagnostic::error(format!("empty SNR range {lo}..{hi}"), *s, "low end above high end"));
+                    }
+                    (*lo, *hi)
+                }
+                Some((TVal::Int(n), _)) => (*n as f64, *n as f64),
+                Some((TVal::Float(x), _)) => (*x, *x),
+                Some((other, s)) => {
+                    return Err(Diagnostic::error(format!("`snr_db` is a range such as `0..20`, got {}", describe(other)), *s, "not a range"))
+                }
+            };
+            const MAX_CLASSES: usize = 8;
+            if classes > MAX_CLASSES || classes < 2 {
+                let s = a.get("classes").map_or(span, |(_, s)| *s);
+                return Err(Diagnostic::error(format!("synthetic.rf has 2 to {MAX_CLASSES} modulation classes, got {classes}"), s, "out of range"));
+            }
+            check_rf_inputs(inputs, classes, length, span)?;
+            Ok(DataSource::SyntheticRf { classes, length, snr_db, count, seed })
+        }
+        "synthetic.random" => {
+            let a = bind(name, &["count", "seed"], args, span)?;
+            let count = a.get("count").map_or(Ok(1024), |(v, s)| positive(v, *s, "count"))?;
+            let seed = a.get("seed").map_or(Ok(0), |(v, s)| int_at_least(v, *s, "seed", 0))? as u64;
+            Ok(DataSource::SyntheticRandom { count, seed })
+        }
+        "npz" => {
+            let a = bind(name, &["path"], args, span)?;
+            match a.get("path") {
+                Some((TVal::Str(p), _)) if !p.is_empty() => Ok(DataSource::Npz { path: p.clone() }),
+                Some((other, s)) => Err(Diagnostic::error(format!("`npz` takes a file path string, got {}", describe(other)), *s, "not a path")
+                    .with_help("write `npz(\"data.npz\")`")),
+                None => Err(Diagnostic::error("`npz` needs a file path", span, "no path").with_help("write `npz(\"data.npz\")`")),
+            }
+        }
+        other => Err(unknown_choice("data source", other, &SOURCES, span)),
+    }
+}
+
+/// synthetic.rf yields bursts of `length` complex samples and labels of `classes` classes:
+/// the model needs one complex input of that many samples and one matching label input.
+fn check_rf_inputs(inputs: &[ModelInput], classes: usize, length: usize, span: Span) -> Result<(), Diagnostic> {
+    let labels: Vec<&ModelInput> = inputs.iter().filter(|i| i.ty.dtype == DType::I32).collect();
+    let signals: Vec<&ModelInput> = inputs.iter().filter(|i| i.ty.dtype != DType::I32).collect();
+    let Some(label) = labels.first() else {
+        return Err(Diagnostic::error("synthetic.rf provides class labels, but the model has no label input", span, "labels have nowhere to go")
+            .with_help(format!("declare `input label: class[B] of {classes}` in the model")));
+    };
+    if label.classes != Some(classes) {
+        return Err(Diagnostic::error(
+            format!("synthetic.rf makes {classes} classes, but input `{}` has {}", label.name, label.classes.unwrap_or(0)),
+            span,
+            format!("{classes} classes"),
+        )
+        .with_label(label.span, "declared here")
+        .with_help(format!("make both the same, e.g. `classes = {}`", label.classes.unwrap_or(0))));
+    }
+    let Some(sig) = signals.first() else {
+        return Err(Diagnostic::error("synthetic.rf provides IQ bursts, but the model has no complex input", span, "no input to feed")
+            .with_help(format!("declare `input iq: c64[B, 1, {length}]` in the model")));
+    };
+    let per_sample = sig.ty.shape.fixed_numel();
+    if sig.ty.dtype != DType::C64 || per_sample != length || signals.len() != 1 {
+        return Err(Diagnostic::error(
+            format!("synthetic.rf feeds one c64 input of {length} samples (`c64[B, 1, {length}]`), but input `{}` is {}", sig.name, sig.ty),
+            span,
+            format!("bursts of {length} samples"),
+        )
+        .with_label(sig.span, "this input")
+        .with_help(format!("declare `input {}: c64[B, 1, {length}]`, or set `length = {per_sample}`", sig.name)));
+    }
+    Ok(())
+}
+
+fn optimizer(v: &TVal, span: Span) -> Result<Optimizer, Diagnostic> {
+    const OPTS: [&str; 3] = ["sgd", "adam", "adamw"];
+    let Some((name, args)) = call_parts(v) else {
+        return Err(Diagnostic::error(format!("`optimizer` names an optimizer, got {}", describe(v)), span, "not an optimizer")
+            .with_help("write `sgd(lr = 0.01, momentum = 0.9)`, `adam(lr = 1e-3)` or `adamw(lr = 1e-3, weight_decay = 0.01)`"));
+    };
+    let num = |a: &HashMap<&str, (&TVal, Span)>, k: &str, d: f64, lo: f64, hi: f64| -> Result<f64, Diagnostic> {
+        a.get(k).map_or(Ok(d), |(v, s)| real_in(v, *s, k, lo, hi))
+    };
+    match name {
+        "sgd" => {
+            let a = bind(name, &["lr", "momentum", "nesterov", "weight_decay"], args, span)?;
+            let nesterov = match a.get("nesterov") {
+                None => false,
+                Some((TVal::Bool(b), _)) => *b,
+                Some((other, s)) => {
+                    return Err(Diagnostic::error(format!("`nesterov` is `true` or `false`, got {}", describe(other)), *s, "not a boolean"))
+                }
+            };
+            Ok(Optimizer {
+                kind: OptimizerKind::Sgd { momentum: num(&a, "momentum", 0.0, 0.0, 1.0)?, nesterov },
+                lr: num(&a, "lr", 1e-2, 0.0, 1e3)?,
+                weight_decay: num(&a, "weight_decay", 0.0, 0.0, 1e3)?,
+            })
+        }
+        "adam" | "adamw" => {
+            let a = bind(name, &["lr", "beta1", "beta2", "eps", "weight_decay"], args, span)?;
+            let (beta1, beta2) = (num(&a, "beta1", 0.9, 0.0, 1.0)?, num(&a, "beta2", 0.999, 0.0, 1.0)?);
+            let eps = num(&a, "eps", 1e-8, 0.0, 1.0)?;
+            let wd_default = if name == "adamw" { 1e-2 } else { 0.0 };
+            let kind = if name == "adam" { OptimizerKind::Adam { beta1, beta2, eps } } else { OptimizerKind::AdamW { beta1, beta2, eps } };
+            Ok(Optimizer { kind, lr: num(&a, "lr", 1e-3, 0.0, 1e3)?, weight_decay: num(&a, "weight_decay", wd_default, 0.0, 1e3)? })
+        }
+        other => Err(unknown_choice("optimizer", other, &OPTS, span)),
+    }
+}
+
+fn schedule(v: &TVal, span: Span) -> Result<Schedule, Diagnostic> {
+    const SCHEDULES: [&str; 3] = ["constant", "cosine", "step"];
+    let Some((name, args)) = call_parts(v) else {
+        return Err(Diagnostic::error(format!("`schedule` names a schedule, got {}", describe(v)), span, "not a schedule")
+            .with_help("write `constant`, `cosine(min_lr = 1e-5)` or `step(every = 2, gamma = 0.5)`"));
+    };
+    match name {
+        "constant" => {
+            bind(name, &[], args, span)?;
+            Ok(Schedule::Constant)
+        }
+        "cosine" => {
+            let a = bind(name, &["min_lr"], args, span)?;
+            Ok(Schedule::Cosine { min_lr: a.get("min_lr").map_or(Ok(0.0), |(v, s)| real_in(v, *s, "min_lr", 0.0, 1e3))? })
+        }
+        "step" => {
+            let a = bind(name, &["every", "gamma"], args, span)?;
+            let every = match a.get("every") {
+                Some((v, s)) => positive(v, *s, "every")?,
+                None => {
+                    return Err(Diagnostic::error("`step` needs `every` (epochs between decays)", span, "missing `every`")
+                        .with_help("write `step(every = 2, gamma = 0.5)`"))
+                }
+            };
+            Ok(Schedule::Step { every, gamma: a.get("gamma").map_or(Ok(0.1), |(v, s)| real_in(v, *s, "gamma", 0.0, 1.0))? })
+        }
+        other => Err(unknown_choice("schedule", other, &SCHEDULES, span)),
+    }
+}

@@ -1,0 +1,556 @@
+//! Reverse-mode autodiff over the whole graph, with PyTorch's conjugate-Wirtinger convention.
+//!
+//! The gradient of a real loss `L` w.r.t. `z = x + iy` is `∂L/∂x + i ∂L/∂y`; for a
+//! holomorphic `w = f(z)` it propagates as `ḡ_z = conj(f'(z)) · ḡ_w` (so `Mul` gives
+//! `ḡ_a = ḡ·conj(b)`). A real operand of a complex op takes the real part of its complex
+//! gradient; a broadcast operand sums over the broadcast axes. Every backward node has
+//! [`Role::Backward`], the label `grad(<primal label>)` and the span of the primal node.
+
+use crate::ir::builder::Builder;
+use crate::ir::*;
+
+/// What [`run`] found: the gradient of the loss for every parameter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AutodiffFacts {
+    /// `(parameter, gradient)` pairs, in arena order of the parameters.
+    pub grads: Vec<(Value, Value)>,
+}
+
+/// Appends the backward pass of `g.loss` w.r.t. every `Param`, and verifies the graph.
+pub fn run(g: &mut Graph) -> Result<AutodiffFacts, String> {
+    let loss = g.loss.ok_or("autodiff: the graph has no loss")?;
+    let params: Vec<Value> = g.params().collect();
+    let grads = gradients(g, loss, &params)?;
+    verify::verify(g).map_err(|e| format!("autodiff produced invalid IR: {e}"))?;
+    Ok(AutodiffFacts { grads: params.into_iter().zip(grads).collect() })
+}
+
+/// Appends nodes computing `∂loss/∂wrt[i]` (conjugate-Wirtinger for complex values) and
+/// returns them in order. A value the loss does not depend on gets zeros. Only nodes on a
+/// path from some `wrt` to `loss` are differentiated.
+pub fn gradients(g: &mut Graph, loss: Value, wrt: &[Value]) -> Result<Vec<Value>, String> {
+    if g.ty(loss).dtype != DType::F32 {
+        return Err(format!("autodiff: the loss must be real, it is {}", g.ty(loss)));
+    }
+    for &w in wrt {
+        if g.ty(w).dtype == DType::I32 {
+            return Err(format!("autodiff: cannot differentiate w.r.t. the i32 value {w}"));
+        }
+    }
+    let n = g.nodes.len();
+    let mut active = vec![false; n];
+    for &w in wrt {
+        active[w.index()] = true;
+    }
+    for (h, node) in g.nodes.iter() {
+        if node.inputs.iter().any(|i| active[i.index()]) {
+            active[h.index()] = true;
+        }
+    }
+    let mut to_loss = vec![false; n];
+    to_loss[loss.index()] = true;
+    for h in g.nodes.handles().rev() {
+        if to_loss[h.index()] {
+            for &i in &g.node(h).inputs {
+                to_loss[i.index()] = true;
+            }
+        }
+    }
+    for (a, t) in active.iter_mut().zip(&to_loss) {
+        *a &= *t;
+    }
+
+    let mut ad = Reverse { b: Builder::new(g), contribs: vec![Vec::new(); n], total: vec![None; n] };
+    if active[loss.index()] {
+        ad.at(loss);
+        let one = ad.b.scalar(1.0, 0);
+        let shape = ad.b.graph.ty(loss).shape.clone();
+        let seed = ad.b.expand(one, shape)?;
+        ad.contribs[loss.index()].push(seed);
+    }
+    for h in (0..n).rev().map(Handle::from_index) {
+        if !active[h.index()] || ad.contribs[h.index()].is_empty() {
+            continue;
+        }
+        ad.at(h);
+        let gout = ad.sum(h)?;
+        ad.total[h.index()] = Some(gout);
+        let node = ad.b.graph.node(h).clone();
+        let need: Vec<bool> = node.inputs.iter().map(|i| active[i.index()]).collect();
+        if !need.iter().any(|&x| x) {
+            continue;
+        }
+        let parts = ad.backprop(h, &node, gout, &need)?;
+        for (k, part) in parts.into_iter().enumerate() {
+            if let (Some(c), true) = (part, need[k]) {
+                let target = node.inputs[k];
+                let c = ad.fit(c, target)?;
+                ad.contribs[target.index()].push(c);
+            }
+        }
+    }
+    wrt.iter()
+        .map(|&w| match ad.total[w.index()] {
+            Some(v) => Ok(v),
+            None => {
+                ad.at(w);
+                ad.zeros(ad.b.graph.ty(w).clone())
+            }
+        })
+        .collect()
+}
+
+/// Builder state of one reverse sweep.
+struct Reverse<'g> {
+    b: Builder<'g>,
+    /// Gradient contributions from each value's users, not yet summed.
+    contribs: Vec<Vec<Value>>,
+    /// The summed gradient of each value once its users are done.
+    total: Vec<Option<Value>>,
+}
+
+/// Exclusive or, for composing conjugation flags (`conj(conj^a(x)) = conj^(!a)(x)`).
+fn xor(a: bool, b: bool) -> bool {
+    a ^ b
+}
+
+impl Reverse<'_> {
+    /// Stamps the nodes that follow as the backward of `primal`.
+    fn at(&mut self, primal: Value) {
+        let g = &*self.b.graph;
+        let n = g.node(primal);
+        let name = if !n.origin.label.is_empty() {
+            n.origin.label.clone()
+        } else if let Some(leaf) = g.leaf_name(primal) {
+            leaf.to_string()
+        } else {
+            format!("{primal}")
+        };
+        let span = g.span(primal);
+        self.b.at(span, Role::Backward, format!("grad({name})"));
+    }
+
+    fn ty(&self, v: Value) -> &TensorType {
+        self.b.graph.ty(v)
+    }
+
+    fn is_complex(&self, v: Value) -> bool {
+        self.ty(v).dtype.is_complex()
+    }
+
+    fn sum(&mut self, h: Value) -> Result<Value, String> {
+        let parts = std::mem::take(&mut self.contribs[h.index()]);
+        let mut acc = parts[0];
+        for &p in &parts[1..] {
+            acc = self.b.add2(acc, p)?;
+        }
+        Ok(acc)
+    }
+
+    fn scalar(&mut self, c: f64) -> Value {
+        self.b.scalar(c, 0)
+    }
+
+    fn un(&mut self, op: UnaryOp, x: Value) -> Result<Value, String> {
+        self.b.unary(op, x)
+    }
+
+    fn bin(&mut self, op: BinaryOp, a: Value, b: Value) -> Result<Value, String> {
+        self.b.binary(op, a, b)
+    }
+
+    fn conj(&mut self, x: Value) -> Result<Value, String> {
+        if self.is_complex(x) {
+            self.un(UnaryOp::Conj, x)
+        } else {
+            Ok(x)
+        }
+    }
+
+    /// Zeros of type `ty` (a scalar, made complex if needed, then expanded).
+    fn zeros(&mut self, ty: TensorType) -> Result<Value, String> {
+        let mut z = self.scalar(0.0);
+        if ty.dtype.is_complex() {
+            z = self.bin(BinaryOp::Complex, z, z)?;
+        }
+        self.b.expand(z, ty.shape)
+    }
+
+    /// `d` where `d > 0`, else 1: a denominator that is safe at zero.
+    fn safe_denominator(&mut self, d: Value) -> Result<Value, String> {
+        let zero = self.scalar(0.0);
+        let one = self.scalar(1.0);
+        let pos = self.bin(BinaryOp::Greater, d, zero)?;
+        self.b.add(Op::Select, &[pos, d, one])
+    }
+
+    /// Brings a gradient contribution to the dtype and shape of `target`.
+    fn fit(&mut self, c: Value, target: Value) -> Result<Value, String> {
+        let want = self.ty(target).clone();
+        let mut c = c;
+        match (self.ty(c).dtype, want.dtype) {
+            (DType::C64, DType::F32) => c = self.un(UnaryOp::Real, c)?,
+            (DType::F32, DType::C64) => c = self.un(UnaryOp::ToComplex, c)?,
+            _ => {}
+        }
+        let have = self.ty(c).shape.clone();
+        if have == want.shape {
+            return Ok(c);
+        }
+        let (r, t) = (have.rank(), want.shape.rank());
+        if t > r {
+            return Err(format!("autodiff: gradient of shape {have} cannot fit {}", want.shape));
+        }
+        let lead = r - t;
+        let axes: Vec<usize> = (0..r)
+            .filter(|&i| i < lead || (want.shape.0[i - lead] == Dim::Fixed(1) && have.0[i] != Dim::Fixed(1)))
+            .collect();
+        if !axes.is_empty() {
+            c = self.b.sum(c, &axes)?;
+        }
+        self.b.reshape(c, want.shape)
+    }
+
+    /// The gradient contributions of node `h` to its operands (`None` = no gradient).
+    fn backprop(
+        &mut self,
+        h: Value,
+        node: &Node,
+        g: Value,
+        need: &[bool],
+    ) -> Result<Vec<Option<Value>>, String> {
+        let ins = &node.inputs;
+        Ok(match &node.op {
+            Op::Unary(u) => vec![self.unary(*u, ins[0], h, g)?],
+            Op::Binary(b) => self.binary(*b, ins[0], ins[1], h, g, need)?,
+            Op::Select => {
+                let zero = self.scalar(0.0);
+                let ga = if need[1] { Some(self.b.add(Op::Select, &[ins[0], g, zero])?) } else { None };
+                let gb = if need[2] { Some(self.b.add(Op::Select, &[ins[0], zero, g])?) } else { None };
+                vec![None, ga, gb]
+            }
+            Op::Reduce { op, axes } => vec![Some(self.reduce(*op, axes, ins[0], h, g)?)],
+            Op::Reshape => {
+                let s = self.ty(ins[0]).shape.clone();
+                vec![Some(self.b.reshape(g, s)?)]
+            }
+            Op::Expand => vec![Some(g)],
+            Op::Permute { perm } => {
+                let mut inv = vec![0; perm.len()];
+                for (i, &p) in perm.iter().enumerate() {
+                    inv[p] = i;
+                }
+                vec![Some(self.b.add(Op::Permute { perm: inv }, &[g])?)]
+            }
+            Op::Slice { axis, start, len } => {
+                let ext = self.fixed_extent(ins[0], *axis)?;
+                let pad = Op::Pad { axis: *axis, before: *start, after: ext - start - len };
+                vec![Some(self.b.add(pad, &[g])?)]
+            }
+            Op::Pad { axis, before, .. } => {
+                let len = self.fixed_extent(ins[0], *axis)?;
+                vec![Some(self.b.add(Op::Slice { axis: *axis, start: *before, len }, &[g])?)]
+            }
+            Op::Concat { axis } => {
+                let mut at = 0;
+                let mut out = Vec::with_capacity(ins.len());
+                for (k, &piece) in ins.iter().enumerate() {
+                    let len = self.fixed_extent(piece, *axis)?;
+                    out.push(if need[k] {
+                        Some(self.b.add(Op::Slice { axis: *axis, start: at, len }, &[g])?)
+                    } else {
+                        None
+                    });
+                    at += len;
+                }
+                out
+            }
+            Op::MatMul { trans, conj } => self.matmul(*trans, *conj, ins[0], ins[1], g, need)?,
+            Op::Conv2d { geom, conj } => {
+                let [c0, c1] = *conj;
+                let hw = self.spatial(ins[0])?;
+                let kernel = self.spatial(ins[1])?;
+                let gx = Op::ConvTranspose2d { geom: *geom, out_hw: hw, conj: [c0, xor(!c1, c0)] };
+                let gw = Op::Conv2dWeightGrad { geom: *geom, kernel, conj: [xor(!c0, c1), c1] };
+                vec![self.maybe(need[0], gx, &[g, ins[1]])?, self.maybe(need[1], gw, &[ins[0], g])?]
+            }
+            Op::ConvTranspose2d { geom, conj, .. } => {
+                let [c0, c1] = *conj;
+                let kernel = self.spatial(ins[1])?;
+                let ga = Op::Conv2d { geom: *geom, conj: [c0, xor(!c1, c0)] };
+                let gw = Op::Conv2dWeightGrad { geom: *geom, kernel, conj: [c1, xor(!c0, c1)] };
+                vec![self.maybe(need[0], ga, &[g, ins[1]])?, self.maybe(need[1], gw, &[g, ins[0]])?]
+            }
+            Op::Conv2dWeightGrad { geom, conj, .. } => {
+                let [c0, c1] = *conj;
+                let hw = self.spatial(ins[0])?;
+                let gx = Op::ConvTranspose2d { geom: *geom, out_hw: hw, conj: [xor(!c1, c0), c0] };
+                let gdy = Op::Conv2d { geom: *geom, conj: [xor(!c0, c1), c1] };
+                vec![self.maybe(need[0], gx, &[ins[1], g])?, self.maybe(need[1], gdy, &[ins[0], g])?]
+            }
+            Op::Fft { axis, inverse, norm } => {
+                let adj = Op::Fft { axis: *axis, inverse: !inverse, norm: norm.adjoint() };
+                vec![Some(self.b.add(adj, &[g])?)]
+            }
+            Op::Input { .. }
+            | Op::Param { .. }
+            | Op::State { .. }
+            | Op::Scalar { .. }
+            | Op::OneHot { .. }
+            | Op::DropoutMask { .. }
+            | Op::Assign => vec![None; ins.len()],
+        })
+    }
+
+    fn maybe(&mut self, needed: bool, op: Op, operands: &[Value]) -> Result<Option<Value>, String> {
+        if needed {
+            Ok(Some(self.b.add(op, operands)?))
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn fixed_extent(&self, v: Value, axis: usize) -> Result<usize, String> {
+        self.ty(v).shape.0[axis].fixed().ok_or_else(|| format!("autodiff: axis {axis} of {v} is the batch"))
+    }
+
+    /// The last two extents of a 4-D value (spatial size or kernel size).
+    fn spatial(&self, v: Value) -> Result<[usize; 2], String> {
+        let r = self.ty(v).shape.rank();
+        Ok([self.fixed_extent(v, r - 2)?, self.fixed_extent(v, r - 1)?])
+    }
+
+    fn unary(&mut self, u: UnaryOp, x: Value, y: Value, g: Value) -> Result<Option<Value>, String> {
+        use BinaryOp::{Complex, Div, Mul, Sub};
+        use UnaryOp::*;
+        let complex = self.is_complex(x);
+        let r = match u {
+            Neg => self.un(Neg, g)?,
+            Conj => self.conj(g)?,
+            Real if complex => self.un(ToComplex, g)?,
+            Real => g,
+            Imag if complex => {
+                let zero = self.scalar(0.0);
+                self.bin(Complex, zero, g)?
+            }
+            Imag | Step | StopGrad => return Ok(None),
+            Angle if !complex => return Ok(None),
+            Abs => {
+                let safe = self.safe_denominator(y)?;
+                let unit = self.bin(Div, x, safe)?;
+                self.bin(Mul, g, unit)?
+            }
+            Abs2 => {
+                let gx = self.bin(Mul, g, x)?;
+                self.b.scale(gx, 2.0)?
+            }
+            Angle => {
+                // ∂θ/∂x = -y/|z|², ∂θ/∂y = x/|z|²  ⇒  ḡ_z = ḡ·(i z)/|z|².
+                let a2 = self.un(Abs2, x)?;
+                let safe = self.safe_denominator(a2)?;
+                let (re, im) = (self.un(Real, x)?, self.un(Imag, x)?);
+                let neg_im = self.un(Neg, im)?;
+                let iz = self.bin(Complex, neg_im, re)?;
+                let giz = self.bin(Mul, iz, g)?;
+                self.bin(Div, giz, safe)?
+            }
+            ToComplex => self.un(Real, g)?,
+            Exp => self.bin(Mul, g, y)?,
+            Log => self.bin(Div, g, x)?,
+            Sqrt => {
+                let half = self.b.scale(g, 0.5)?;
+                self.bin(Div, half, y)?
+            }
+            Rsqrt => {
+                let y2 = self.bin(Mul, y, y)?;
+                let y3 = self.bin(Mul, y2, y)?;
+                let d = self.b.scale(y3, -0.5)?;
+                self.bin(Mul, g, d)?
+            }
+            Recip => {
+                let y2 = self.bin(Mul, y, y)?;
+                let d = self.un(Neg, y2)?;
+                self.bin(Mul, g, d)?
+            }
+            Sin => {
+                let c = self.un(Cos, x)?;
+                self.bin(Mul, g, c)?
+            }
+            Cos => {
+                let s = self.un(Sin, x)?;
+                let d = self.un(Neg, s)?;
+                self.bin(Mul, g, d)?
+            }
+            Tanh => {
+                let one = self.scalar(1.0);
+                let y2 = self.bin(Mul, y, y)?;
+                let d = self.bin(Sub, one, y2)?;
+                self.bin(Mul, g, d)?
+            }
+            Sigmoid => {
+                let one = self.scalar(1.0);
+                let om = self.bin(Sub, one, y)?;
+                let d = self.bin(Mul, y, om)?;
+                self.bin(Mul, g, d)?
+            }
+            Relu => {
+                let s = self.un(Step, x)?;
+                self.bin(Mul, g, s)?
+            }
+            Gelu => {
+                let d = self.un(GeluGrad, x)?;
+                self.bin(Mul, g, d)?
+            }
+            GeluGrad => {
+                let d = self.gelu_second_derivative(x)?;
+                self.bin(Mul, g, d)?
+            }
+        };
+        Ok(Some(r))
+    }
+
+    /// `gelu''(x)` for the tanh form: with `u = c(x + a x³)`, `t = tanh u`:
+    /// `(1 - t²)·[u' + ½x(u'' - 2t u'²)]`, `u' = c(1 + 3a x²)`, `u'' = 6ca x`.
+    fn gelu_second_derivative(&mut self, x: Value) -> Result<Value, String> {
+        use BinaryOp::{Add, Mul, Sub};
+        let c = (2.0 / std::f64::consts::PI).sqrt();
+        let a = 0.044_715;
+        let x2 = self.bin(Mul, x, x)?;
+        let cx2 = self.b.scale(x2, c * a)?;
+        let cc = self.scalar(c);
+        let inner = self.bin(Add, cx2, cc)?;
+        let u = self.bin(Mul, x, inner)?;
+        let t = self.un(UnaryOp::Tanh, u)?;
+        let one = self.scalar(1.0);
+        let t2 = self.bin(Mul, t, t)?;
+        let s = self.bin(Sub, one, t2)?;
+        let du0 = self.b.scale(x2, 3.0 * c * a)?;
+        let du = self.bin(Add, du0, cc)?;
+        let ddu = self.b.scale(x, 6.0 * c * a)?;
+        let du2 = self.bin(Mul, du, du)?;
+        let tdu2 = self.bin(Mul, t, du2)?;
+        let tdu2x2 = self.b.scale(tdu2, 2.0)?;
+        let diff = self.bin(Sub, ddu, tdu2x2)?;
+        let halfx = self.b.scale(x, 0.5)?;
+        let term = self.bin(Mul, halfx, diff)?;
+        let br = self.bin(Add, du, term)?;
+        self.bin(Mul, s, br)
+    }
+
+    fn binary(
+        &mut self,
+        op: BinaryOp,
+        a: Value,
+        b: Value,
+        y: Value,
+        g: Value,
+        need: &[bool],
+    ) -> Result<Vec<Option<Value>>, String> {
+        use BinaryOp::*;
+        Ok(match op {
+            Add => vec![Some(g), Some(g)],
+            Sub => {
+                let nb = if need[1] { Some(self.un(UnaryOp::Neg, g)?) } else { None };
+                vec![Some(g), nb]
+            }
+            Mul => {
+                let ga = if need[0] {
+                    let cb = self.conj(b)?;
+                    Some(self.bin(Mul, g, cb)?)
+                } else {
+                    None
+                };
+                let gb = if need[1] {
+                    let ca = self.conj(a)?;
+                    Some(self.bin(Mul, g, ca)?)
+                } else {
+                    None
+                };
+                vec![ga, gb]
+            }
+            Div => {
+                let cb = self.conj(b)?;
+                let ga = self.bin(Div, g, cb)?;
+                let gb = if need[1] {
+                    let cy = self.conj(y)?;
+                    let t = self.bin(Mul, ga, cy)?;
+                    Some(self.un(UnaryOp::Neg, t)?)
+                } else {
+                    None
+                };
+                vec![Some(ga), gb]
+            }
+            Max => {
+                let zero = self.scalar(0.0);
+                let b_wins = self.bin(Greater, b, a)?;
+                let ga = if need[0] { Some(self.b.add(Op::Select, &[b_wins, zero, g])?) } else { None };
+                let gb = if need[1] { Some(self.b.add(Op::Select, &[b_wins, g, zero])?) } else { None };
+                vec![ga, gb]
+            }
+            Complex => {
+                let ga = if need[0] { Some(self.un(UnaryOp::Real, g)?) } else { None };
+                let gb = if need[1] { Some(self.un(UnaryOp::Imag, g)?) } else { None };
+                vec![ga, gb]
+            }
+            Greater | Equal => vec![None, None],
+        })
+    }
+
+    /// Sum: broadcast back. Max/MaxMag: split the gradient evenly between the elements equal
+    /// to the result (a valid subgradient; ties have measure zero on continuous data).
+    fn reduce(
+        &mut self,
+        op: ReduceOp,
+        axes: &[usize],
+        x: Value,
+        y: Value,
+        g: Value,
+    ) -> Result<Value, String> {
+        use BinaryOp::{Div, Equal, Mul};
+        if op == ReduceOp::Sum {
+            let s = self.ty(x).shape.clone();
+            return self.b.expand(g, s);
+        }
+        let mask = if self.is_complex(x) {
+            let (xr, yr) = (self.un(UnaryOp::Real, x)?, self.un(UnaryOp::Real, y)?);
+            let (xi, yi) = (self.un(UnaryOp::Imag, x)?, self.un(UnaryOp::Imag, y)?);
+            let er = self.bin(Equal, xr, yr)?;
+            let ei = self.bin(Equal, xi, yi)?;
+            self.bin(Mul, er, ei)?
+        } else {
+            self.bin(Equal, x, y)?
+        };
+        let count = self.b.sum(mask, axes)?;
+        let share = self.bin(Div, mask, count)?;
+        self.bin(Mul, share, g)
+    }
+
+    /// Gradients of `C = op(A)·op(B)`: `ḡ_{A'} = ḡ·B'^H`, `ḡ_{B'} = A'^H·ḡ`, mapped back
+    /// through each operand's transpose and conjugation flags.
+    fn matmul(
+        &mut self,
+        trans: [bool; 2],
+        conj: [bool; 2],
+        a: Value,
+        b: Value,
+        g: Value,
+        need: &[bool],
+    ) -> Result<Vec<Option<Value>>, String> {
+        let ([ta, tb], [ca, cb]) = (trans, conj);
+        let ga = if !need[0] {
+            None
+        } else if !ta {
+            self.maybe(true, Op::MatMul { trans: [false, !tb], conj: [ca, xor(!cb, ca)] }, &[g, b])?
+        } else {
+            self.maybe(true, Op::MatMul { trans: [tb, true], conj: [xor(!cb, ca), ca] }, &[b, g])?
+        };
+        let gb = if !need[1] {
+            None
+        } else if !tb {
+            self.maybe(true, Op::MatMul { trans: [!ta, false], conj: [xor(!ca, cb), cb] }, &[a, g])?
+        } else {
+            self.maybe(true, Op::MatMul { trans: [true, ta], conj: [cb, xor(!ca, cb)] }, &[g, a])?
+        };
+        Ok(vec![ga, gb])
+    }
+}

@@ -1,0 +1,453 @@
+//! Gradient checks of autodiff: every differentiable op, with random shapes, dtypes, flags and
+//! geometries, against central finite differences in f64 on the real and imaginary parts of
+//! every input. Seeds are fresh each run and printed on failure (`CVC_TEST_SEED` replays one).
+
+use cvc_compiler::interp::check::{check_coordinates, random_tensor, GradCheckConfig};
+use cvc_compiler::interp::{evaluate, SplitMix64, Tensor, TensorData};
+use cvc_compiler::ir::builder::Builder;
+use cvc_compiler::ir::verify::verify;
+use cvc_compiler::ir::*;
+use cvc_compiler::passes::autodiff::gradients;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const F: DType = DType::F32;
+const C: DType = DType::C64;
+
+/// A fresh seed per case: `CVC_TEST_SEED` if set, else the clock mixed with a counter.
+fn next_seed() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    if let Some(s) = std::env::var("CVC_TEST_SEED").ok().and_then(|s| s.parse().ok()) {
+        return s;
+    }
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64);
+    let mut rng =
+        SplitMix64::new(t.unwrap_or(0) ^ COUNTER.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37));
+    rng.next_u64()
+}
+
+/// Where an input's random values lie (to stay off kinks and out of domain errors).
+#[derive(Clone, Copy, PartialEq)]
+enum Domain {
+    /// Standard normal.
+    Normal,
+    /// In `[0.5, ∞)`.
+    Positive,
+    /// `|x| ≥ 0.5`, random sign.
+    AwayFromZero,
+}
+
+/// One input of a case: dtype, shape, domain.
+#[derive(Clone)]
+struct Spec {
+    dtype: DType,
+    shape: Vec<usize>,
+    domain: Domain,
+}
+
+fn spec(dtype: DType, shape: &[usize]) -> Spec {
+    Spec { dtype, shape: shape.to_vec(), domain: Domain::Normal }
+}
+
+fn spec_in(dtype: DType, shape: &[usize], domain: Domain) -> Spec {
+    Spec { dtype, shape: shape.to_vec(), domain }
+}
+
+type BuildFn<'a> = dyn Fn(&mut Builder, &[Value]) -> Result<Value, String> + 'a;
+
+/// `Σ Re(conj(w)·out)` for a random fixed `w` of `out`'s type (real: `Σ w·out`), as a scalar.
+fn weighted_sum(b: &mut Builder, out: Value) -> Result<Value, String> {
+    let ty = b.graph.ty(out).clone();
+    let w = b.leaf(Op::Input { name: "w".into() }, ty.clone());
+    let prod = if ty.dtype.is_complex() {
+        let cw = b.unary(UnaryOp::Conj, w)?;
+        let p = b.mul(cw, out)?;
+        b.unary(UnaryOp::Real, p)?
+    } else {
+        b.mul(w, out)?
+    };
+    let axes: Vec<usize> = (0..ty.shape.rank()).collect();
+    let s = if axes.is_empty() { prod } else { b.sum(prod, &axes)? };
+    b.reshape(s, Shape::scalar())
+}
+
+fn shaped(mut t: Tensor, domain: Domain) -> Tensor {
+    let f = |x: f64| match domain {
+        Domain::Normal => x,
+        Domain::Positive => 0.5 + x.abs(),
+        Domain::AwayFromZero => x.signum() * (0.5 + x.abs()),
+    };
+    match &mut t.data {
+        TensorData::Real(v) => v.iter_mut().for_each(|x| *x = f(*x)),
+        TensorData::Complex(v) => v.iter_mut().for_each(|z| {
+            z.re = f(z.re);
+            z.im = f(z.im);
+        }),
+        TensorData::Int(_) => {}
+    }
+    t
+}
+
+/// Builds `build(inputs)`, differentiates the weighted sum of it w.r.t. every input, and
+/// compares with finite differences.
+fn run_case(
+    seed: u64,
+    specs: &[Spec],
+    batch: usize,
+    max_coords: Option<usize>,
+    build: &BuildFn,
+) -> Result<(), String> {
+    let mut rng = SplitMix64::new(seed);
+    let mut g = Graph::new("gradcheck", Mode::Train);
+    let (xs, loss) = {
+        let mut b = Builder::new(&mut g);
+        let xs: Vec<Value> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let shape =
+                    Shape(s.shape.iter().map(|&d| if d == 0 { Dim::Batch } else { Dim::Fixed(d) }).collect());
+                b.leaf(Op::Input { name: format!("x{i}") }, TensorType::new(s.dtype, shape))
+            })
+            .collect();
+        let out = build(&mut b, &xs)?;
+        (xs, weighted_sum(&mut b, out)?)
+    };
+    g.loss = Some(loss);
+    let fwd = g.clone();
+    let grads = gradients(&mut g, loss, &xs)?;
+    verify(&g)?;
+    for (&x, &dx) in xs.iter().zip(&grads) {
+        if g.ty(x) != g.ty(dx) {
+            return Err(format!("gradient type {} for input {}", g.ty(dx), g.ty(x)));
+        }
+        if g.node(dx).origin.role != Role::Backward && !matches!(g.node(dx).op, Op::Scalar { .. }) {
+            return Err(format!("gradient {dx} is not a backward node"));
+        }
+    }
+    let mut leaves = HashMap::new();
+    for (h, n) in g.nodes.iter() {
+        if !matches!(n.op, Op::Input { .. } | Op::Param { .. } | Op::State { .. }) {
+            continue;
+        }
+        let shape = n.ty.shape.resolve(batch);
+        let domain = xs.iter().position(|&x| x == h).map_or(Domain::Normal, |i| specs[i].domain);
+        leaves.insert(h, shaped(random_tensor(n.ty.dtype, &shape, 3, &mut rng), domain));
+    }
+    let pairs: Vec<(Value, Value)> =
+        xs.iter().copied().zip(grads).filter(|&(x, _)| g.ty(x).dtype != DType::I32).collect();
+    let cfg = GradCheckConfig { eps: 1e-6, tol: 1e-6, max_coords };
+    check_coordinates(&fwd, &g, batch, &leaves, loss, &pairs, cfg, &mut rng)?;
+    Ok(())
+}
+
+fn check(name: &str, specs: &[Spec], build: &BuildFn) {
+    check_full(name, specs, 1, None, build)
+}
+
+fn check_full(name: &str, specs: &[Spec], batch: usize, max_coords: Option<usize>, build: &BuildFn) {
+    let seed = next_seed();
+    if let Err(e) = run_case(seed, specs, batch, max_coords, build) {
+        panic!("{name}: {e}\n  seed {seed} (replay with CVC_TEST_SEED={seed})");
+    }
+}
+
+#[test]
+fn unary_ops() {
+    use Domain::*;
+    use UnaryOp::*;
+    let cases: &[(UnaryOp, &[DType], Domain)] = &[
+        (Neg, &[F, C], Normal),
+        (Conj, &[F, C], Normal),
+        (Real, &[F, C], Normal),
+        (Imag, &[F, C], Normal),
+        (Abs, &[F, C], AwayFromZero),
+        (Abs2, &[F, C], Normal),
+        (Angle, &[F, C], AwayFromZero),
+        (ToComplex, &[F], Normal),
+        (Exp, &[F], Normal),
+        (Log, &[F], Positive),
+        (Sqrt, &[F], Positive),
+        (Rsqrt, &[F], Positive),
+        (Recip, &[F], AwayFromZero),
+        (Sin, &[F], Normal),
+        (Cos, &[F], Normal),
+        (Tanh, &[F], Normal),
+        (Sigmoid, &[F], Normal),
+        (Relu, &[F], AwayFromZero),
+        (Step, &[F], AwayFromZero),
+        (Gelu, &[F], Normal),
+        (GeluGrad, &[F], Normal),
+    ];
+    for &(op, dtypes, domain) in cases {
+        for &dt in dtypes {
+            check(&format!("{op:?} {dt}"), &[spec_in(dt, &[2, 3], domain)], &|b, x| b.unary(op, x[0]));
+        }
+    }
+}
+
+#[test]
+fn stop_grad_blocks_the_gradient() {
+    let mut g = Graph::new("stop", Mode::Train);
+    let mut b = Builder::new(&mut g);
+    let x = b.leaf(Op::Input { name: "x".into() }, TensorType::new(C, Shape::fixed(&[3])));
+    let s = b.unary(UnaryOp::StopGrad, x).unwrap();
+    let a = b.unary(UnaryOp::Abs2, s).unwrap();
+    let l = b.sum(a, &[0]).unwrap();
+    let l = b.reshape(l, Shape::scalar()).unwrap();
+    let dx = gradients(&mut g, l, &[x]).unwrap()[0];
+    verify(&g).unwrap();
+    let mut rng = SplitMix64::new(next_seed());
+    let leaves = HashMap::from([(x, random_tensor(C, &[3], 1, &mut rng))]);
+    let vals = evaluate(&g, 1, &leaves).unwrap();
+    let d = vals[dx.index()].as_ref().unwrap();
+    assert_eq!(d.shape, vec![3]);
+    assert!(d.to_complex_vec().iter().all(|z| z.norm() == 0.0), "{d:?}");
+}
+
+#[test]
+fn binary_ops_broadcast_and_mixed_dtypes() {
+    use BinaryOp::*;
+    let shapes: &[(&[usize], &[usize])] =
+        &[(&[2, 3], &[2, 3]), (&[2, 3], &[3]), (&[2, 1], &[1, 3]), (&[], &[2, 3])];
+    let all = [(F, F), (C, C), (F, C), (C, F)];
+    for &(sa, sb) in shapes {
+        for op in [Add, Sub, Mul] {
+            for (da, db) in all {
+                check(&format!("{op:?} {da}{sa:?} {db}{sb:?}"), &[spec(da, sa), spec(db, sb)], &|b, x| {
+                    b.binary(op, x[0], x[1])
+                });
+            }
+        }
+        for (da, db) in all {
+            let specs = [spec(da, sa), spec_in(db, sb, Domain::AwayFromZero)];
+            check(&format!("Div {da}{sa:?} {db}{sb:?}"), &specs, &|b, x| b.div(x[0], x[1]));
+        }
+        for op in [Max, Complex, Greater, Equal] {
+            check(&format!("{op:?} {sa:?} {sb:?}"), &[spec(F, sa), spec(F, sb)], &|b, x| {
+                b.binary(op, x[0], x[1])
+            });
+        }
+    }
+}
+
+#[test]
+fn select_routes_gradients() {
+    for (da, db) in [(F, F), (C, F), (F, C), (C, C)] {
+        let specs = [spec(F, &[2, 1]), spec(da, &[2, 3]), spec(db, &[3])];
+        check(&format!("select {da} {db}"), &specs, &|b, x| b.add(Op::Select, &[x[0], x[1], x[2]]));
+    }
+}
+
+#[test]
+fn reductions() {
+    let cases: &[(&[usize], &[usize])] =
+        &[(&[3, 4], &[0]), (&[3, 4], &[1]), (&[3, 4], &[0, 1]), (&[2, 3, 4], &[0, 2])];
+    for &(shape, axes) in cases {
+        for (op, dtypes) in [(ReduceOp::Sum, [F, C]), (ReduceOp::MaxMag, [F, C]), (ReduceOp::Max, [F, F])] {
+            for dt in dtypes {
+                let r = Op::Reduce { op, axes: axes.to_vec() };
+                check(&format!("{op:?} {dt}{shape:?} axes {axes:?}"), &[spec(dt, shape)], &|b, x| {
+                    b.add(r.clone(), &[x[0]])
+                });
+            }
+        }
+    }
+}
+
+#[test]
+fn layout_ops() {
+    for dt in [F, C] {
+        check("reshape", &[spec(dt, &[2, 3, 4])], &|b, x| b.reshape(x[0], Shape::fixed(&[6, 4])));
+        check("expand", &[spec(dt, &[3, 1])], &|b, x| b.expand(x[0], Shape::fixed(&[2, 3, 4])));
+        check("permute", &[spec(dt, &[2, 3, 4])], &|b, x| {
+            b.add(Op::Permute { perm: vec![2, 0, 1] }, &[x[0]])
+        });
+        check("slice", &[spec(dt, &[2, 5, 3])], &|b, x| {
+            b.add(Op::Slice { axis: 1, start: 1, len: 3 }, &[x[0]])
+        });
+        check("pad", &[spec(dt, &[2, 3])], &|b, x| b.add(Op::Pad { axis: 1, before: 2, after: 1 }, &[x[0]]));
+    }
+    for (da, db) in [(F, F), (F, C), (C, F), (C, C)] {
+        let specs = [spec(da, &[2, 3]), spec(db, &[2, 2]), spec(F, &[2, 1])];
+        check(&format!("concat {da} {db}"), &specs, &|b, x| {
+            b.add(Op::Concat { axis: 1 }, &[x[0], x[1], x[2]])
+        });
+    }
+    // The batch dimension resolves at evaluation; a batch mean uses Scalar{batch_exp: -1}.
+    check_full("batch mean", &[spec(C, &[0, 3])], 3, None, &|b, x| {
+        let s = b.sum(x[0], &[0])?;
+        let inv_b = b.add(Op::Scalar { value: 1.0, batch_exp: -1 }, &[])?;
+        b.mul(s, inv_b)
+    });
+}
+
+#[test]
+fn matmul_all_flags_and_dtypes() {
+    let (m, k, n) = (2, 3, 4);
+    for flags in 0..16u32 {
+        let trans = [flags & 1 != 0, flags & 2 != 0];
+        let conj = [flags & 4 != 0, flags & 8 != 0];
+        let sa = if trans[0] { [k, m] } else { [m, k] };
+        let sb = if trans[1] { [n, k] } else { [k, n] };
+        for (da, db) in [(C, C), (F, C), (C, F), (F, F)] {
+            let mm = Op::MatMul { trans, conj };
+            check(
+                &format!("matmul trans {trans:?} conj {conj:?} {da} {db}"),
+                &[spec(da, &sa), spec(db, &sb)],
+                &|b, x| b.add(mm.clone(), &[x[0], x[1]]),
+            );
+        }
+    }
+}
+
+/// Geometries exercised by the convolution checks: (stride, pad, dilation, groups).
+fn geometries() -> Vec<ConvGeom> {
+    vec![
+        ConvGeom { stride: [1, 1], pad: [0, 0], dilation: [1, 1], groups: 1 },
+        ConvGeom { stride: [2, 1], pad: [1, 0], dilation: [1, 1], groups: 2 },
+        ConvGeom { stride: [1, 2], pad: [2, 1], dilation: [2, 1], groups: 1 },
+    ]
+}
+
+const CONV_DTYPES: [(DType, DType); 4] = [(C, C), (F, C), (C, F), (F, F)];
+
+#[test]
+fn conv2d_family() {
+    let (n, c, h, w, o, kh, kw) = (2, 4, 5, 6, 4, 3, 2);
+    for geom in geometries() {
+        let ho = geom.out_extent(0, h, kh).unwrap();
+        let wo = geom.out_extent(1, w, kw).unwrap();
+        let cg = c / geom.groups;
+        for cf in 0..4u32 {
+            let conj = [cf & 1 != 0, cf & 2 != 0];
+            for (da, db) in CONV_DTYPES {
+                let what = format!("{geom:?} conj {conj:?} {da} {db}");
+                let conv = Op::Conv2d { geom, conj };
+                let specs = [spec(da, &[n, c, h, w]), spec(db, &[o, cg, kh, kw])];
+                check_full(&format!("conv2d {what}"), &specs, 1, Some(24), &|b, x| {
+                    b.add(conv.clone(), &[x[0], x[1]])
+                });
+                let ct = Op::ConvTranspose2d { geom, out_hw: [h, w], conj };
+                let specs = [spec(da, &[n, o, ho, wo]), spec(db, &[o, cg, kh, kw])];
+                check_full(&format!("conv_transpose2d {what}"), &specs, 1, Some(24), &|b, x| {
+                    b.add(ct.clone(), &[x[0], x[1]])
+                });
+                let wg = Op::Conv2dWeightGrad { geom, kernel: [kh, kw], conj };
+                let specs = [spec(da, &[n, c, h, w]), spec(db, &[n, o, ho, wo])];
+                check_full(&format!("conv2d_weight_grad {what}"), &specs, 1, Some(24), &|b, x| {
+                    b.add(wg.clone(), &[x[0], x[1]])
+                });
+            }
+        }
+    }
+}
+
+#[test]
+fn fft_both_directions_all_norms() {
+    for axis in [0, 1] {
+        for inverse in [false, true] {
+            for norm in [FftNorm::Backward, FftNorm::Ortho, FftNorm::Forward] {
+                let op = Op::Fft { axis, inverse, norm };
+                check(
+                    &format!("fft axis {axis} inverse {inverse} {norm:?}"),
+                    &[spec(C, &[3, 4])],
+                    &|b, x| b.add(op.clone(), &[x[0]]),
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn constant_producers_carry_no_gradient() {
+    // One-hot rows and dropout masks are constants: the gradient flows to the other operand.
+    check("one_hot", &[spec(C, &[2, 3])], &|b, x| {
+        let labels =
+            b.leaf(Op::Input { name: "labels".into() }, TensorType::new(DType::I32, Shape::fixed(&[2])));
+        let oh = b.add(Op::OneHot { classes: 3 }, &[labels])?;
+        b.mul(x[0], oh)
+    });
+    check("dropout", &[spec(C, &[2, 3])], &|b, x| {
+        let step = b.leaf(
+            Op::State { name: "step".into(), init: Init::Zeros },
+            TensorType::new(DType::I32, Shape::scalar()),
+        );
+        let mask =
+            b.add_shaped(Op::DropoutMask { p: 0.5, salt: 7 }, &[step], Some(&Shape::fixed(&[2, 3])))?;
+        b.mul(x[0], mask)
+    });
+}
+
+#[test]
+fn composite_chains_share_values() {
+    // Several users of one value, a complex → real → complex round trip and a normalisation.
+    check("chain", &[spec(C, &[2, 3]), spec(F, &[3])], &|b, x| {
+        let a = b.unary(UnaryOp::Abs, x[0])?;
+        let e = b.mul(a, x[1])?;
+        let t = b.unary(UnaryOp::Tanh, e)?;
+        let z = b.mul(x[0], t)?;
+        let s = b.sum(z, &[1])?;
+        let m = b.add(Op::Reduce { op: ReduceOp::Sum, axes: vec![0, 1] }, &[a])?;
+        let r = b.unary(UnaryOp::Recip, m)?;
+        let y = b.mul(s, r)?;
+        b.mul(y, x[0])
+    });
+}
+
+/// Every `examples/*.cvnn` network in train mode at batch 2: the gradient of its loss w.r.t.
+/// every parameter and every real or complex input, compared along random directions (two
+/// loss evaluations per direction keep whole networks affordable in a debug build).
+#[test]
+fn example_networks() {
+    use cvc_compiler::front::check_source;
+    use cvc_compiler::interp::check::{check_directions, random_inputs};
+    use cvc_compiler::interp::Session;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("examples folder")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "cvnn"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no examples in {}", dir.display());
+    for path in files {
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let src = std::fs::read_to_string(&path).unwrap();
+        let checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+        let seed = next_seed();
+        let started = std::time::Instant::now();
+        let result = (|| -> Result<(), String> {
+            let mut g = checked.graph.clone();
+            let loss = g.loss.ok_or("no loss")?;
+            let fwd = g.clone();
+            let wrt: Vec<Value> = g
+                .nodes
+                .iter()
+                .filter(|(_, n)| match n.op {
+                    Op::Param { .. } => true,
+                    Op::Input { .. } => n.ty.dtype != DType::I32,
+                    _ => false,
+                })
+                .map(|(h, _)| h)
+                .collect();
+            let grads = gradients(&mut g, loss, &wrt)?;
+            verify(&g)?;
+            let batch = 2;
+            let mut rng = SplitMix64::new(seed);
+            let mut leaves = random_inputs(&g, batch, 1.0, &mut rng);
+            let session = Session::new(&g, batch, seed);
+            for v in g.persistent() {
+                leaves.insert(v, session.state[g.leaf_name(v).unwrap()].clone());
+            }
+            let pairs: Vec<(Value, Value)> = wrt.into_iter().zip(grads).collect();
+            let cfg = GradCheckConfig { eps: 1e-6, tol: 1e-6, max_coords: None };
+            check_directions(&fwd, &g, batch, &leaves, loss, &pairs, 2, cfg, &mut rng)?;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            panic!("{name}: {e}\n  seed {seed} (replay with CVC_TEST_SEED={seed})");
+        }
+        eprintln!("{name}: gradients agree ({:.1} s)", started.elapsed().as_secs_f64());
+    }
+}

@@ -1,0 +1,407 @@
+//! Planner tests: placements never overlap live buffers, every buffer is written before it is
+//! read, the arena is at least the lower bound (property tests over random intervals and
+//! random graphs), and the rewriting passes (cast placement, view canonicalisation,
+//! checkpointing) compute the same values as the graph they rewrite (reference interpreter).
+
+use cvc_compiler::front::check_source;
+use cvc_compiler::interp::check::random_tensor;
+use cvc_compiler::interp::{evaluate, SplitMix64, Tensor};
+use cvc_compiler::ir::builder::Builder;
+use cvc_compiler::ir::*;
+use cvc_compiler::passes::fusion::{self, GroupKind};
+use cvc_compiler::passes::liveness::LiveInterval;
+use cvc_compiler::passes::memplan::{self, align, storage_root, ALIGN};
+use cvc_compiler::passes::pipeline::{compile, Options};
+use cvc_compiler::passes::{cast, remat, schedule, views, Program};
+use proptest::prelude::*;
+use std::collections::HashMap;
+
+fn seed() -> u64 {
+    let s = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
+    println!("seed {s}");
+    s
+}
+
+// ---------------------------------------------------------------------------------------
+// Placement over random intervals.
+
+fn interval_strategy() -> impl Strategy<Value = Vec<LiveInterval>> {
+    prop::collection::vec((0usize..40, 0usize..15, 1usize..5000, prop::bool::weighted(0.1)), 1..60).prop_map(|v| {
+        v.into_iter()
+            .enumerate()
+            .map(|(i, (first, len, bytes, persistent))| LiveInterval {
+                values: vec![Value::from_index(i)],
+                starts: vec![if persistent { 0 } else { first }],
+                first: if persistent { 0 } else { first },
+                last: if persistent { 54 } else { first + len },
+                bytes: align(bytes),
+                persistent,
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    #[test]
+    fn placements_never_overlap_live_buffers(ivs in interval_strategy()) {
+        let steps = ivs.iter().map(|iv| iv.last + 1).max().unwrap_or(1);
+        let (lb, _) = memplan::lower_bound(&ivs, steps);
+        for p in [memplan::greedy_by_size(&ivs), memplan::best_fit_in_order(&ivs), memplan::best_fit_by_size(&ivs)] {
+            memplan::validate(&ivs, &p).map_err(TestCaseError::fail)?;
+            prop_assert!(p.arena_bytes >= lb, "arena {} below the lower bound {lb}", p.arena_bytes);
+            prop_assert!(p.offsets.iter().all(|o| o % ALIGN == 0));
+            let total: usize = ivs.iter().map(|iv| iv.bytes).sum();
+            prop_assert!(p.arena_bytes <= total);
+        }
+    }
+}
+
+/// The lower bound of disjoint-in-time buffers is the largest one; all fit at offset 0.
+#[test]
+fn disjoint_buffers_share_one_range() {
+    let ivs: Vec<LiveInterval> = (0..5)
+        .map(|i| LiveInterval {
+            values: vec![Value::from_index(i)],
+            starts: vec![2 * i],
+            first: 2 * i,
+            last: 2 * i + 1,
+            bytes: 256 * (i + 1),
+            persistent: false,
+        })
+        .collect();
+    let p = memplan::greedy_by_size(&ivs);
+    assert_eq!(p.arena_bytes, 256 * 5);
+    assert!(p.offsets.iter().all(|&o| o == 0));
+    assert_eq!(memplan::lower_bound(&ivs, 10).0, 256 * 5);
+}
+
+// ---------------------------------------------------------------------------------------
+// Random graphs through the whole pipeline.
+
+/// A random training graph: a chain of elementwise, reduction, movement and contraction
+/// ops over a complex input, ending in a real loss.
+fn random_graph(ops: &[(u8, u8)]) -> Graph {
+    let mut g = Graph::new("random", Mode::Train);
+    let mut b = Builder::new(&mut g);
+    b.at(Default::default(), Role::Input, "x");
+    let x = b.leaf(Op::Input { name: "x".into() }, TensorType::new(DType::C64, Shape(vec![Dim::Batch, Dim::Fixed(4), Dim::Fixed(6)])));
+    let mut vals = vec![x];
+    for (i, &(kind, pick)) in ops.iter().enumerate() {
+        let a = vals[pick as usize % vals.len()];
+        let label = format!("op{i}");
+        b.at(Default::default(), Role::Forward, label.clone());
+        let ty = b.graph.ty(a).clone();
+        let v = match kind % 9 {
+            0 => b.unary(UnaryOp::Neg, a),
+            1 => {
+                let r = if ty.dtype == DType::C64 { b.unary(UnaryOp::Real, a).unwrap() } else { a };
+                let i2 = if ty.dtype == DType::C64 { b.unary(UnaryOp::Imag, a).unwrap() } else { a };
+                let r = b.unary(UnaryOp::Relu, r).unwrap();
+                b.binary(BinaryOp::Complex, r, i2)
+            }
+            2 => {
+                b.at(Default::default(), Role::Param, label.clone());
+                let p = b.leaf(
+                    Op::Param { name: format!("p{i}"), init: Init::Ones },
+                    TensorType::new(DType::F32, Shape::fixed(&[ty.shape.0[ty.shape.rank() - 1].fixed().unwrap_or(1)])),
+                );
+                b.at(Default::default(), Role::Forward, label.clone());
+                b.mul(a, p)
+            }
+            3 if ty.shape.rank() == 3 => {
+                let s = b.sum(a, &[2]).unwrap();
+                b.expand(s, ty.shape.clone()).and_then(|e| b.add2(e, a))
+            }
+            4 if ty.shape.rank() == 3 => {
+                let d = ty.shape.0.clone();
+                let n = d[1].fixed().unwrap() * d[2].fixed().unwrap();
+                let r = b.reshape(a, Shape(vec![Dim::Batch, Dim::Fixed(n)])).unwrap();
+                b.at(Default::default(), Role::Param, label.clone());
+                let w = b.leaf(
+                    Op::Param { name: format!("w{i}"), init: Init::Ones },
+                    TensorType::new(DType::C64, Shape::fixed(&[n, n])),
+                );
+                b.at(Default::default(), Role::Forward, label.clone());
+                let m = b.add(Op::MatMul { trans: [false, false], conj: [false, false] }, &[r, w]).unwrap();
+                b.reshape(m, ty.shape.clone())
+            }
+            5 if ty.shape.rank() == 3 && ty.shape.0[2] == Dim::Fixed(6) => {
+                let r = b.reshape(a, Shape(vec![Dim::Batch, Dim::Fixed(4), Dim::Fixed(3), Dim::Fixed(2)])).unwrap();
+                let s = b.sum(r, &[3]).unwrap();
+                let s = b.scale(s, 0.5).unwrap();
+                let e = b.expand(s, r_shape(&ty)).unwrap();
+                b.reshape(e, ty.shape.clone()).and_then(|e| b.mul(e, a))
+            }
+            6 => b.unary(UnaryOp::Conj, a),
+            7 if ty.dtype == DType::F32 => b.unary(UnaryOp::ToComplex, a),
+            _ => {
+                let m = b.unary(UnaryOp::Abs2, a).unwrap();
+                b.unary(UnaryOp::ToComplex, m)
+            }
+        };
+        vals.push(v.expect("random op type-checks"));
+    }
+    let last = *vals.last().expect("one value");
+    b.at(Default::default(), Role::Forward, "loss");
+    let m = b.unary(UnaryOp::Abs2, last).unwrap();
+    let axes: Vec<usize> = (0..b.graph.ty(m).shape.rank()).collect();
+    let s = b.sum(m, &axes).unwrap();
+    let l = b.reshape(s, Shape::scalar()).unwrap();
+    g.loss = Some(l);
+    g.outputs.push(Output { name: "y".into(), value: last });
+    g
+}
+
+fn r_shape(ty: &TensorType) -> Shape {
+    let _ = ty;
+    Shape(vec![Dim::Batch, Dim::Fixed(4), Dim::Fixed(3), Dim::Fixed(2)])
+}
+
+/// Simulates the arena: every read finds the bytes its value's buffer last received.
+fn check_written_before_read(p: &Program) -> Result<(), String> {
+    let g = &p.graph;
+    let blocks = p.plan.arena_bytes / ALIGN + 1;
+    let mut owner: Vec<Option<Value>> = vec![None; blocks];
+    let range = |v: Value| {
+        let s = p.plan.slot(v).ok_or_else(|| format!("{v} has no slot"))?;
+        Ok::<_, String>(s.offset / ALIGN..(s.offset + align(s.bytes)) / ALIGN)
+    };
+    for (h, n) in g.nodes.iter() {
+        if n.op.is_leaf() && !matches!(n.op, Op::Scalar { .. }) {
+            for b in range(h)? {
+                owner[b] = Some(h);
+            }
+        }
+    }
+    for (step, &gi) in p.order.iter().enumerate() {
+        let k = &p.groups[gi];
+        for &i in &k.inputs {
+            let root = storage_root(g, i);
+            let holder = range(i)?.map(|b| owner[b]).find(|&o| o != Some(root) && o.is_some_and(|o| storage_root(g, o) != root));
+            if let Some(other) = holder {
+                return Err(format!("step {step}: {i} is read but its bytes hold {other:?}"));
+            }
+            if range(i)?.any(|b| owner[b].is_none()) {
+                return Err(format!("step {step}: {i} is read before it is written"));
+            }
+        }
+        if k.kind == GroupKind::View {
+            continue;
+        }
+        for &o in &k.outputs {
+            let root = storage_root(g, o);
+            for b in range(o)? {
+                owner[b] = Some(root);
+            }
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn random_graphs_plan_soundly(
+        ops in prop::collection::vec((0u8..9, 0u8..255), 1..12),
+        batch in 1usize..5,
+        fuse in any::<bool>(),
+        budget in prop::option::of(256u64..20_000),
+    ) {
+        let g = random_graph(&ops);
+        let opts = Options { batch, fuse, memory_budget: budget, ..Options::default() };
+        let p = compile(g, &opts).map_err(TestCaseError::fail)?;
+        schedule::validate(&p.graph, &fusion::Fusion { groups: p.groups.clone(), recomputed: vec![] }, &p.order)
+            .map_err(TestCaseError::fail)?;
+        let ivs: Vec<LiveInterval> = p.plan.buffers.iter().map(|b| b.interval.clone()).collect();
+        let placement = memplan::Placement { offsets: p.plan.buffers.iter().map(|b| b.offset).collect(), arena_bytes: p.plan.arena_bytes };
+        memplan::validate(&ivs, &placement).map_err(TestCaseError::fail)?;
+        prop_assert!(p.plan.arena_bytes >= p.plan.lower_bound_bytes);
+        check_written_before_read(&p).map_err(TestCaseError::fail)?;
+        if fuse {
+            prop_assert_eq!(p.facts.combines_materialized, 0);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Rewrites preserve values (reference interpreter).
+
+fn leaves(g: &Graph, batch: usize, rng: &mut SplitMix64) -> HashMap<String, Tensor> {
+    let users = g.users();
+    let mut out = HashMap::new();
+    for (h, n) in g.nodes.iter() {
+        if let Some(name) = g.leaf_name(h) {
+            let bound = users[h.index()]
+                .iter()
+                .filter_map(|&u| match g.node(u).op {
+                    Op::OneHot { classes } => Some(classes),
+                    _ => None,
+                })
+                .min()
+                .unwrap_or(2);
+            let mut t = random_tensor(n.ty.dtype, &n.ty.shape.resolve(batch), bound, rng);
+            if matches!(n.op, Op::State { .. }) && n.ty.dtype != DType::I32 {
+                // Second moments and counters must be non-negative.
+                if let cvc_compiler::interp::TensorData::Real(v) = &mut t.data {
+                    v.iter_mut().for_each(|x| *x = x.abs());
+                }
+            }
+            out.insert(name.to_string(), t);
+        }
+    }
+    out
+}
+
+/// Evaluates `g`: its outputs, loss and assigned values, keyed by name.
+fn results(g: &Graph, batch: usize, named: &HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, String> {
+    let mut map = HashMap::new();
+    for h in g.nodes.handles() {
+        if let Some(name) = g.leaf_name(h) {
+            map.insert(h, named.get(name).ok_or_else(|| format!("no leaf {name}"))?.clone());
+        }
+    }
+    let vals = evaluate(g, batch, &map)?;
+    let mut out = Vec::new();
+    for o in &g.outputs {
+        out.push((format!("output {}", o.name), vals[o.value.index()].clone().expect("value")));
+    }
+    if let Some(l) = g.loss {
+        out.push(("loss".into(), vals[l.index()].clone().expect("value")));
+    }
+    for (h, n) in g.nodes.iter() {
+        if matches!(n.op, Op::Assign) {
+            let name = g.leaf_name(n.inputs[0]).expect("assign target is a leaf");
+            out.push((format!("assign {name}"), vals[h.index()].clone().expect("value")));
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+fn assert_same(what: &str, a: &[(String, Tensor)], b: &[(String, Tensor)]) {
+    assert_eq!(a.len(), b.len(), "{what}: different result sets");
+    for ((na, ta), (nb, tb)) in a.iter().zip(b) {
+        assert_eq!(na, nb, "{what}");
+        let d = ta.max_abs_diff(tb).unwrap_or(f64::INFINITY);
+        let scale = ta.to_complex_vec().iter().map(|z| z.norm()).fold(1.0, f64::max);
+        assert!(d <= 1e-9 * scale, "{what}: {na} differs by {d} (scale {scale})");
+    }
+}
+
+fn example(name: &str) -> String {
+    let path = format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Cast placement, autodiff + optimizer, view canonicalisation and a checkpoint each leave
+/// every output, the loss and every updated buffer unchanged.
+fn rewrites_preserve_values(file: &str, batch: usize) {
+    let src = example(file);
+    let checked = check_source(file, &src, Mode::Train).unwrap_or_else(|d| panic!("{file}: {d:?}"));
+    let s = seed();
+    let mut rng = SplitMix64::new(s);
+    let mut g = checked.graph.clone();
+    if g.loss.is_none() {
+        return;
+    }
+    let named = leaves(&g, batch, &mut rng);
+    let before = results(&g, batch, &named).expect("lowered graph evaluates");
+    cast::run(&mut g).expect("cast pass");
+    assert_same(&format!("{file}: cast (seed {s})"), &before, &results(&g, batch, &named).expect("evaluates"));
+
+    let ad = cvc_compiler::passes::autodiff::run(&mut g).expect("autodiff");
+    let opt = checked.train.optimizer.clone();
+    cvc_compiler::passes::optimizer::run(&mut g, &ad.grads, &opt).expect("optimizer");
+    let mut named = named;
+    for (k, t) in leaves(&g, batch, &mut rng) {
+        named.entry(k).or_insert(t);
+    }
+    let trained = results(&g, batch, &named).expect("training graph evaluates");
+    let mut h = g.clone();
+    views::run(&mut h).expect("views");
+    verify::verify(&h).expect("canonical IR verifies");
+    assert_same(&format!("{file}: views (seed {s})"), &trained, &results(&h, batch, &named).expect("evaluates"));
+
+    let f = fusion::fuse(&h);
+    let checkpointed = h
+        .nodes
+        .iter()
+        .filter(|(_, n)| n.op.is_contraction() && n.origin.role == Role::Forward)
+        .find_map(|(v, _)| remat::checkpoint(&h, v).expect("checkpoint"));
+    if let Some((c, _, clone)) = checkpointed {
+        verify::verify(&c).expect("checkpointed IR verifies");
+        assert_eq!(c.node(clone).origin.role, Role::Backward);
+        assert_same(&format!("{file}: checkpoint (seed {s})"), &trained, &results(&c, batch, &named).expect("evaluates"));
+    }
+    assert_eq!(fusion::combines_materialized(&h, &f), 0, "{file}");
+}
+
+#[test]
+fn seed_cnn_rewrites_preserve_values() {
+    rewrites_preserve_values("seed_cnn.cvnn", 2);
+}
+
+#[test]
+fn rf_modulation_rewrites_preserve_values() {
+    rewrites_preserve_values("rf_modulation.cvnn", 2);
+}
+
+#[test]
+fn complex_resnet_rewrites_preserve_values() {
+    rewrites_preserve_values("complex_resnet.cvnn", 2);
+}
+
+#[test]
+fn mri_recon_rewrites_preserve_values() {
+    rewrites_preserve_values("mri_recon.cvnn", 1);
+}
+
+/// A memory budget checkpoints the first convolution of the seed network and the plan
+/// shrinks; the recomputation is reported.
+#[test]
+fn budget_checkpoints_the_seed_network() {
+    let src = example("seed_cnn.cvnn");
+    let checked = check_source("seed_cnn.cvnn", &src, Mode::Train).expect("checks");
+    let opts = Options { batch: 1024, optimizer: checked.train.optimizer.clone(), memory_budget: None, fuse: true };
+    let free = compile(checked.graph.clone(), &opts).expect("compiles");
+    let budget = 3 * free.plan.arena_bytes as u64 / 4;
+    let tight = compile(checked.graph, &Options { memory_budget: Some(budget), ..opts }).expect("compiles");
+    assert!(tight.plan.arena_bytes as u64 <= budget, "{} > {budget}", tight.plan.arena_bytes);
+    assert!(tight.facts.recomputed.iter().any(|(v, why)| {
+        tight.graph.node(*v).op.is_contraction() && why.contains("checkpoint")
+    }));
+    check_written_before_read(&tight).expect("sound plan");
+}
+
+/// The acceptance figures of the seed network at batch 1024.
+#[test]
+fn seed_cnn_plan_meets_targets() {
+    let src = example("seed_cnn.cvnn");
+    let checked = check_source("seed_cnn.cvnn", &src, Mode::Train).expect("checks");
+    let opts = Options { batch: 1024, optimizer: checked.train.optimizer.clone(), memory_budget: None, fuse: true };
+    let p = compile(checked.graph, &opts).expect("compiles");
+    let gib = 1u64 << 30;
+    assert!((p.plan.arena_bytes as u64) * 10 <= 26 * gib, "arena {} > 2.6 GiB", p.plan.arena_bytes);
+    assert!(p.plan.fragmentation_pct() <= 5.0, "fragmentation {}", p.plan.fragmentation_pct());
+    assert_eq!(p.facts.combines_materialized, 0);
+    let base = compile(
+        check_source("seed_cnn.cvnn", &src, Mode::Train).expect("checks").graph,
+        &Options { fuse: false, ..opts },
+    )
+    .expect("compiles unfused");
+    assert!(p.plan.arena_bytes < base.plan.arena_bytes, "fusion does not beat the unfused baseline");
+}
+
+/// The arena simulation catches a plan that puts live buffers on top of each other.
+#[test]
+fn arena_simulation_catches_overlaps() {
+    let g = random_graph(&[(4, 0), (1, 1), (5, 2), (2, 3)]);
+    let mut p = compile(g, &Options { batch: 3, ..Options::default() }).expect("compiles");
+    check_written_before_read(&p).expect("the real plan is sound");
+    assert!(p.groups.len() > 5, "the random graph has {} kernels", p.groups.len());
+    for s in p.plan.slots.iter_mut().flatten() {
+        s.offset = 0;
+    }
+    assert!(check_written_before_read(&p).is_err(), "overlapping buffers went unnoticed");
+}

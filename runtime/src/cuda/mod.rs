@@ -1,0 +1,474 @@
+//! The CUDA back end: compiles the generated CUDA C with NVRTC (cached on disk), carves one
+//! device allocation into the plan's buffers and replays the launch list each step.
+//!
+//! cudarc loads libcuda, libnvrtc at run time and panics when a library is missing, so every
+//! entry point first checks that the library can be opened ([`available`], [`nvrtc_version`]).
+
+use crate::backend::{Backend, HostTensor, RuntimeError};
+use cudarc::driver::{result, sys};
+use cvc_compiler::back::cuda::{self, CudaModule, CudaStep};
+use cvc_compiler::front::train::Precision;
+use cvc_compiler::ir::{DType, Value};
+use cvc_compiler::passes::memplan::Slot;
+use cvc_compiler::passes::Program;
+use sha2::{Digest, Sha256};
+use std::cell::Cell;
+use std::ffi::{c_void, CStr, CString};
+use std::path::PathBuf;
+use std::time::Instant;
+
+fn driver_err(what: &str) -> impl Fn(result::DriverError) -> RuntimeError + '_ {
+    move |e| RuntimeError(format!("CUDA {what} failed: {e}"))
+}
+
+/// Name of the first CUDA device, or why the GPU cannot be used (no driver library, no device).
+pub fn available() -> Result<String, String> {
+    let present = std::panic::catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false);
+    if !present {
+        return Err("no CUDA driver found (libcuda.so could not be loaded)".into());
+    }
+    std::panic::catch_unwind(|| -> Result<String, String> {
+        result::init().map_err(|e| format!("the CUDA driver failed to initialise: {e}"))?;
+        let n = result::device::get_count().map_err(|e| format!("cannot count CUDA devices: {e}"))?;
+        if n < 1 {
+            return Err("the CUDA driver reports no device".into());
+        }
+        let dev = result::device::get(0).map_err(|e| format!("cannot open CUDA device 0: {e}"))?;
+        result::device::get_name(dev).map_err(|e| format!("cannot read the device name: {e}"))
+    })
+    .unwrap_or_else(|_| Err("the CUDA driver library is unusable".into()))
+}
+
+/// NVRTC's version `(major, minor)`, or why NVRTC cannot be loaded.
+pub fn nvrtc_version() -> Result<(i32, i32), String> {
+    use cudarc::nvrtc::sys as nv;
+    let present = std::panic::catch_unwind(|| unsafe { nv::is_culib_present() }).unwrap_or(false);
+    if !present {
+        return Err("NVRTC not found (libnvrtc.so.13 or libnvrtc.so could not be loaded; put its directory on LD_LIBRARY_PATH)".into());
+    }
+    let (mut major, mut minor) = (0, 0);
+    unsafe { nv::nvrtcVersion(&mut major, &mut minor) }
+        .result()
+        .map_err(|e| format!("nvrtcVersion failed: {e:?}"))?;
+    Ok((major, minor))
+}
+
+/// What NVRTC produces.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Output {
+    Ptx,
+    Cubin,
+}
+
+fn nvrtc_compile(source: &str, arch: &str, output: Output) -> Result<Vec<u8>, String> {
+    use cudarc::nvrtc::sys as nv;
+    nvrtc_version()?;
+    let src = CString::new(source).map_err(|_| "CUDA source contains a NUL byte".to_string())?;
+    let name = CString::new("cvc_module.cu").expect("static name");
+    let arch_opt = match output {
+        Output::Ptx => format!("--gpu-architecture={}", arch.replace("sm_", "compute_")),
+        Output::Cubin => format!("--gpu-architecture={arch}"),
+    };
+    let opts: Vec<CString> = [arch_opt.as_str(), "--std=c++17"]
+        .iter()
+        .map(|o| CString::new(*o).expect("option without NUL"))
+        .collect();
+    let opt_ptrs: Vec<*const std::ffi::c_char> = opts.iter().map(|o| o.as_ptr()).collect();
+    unsafe {
+        let mut prog: nv::nvrtcProgram = std::ptr::null_mut();
+        nv::nvrtcCreateProgram(&mut prog, src.as_ptr(), name.as_ptr(), 0, std::ptr::null(), std::ptr::null())
+            .result()
+            .map_err(|e| format!("nvrtcCreateProgram failed: {e:?}"))?;
+        let compiled = nv::nvrtcCompileProgram(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr());
+        let mut log_size = 0usize;
+        let mut log = String::new();
+        if nv::nvrtcGetProgramLogSize(prog, &mut log_size).result().is_ok() && log_size > 1 {
+            let mut buf = vec![0u8; log_size];
+            if nv::nvrtcGetProgramLog(prog, buf.as_mut_ptr() as *mut _).result().is_ok() {
+                log = CStr::from_bytes_until_nul(&buf).map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+            }
+        }
+        if compiled.result().is_err() {
+            nv::nvrtcDestroyProgram(&mut prog);
+            return Err(format!("NVRTC rejected the generated CUDA source for {arch}:\n{log}"));
+        }
+        let mut size = 0usize;
+        let bytes = match output {
+            Output::Ptx => {
+                nv::nvrtcGetPTXSize(prog, &mut size).result().map_err(|e| format!("nvrtcGetPTXSize: {e:?}"))?;
+                let mut buf = vec![0u8; size];
+                nv::nvrtcGetPTX(prog, buf.as_mut_ptr() as *mut _).result().map_err(|e| format!("nvrtcGetPTX: {e:?}"))?;
+                buf
+            }
+            Output::Cubin => {
+                nv::nvrtcGetCUBINSize(prog, &mut size).result().map_err(|e| format!("nvrtcGetCUBINSize: {e:?}"))?;
+                let mut buf = vec![0u8; size];
+                nv::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut _).result().map_err(|e| format!("nvrtcGetCUBIN: {e:?}"))?;
+                buf
+            }
+        };
+        nv::nvrtcDestroyProgram(&mut prog);
+        Ok(bytes)
+    }
+}
+
+/// Compiles CUDA C `source` to PTX for `arch` (e.g. `sm_90`) with NVRTC. Needs no GPU.
+pub fn compile_ptx(source: &str, arch: &str) -> Result<String, String> {
+    let bytes = nvrtc_compile(source, arch, Output::Ptx)?;
+    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+    Ok(String::from_utf8_lossy(&bytes[..end]).into_owned())
+}
+
+/// Compiles CUDA C `source` to a cubin for `arch` (e.g. `sm_90`) with NVRTC. Needs no GPU.
+pub fn compile_cubin(source: &str, arch: &str) -> Result<Vec<u8>, String> {
+    nvrtc_compile(source, arch, Output::Cubin)
+}
+
+/// The on-disk cache directory: `$CVC_CACHE_DIR`, else the user cache dir's `cvc/`.
+pub fn cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("CVC_CACHE_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    dirs::cache_dir().map(|d| d.join("cvc"))
+}
+
+/// How the module was obtained at start-up.
+#[derive(Clone, Debug)]
+pub struct CompileInfo {
+    /// Target architecture (`sm_90` on an H200).
+    pub arch: String,
+    /// Number of kernels in the module.
+    pub kernels: usize,
+    /// Seconds spent compiling (0 on a cache hit) or reading the cache.
+    pub seconds: f64,
+    /// Whether the cubin came from the on-disk cache.
+    pub cache_hit: bool,
+    /// The cache file, when a cache directory exists.
+    pub cache_path: Option<PathBuf>,
+    /// NVRTC version used (or that the cache key names).
+    pub nvrtc: (i32, i32),
+}
+
+impl std::fmt::Display for CompileInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = if self.cache_hit { "loaded from cache" } else { "compiled with NVRTC" };
+        write!(
+            f,
+            "{} kernels for {} {how} {}.{} in {:.2} s",
+            self.kernels, self.arch, self.nvrtc.0, self.nvrtc.1, self.seconds
+        )?;
+        if let Some(p) = &self.cache_path {
+            write!(f, " ({})", p.display())?;
+        }
+        Ok(())
+    }
+}
+
+/// Compiles `source` for `arch` through the on-disk cache keyed by sha256 of source, arch and
+/// NVRTC version. Returns the cubin and how it was obtained.
+pub fn cached_cubin(source: &str, arch: &str, kernels: usize) -> Result<(Vec<u8>, CompileInfo), String> {
+    let nvrtc = nvrtc_version()?;
+    let mut h = Sha256::new();
+    h.update(source.as_bytes());
+    h.update([0]);
+    h.update(arch.as_bytes());
+    h.update(format!("\0nvrtc {}.{}", nvrtc.0, nvrtc.1).as_bytes());
+    let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    let path = cache_dir().map(|d| d.join(format!("{key}.{arch}.cubin")));
+    let t = Instant::now();
+    if let Some(p) = &path {
+        if let Ok(bytes) = std::fs::read(p) {
+            if !bytes.is_empty() {
+                let info = CompileInfo {
+                    arch: arch.into(),
+                    kernels,
+                    seconds: t.elapsed().as_secs_f64(),
+                    cache_hit: true,
+                    cache_path: path.clone(),
+                    nvrtc,
+                };
+                return Ok((bytes, info));
+            }
+        }
+    }
+    let cubin = compile_cubin(source, arch)?;
+    let seconds = t.elapsed().as_secs_f64();
+    if let Some(p) = &path {
+        // Best effort: a read-only cache directory only costs a recompile next time.
+        if let Some(dir) = p.parent() {
+            if std::fs::create_dir_all(dir).is_ok() {
+                let tmp = p.with_extension(format!("tmp{}", std::process::id()));
+                if std::fs::write(&tmp, &cubin).is_ok() {
+                    let _ = std::fs::rename(&tmp, p);
+                }
+            }
+        }
+    }
+    Ok((cubin, CompileInfo { arch: arch.into(), kernels, seconds, cache_hit: false, cache_path: path, nvrtc }))
+}
+
+enum Action {
+    Launch { f: sys::CUfunction, grid: [u32; 3], block: [u32; 3], shared: u32, name: String },
+    Zero { offset: usize, bytes: usize },
+}
+
+/// A compiled program resident on the GPU: module, one arena, the launch list.
+pub struct CudaBackend {
+    device: sys::CUdevice,
+    ctx: sys::CUcontext,
+    module: sys::CUmodule,
+    actions: Vec<Action>,
+    arena: sys::CUdeviceptr,
+    arena_bytes: usize,
+    /// Per value: dtype, concrete shape and slot.
+    values: Vec<(DType, Vec<usize>, Option<Slot>)>,
+    free_before: usize,
+    peak: Cell<usize>,
+    name: String,
+    compile: CompileInfo,
+    generated: CudaModule,
+}
+
+impl CudaBackend {
+    /// Generates, compiles (or loads from the cache) and loads `program`'s kernels on device
+    /// 0, and allocates its arena: the only device allocation the back end makes.
+    pub fn new(program: &Program, precision: Precision) -> Result<CudaBackend, RuntimeError> {
+        let name = available().map_err(RuntimeError)?;
+        let generated = cuda::generate(program, precision).map_err(|e| RuntimeError(format!("CUDA code generation: {e}")))?;
+        unsafe {
+            let device = result::device::get(0).map_err(driver_err("device lookup"))?;
+            let ctx = result::primary_ctx::retain(device).map_err(driver_err("context creation"))?;
+            result::ctx::set_current(ctx).map_err(driver_err("context binding"))?;
+            let major = result::device::get_attribute(
+                device,
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+            )
+            .map_err(driver_err("attribute query"))?;
+            let minor = result::device::get_attribute(
+                device,
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+            )
+            .map_err(driver_err("attribute query"))?;
+            let arch = format!("sm_{major}{minor}");
+            let (free_before, _) = result::mem_get_info().map_err(driver_err("memory query"))?;
+            let mut backend = CudaBackend {
+                device,
+                ctx,
+                module: std::ptr::null_mut(),
+                actions: Vec::new(),
+                arena: 0,
+                arena_bytes: 0,
+                values: Vec::new(),
+                free_before,
+                peak: Cell::new(0),
+                name,
+                compile: CompileInfo {
+                    arch: arch.clone(),
+                    kernels: 0,
+                    seconds: 0.0,
+                    cache_hit: false,
+                    cache_path: None,
+                    nvrtc: (0, 0),
+                },
+                generated,
+            };
+            let (cubin, info) = cached_cubin(&backend.generated.source, &arch, backend.generated.kernels.len())
+                .map_err(RuntimeError)?;
+            backend.compile = info;
+            backend.module = result::module::load_data(cubin.as_ptr() as *const c_void)
+                .map_err(driver_err("module load"))?;
+            for step in &backend.generated.steps {
+                backend.actions.push(match step {
+                    CudaStep::Launch(l) => {
+                        let cname = CString::new(l.name.as_str()).expect("kernel names have no NUL");
+                        let f = result::module::get_function(backend.module, cname)
+                            .map_err(driver_err(&format!("lookup of kernel {}", l.name)))?;
+                        Action::Launch { f, grid: l.grid, block: l.block, shared: l.shared_bytes, name: l.name.clone() }
+                    }
+                    CudaStep::Zero { offset, bytes } => Action::Zero { offset: *offset, bytes: *bytes },
+                });
+            }
+            backend.arena_bytes = program.plan.arena_bytes;
+            backend.arena = result::malloc_sync(program.plan.arena_bytes.max(256)).map_err(driver_err("arena allocation"))?;
+            let g = &program.graph;
+            backend.values = g
+                .nodes
+                .iter()
+                .map(|(h, n)| (n.ty.dtype, n.ty.shape.resolve(program.plan.batch), program.plan.slot(h)))
+                .collect();
+            backend.sample_memory();
+            Ok(backend)
+        }
+    }
+
+    /// How the module was compiled or loaded (time, cache hit, cache file).
+    pub fn compile_info(&self) -> &CompileInfo {
+        &self.compile
+    }
+
+    /// Whether `v` has a buffer in the arena (leaves no kernel reads may have none).
+    pub fn has_buffer(&self, v: Value) -> bool {
+        self.values.get(v.index()).is_some_and(|x| x.2.is_some())
+    }
+
+    /// The generated module (source and launch list).
+    pub fn module(&self) -> &CudaModule {
+        &self.generated
+    }
+
+    fn bind(&self) -> Result<(), RuntimeError> {
+        unsafe { result::ctx::set_current(self.ctx) }.map_err(driver_err("context binding"))
+    }
+
+    fn sample_memory(&self) {
+        if let Ok((free, _)) = result::mem_get_info() {
+            let used = self.free_before.saturating_sub(free);
+            if used > self.peak.get() {
+                self.peak.set(used);
+            }
+        }
+    }
+
+    fn slot(&self, v: Value) -> Result<(DType, Vec<usize>, Slot), RuntimeError> {
+        let (dt, shape, slot) = self
+            .values
+            .get(v.index())
+            .cloned()
+            .ok_or_else(|| RuntimeError(format!("{v} is not a value of this program")))?;
+        let slot = slot.ok_or_else(|| RuntimeError(format!("{v} has no buffer in the memory plan")))?;
+        Ok((dt, shape, slot))
+    }
+
+    /// Runs one step with an event pair around every action; returns `(kernel, ms)` in
+    /// launch order. For profiles only: it waits for each kernel before the next.
+    pub fn profile_step(&mut self) -> Result<Vec<(String, f64)>, RuntimeError> {
+        self.bind()?;
+        let stream: sys::CUstream = std::ptr::null_mut();
+        let start = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(driver_err("event"))?;
+        let end = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(driver_err("event"))?;
+        let mut times = Vec::new();
+        let mut outcome = Ok(());
+        for a in &self.actions {
+            let r = (|| -> Result<f32, RuntimeError> {
+                unsafe { result::event::record(start, stream) }.map_err(driver_err("event record"))?;
+                run_action(self.arena, a)?;
+                unsafe { result::event::record(end, stream) }.map_err(driver_err("event record"))?;
+                unsafe { result::event::synchronize(end) }.map_err(|e| RuntimeError(format!("kernel failed: {e}")))?;
+                unsafe { result::event::elapsed(start, end) }.map_err(driver_err("event timing"))
+            })();
+            match r {
+                Ok(ms) => times.push((a.label(), ms as f64)),
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        unsafe {
+            let _ = result::event::destroy(start);
+            let _ = result::event::destroy(end);
+        }
+        outcome.map(|_| times)
+    }
+}
+
+impl Action {
+    fn label(&self) -> String {
+        match self {
+            Action::Launch { name, .. } => name.clone(),
+            Action::Zero { bytes, .. } => format!("memset({bytes} B)"),
+        }
+    }
+}
+
+/// Issues one action on the legacy default stream.
+fn run_action(arena: sys::CUdeviceptr, a: &Action) -> Result<(), RuntimeError> {
+    let stream: sys::CUstream = std::ptr::null_mut();
+    match a {
+        Action::Zero { offset, bytes } => unsafe {
+            result::memset_d8_async(arena + *offset as u64, 0, *bytes, stream).map_err(driver_err("memset"))
+        },
+        Action::Launch { f, grid, block, shared, name } => {
+            let mut base = arena;
+            let mut params = [&mut base as *mut sys::CUdeviceptr as *mut c_void];
+            unsafe {
+                result::launch_kernel(
+                    *f,
+                    (grid[0], grid[1], grid[2]),
+                    (block[0], block[1], block[2]),
+                    *shared,
+                    stream,
+                    &mut params,
+                )
+            }
+            .map_err(|e| RuntimeError(format!("launch of {name} failed: {e}")))
+        }
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> String {
+        format!("cuda:{}", self.name)
+    }
+
+    fn upload(&mut self, v: Value, t: &HostTensor) -> Result<(), RuntimeError> {
+        self.bind()?;
+        let (dt, shape, slot) = self.slot(v)?;
+        if dt != t.dtype || shape.iter().product::<usize>() != t.numel() {
+            return Err(RuntimeError(format!(
+                "upload to {v}: expected {dt}{shape:?}, got {}{:?}",
+                t.dtype, t.shape
+            )));
+        }
+        let bytes = t.as_bytes();
+        if bytes.len() > slot.bytes {
+            return Err(RuntimeError(format!("upload to {v}: {} bytes into a {}-byte buffer", bytes.len(), slot.bytes)));
+        }
+        unsafe { result::memcpy_htod_sync(self.arena + slot.offset as u64, &bytes) }.map_err(driver_err("upload"))
+    }
+
+    fn download(&mut self, v: Value) -> Result<HostTensor, RuntimeError> {
+        self.bind()?;
+        let (dt, shape, slot) = self.slot(v)?;
+        let n: usize = shape.iter().product::<usize>() * dt.bytes();
+        let mut bytes = vec![0u8; n.min(slot.bytes)];
+        unsafe { result::memcpy_dtoh_sync(&mut bytes, self.arena + slot.offset as u64) }.map_err(driver_err("download"))?;
+        Ok(HostTensor::from_bytes(dt, &shape, &bytes))
+    }
+
+    fn step(&mut self) -> Result<(), RuntimeError> {
+        self.bind()?;
+        for a in &self.actions {
+            run_action(self.arena, a)?;
+        }
+        result::ctx::synchronize().map_err(|e| RuntimeError(format!("a CUDA kernel failed during the step: {e}")))?;
+        self.sample_memory();
+        Ok(())
+    }
+
+    fn arena_bytes(&self) -> usize {
+        self.arena_bytes
+    }
+
+    fn measured_peak_bytes(&self) -> Option<usize> {
+        self.sample_memory();
+        Some(self.peak.get())
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        unsafe {
+            if result::ctx::set_current(self.ctx).is_ok() {
+                let _ = result::ctx::synchronize();
+                if self.arena != 0 {
+                    let _ = result::free_sync(self.arena);
+                }
+                if !self.module.is_null() {
+                    let _ = result::module::unload(self.module);
+                }
+            }
+            let _ = result::primary_ctx::release(self.device);
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! Training data: `.npy`/`.npz` files and the built-in synthetic datasets, validated against
+//! the model's declared inputs, split into train and validation sets and batched.
+
+pub mod npy;
+pub mod synthetic_rf;
+
+use crate::backend::{HostData, HostTensor};
+use cvc_compiler::front::train::DataSource;
+use cvc_compiler::interp::SplitMix64;
+use cvc_compiler::ir::{DType, Dim, Graph, TensorType};
+use std::path::Path;
+
+/// A data input the model declares: the arrays a dataset must provide.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputSpec {
+    /// The input's name (the array name in a `.npz`).
+    pub name: String,
+    /// Element type and shape (the first dimension is the batch `B`).
+    pub ty: TensorType,
+    /// For class labels, the number of classes.
+    pub classes: Option<usize>,
+}
+
+impl InputSpec {
+    /// The data inputs of a graph, in arena order. `classes` gives the class count of label
+    /// inputs by name (from the front end's declarations).
+    pub fn from_graph(g: &Graph, classes: &dyn Fn(&str) -> Option<usize>) -> Vec<InputSpec> {
+        g.inputs()
+            .filter_map(|v| {
+                let name = g.leaf_name(v)?.to_string();
+                let classes = classes(&name);
+                Some(InputSpec { ty: g.ty(v).clone(), classes, name })
+            })
+            .collect()
+    }
+    /// The declared type as the user wrote it (`class[B] of 5`, `c64[B, 1, 512]`).
+    pub fn describe(&self) -> String {
+        match self.classes {
+            Some(c) => format!("class{} of {c}", self.ty.shape),
+            None => self.ty.to_string(),
+        }
+    }
+    /// The per-sample shape (the declared shape without the leading batch dimension).
+    pub fn sample_shape(&self) -> Result<Vec<usize>, String> {
+        let dims = &self.ty.shape.0;
+        if dims.first() != Some(&Dim::Batch) {
+            return Err(format!("input '{}' ({}) has no leading batch dimension B", self.name, self.describe()));
+        }
+        dims[1..]
+            .iter()
+            .map(|d| d.fixed().ok_or_else(|| format!("input '{}' uses B outside the first dimension", self.name)))
+            .collect()
+    }
+}
+
+fn numpy_of(dt: DType) -> &'static str {
+    match dt {
+        DType::F32 => "float32",
+        DType::C64 => "complex64",
+        DType::I32 => "int32/int64",
+    }
+}
+
+/// A dataset held in memory: one array per model input, all with `len` samples along axis 0.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dataset {
+    /// The arrays, in the order of the model's inputs.
+    pub arrays: Vec<(String, HostTensor)>,
+    /// Number of samples.
+    pub len: usize,
+}
+
+impl Dataset {
+    /// Validates named arrays against the model's inputs and keeps those the model reads.
+    /// `source` names the data (a file path) in error messages. Errors name the array, the
+    /// expected and the found shape and dtype, every missing array, and out-of-range labels.
+    pub fn from_arrays(
+        mut found: Vec<(String, npy::NpyArray)>,
+        inputs: &[InputSpec],
+        source: &str,
+    ) -> Result<Dataset, String> {
+        let missing: Vec<String> = inputs
+            .iter()
+            .filter(|i| !found.iter().any(|(n, _)| n == &i.name))
+            .map(|i| format!("'{}' ({})", i.name, i.describe()))
+            .collect();
+        if !missing.is_empty() {
+            let have: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(format!(
+                "{source}: missing array{} {} (the file has: {})",
+                if missing.len() > 1 { "s" } else { "" },
+                missing.join(", "),
+                if have.is_empty() { "no arrays".to_string() } else { have.join(", ") }
+            ));
+        }
+        let mut arrays = Vec::new();
+        let mut len: Option<(usize, String)> = None;
+        for spec in inputs {
+            let pos = found.iter().position(|(n, _)| n == &spec.name).expect("checked above");
+            let (name, arr) = found.swap_remove(pos);
+            let sample = spec.sample_shape()?;
+            let t = arr.tensor;
+            let shape_ok = t.shape.len() == sample.len() + 1 && t.shape[1..] == sample[..];
+            if t.dtype != spec.ty.dtype || !shape_ok {
+                return Err(format!(
+                    "{source}: array '{name}' should be {} {} (model input {}), found {} {:?}",
+                    numpy_of(spec.ty.dtype),
+                    fmt_shape("N", &sample),
+                    spec.describe(),
+                    arr.numpy_dtype,
+                    t.shape
+                ));
+            }
+            let n = t.shape[0];
+            match &len {
+                Some((m, other)) if *m != n => {
+                    return Err(format!(
+                        "{source}: array '{name}' has {n} samples but '{other}' has {m}; all arrays need the same first dimension"
+                    ))
+                }
+                _ => len = Some((n, name.clone())),
+            }
+            if let (Some(c), HostData::I32(v)) = (spec.classes, &t.data) {
+                if let Some((i, &bad)) = v.iter().enumerate().find(|(_, &x)| x < 0 || x as usize >= c) {
+                    return Err(format!(
+                        "{source}: array '{name}' holds label {bad} at index {i}, outside 0..{c} (input {})",
+                        spec.describe()
+                    ));
+                }
+            }
+            arrays.push((name, t));
+        }
+        let len = len.map(|(n, _)| n).unwrap_or(0);
+        if len == 0 {
+            return Err(format!("{source}: the data holds no samples"));
+        }
+        Ok(Dataset { arrays, len })
+    }
+
+    /// Loads and validates a `.npz` archive.
+    pub fn load_npz(path: &Path, inputs: &[InputSpec]) -> Result<Dataset, String> {
+        let found = npy::load_npz(path)?;
+        Dataset::from_arrays(found, inputs, &path.display().to_string())
+    }
+
+    /// The synthetic RF dataset, validated against the inputs: the bursts feed the model's
+    /// complex input and the classes its label input, whatever their names (`cvc data rf`
+    /// names the arrays `iq` and `label`).
+    pub fn synthetic_rf(cfg: &synthetic_rf::RfConfig, inputs: &[InputSpec]) -> Result<Dataset, String> {
+        let d = synthetic_rf::generate(cfg)?;
+        let named = |pick: &dyn Fn(&InputSpec) -> bool, default: &str| {
+            inputs.iter().find(|i| pick(i)).map_or(default.to_string(), |i| i.name.clone())
+        };
+        let iq_name = named(&|i| i.ty.dtype == DType::C64, "iq");
+        let label_name = named(&|i| i.classes.is_some(), "label");
+        let found = vec![
+            (iq_name, npy::NpyArray { numpy_dtype: "complex64".into(), tensor: d.iq }),
+            (label_name, npy::NpyArray { numpy_dtype: "int32".into(), tensor: d.label }),
+        ];
+        Dataset::from_arrays(found, inputs, "synthetic.rf")
+    }
+
+    /// Random data shaped like the inputs: normal reals and complex numbers, uniform labels.
+    pub fn synthetic_random(count: usize, seed: u64, inputs: &[InputSpec]) -> Result<Dataset, String> {
+        if count == 0 {
+            return Err("synthetic.random: count must be at least 1".into());
+        }
+        let mut rng = SplitMix64::new(seed ^ 0x7261_6E64_6F6D_0001);
+        let mut arrays = Vec::new();
+        for spec in inputs {
+            let sample = spec.sample_shape()?;
+            let mut shape = vec![count];
+            shape.extend_from_slice(&sample);
+            let n: usize = shape.iter().product();
+            let data = match spec.ty.dtype {
+                DType::F32 => HostData::F32((0..n).map(|_| rng.normal() as f32).collect()),
+                DType::C64 => HostData::F32((0..2 * n).map(|_| (rng.normal() / 2f64.sqrt()) as f32).collect()),
+                DType::I32 => {
+                    let c = spec.classes.unwrap_or(2).max(1) as u64;
+                    HostData::I32((0..n).map(|_| (rng.next_u64() % c) as i32).collect())
+                }
+            };
+            arrays.push((spec.name.clone(), HostTensor { dtype: spec.ty.dtype, shape, data }));
+        }
+        Ok(Dataset { arrays, len: count })
+    }
+
+    /// The dataset a `train` section names; `base` is the `.cvnn` file's folder (relative
+    /// `.npz` paths are resolved against it).
+    pub fn from_source(src: &DataSource, base: &Path, inputs: &[InputSpec]) -> Result<Dataset, String> {
+        match src {
+            DataSource::SyntheticRf { classes, length, snr_db, count, seed } => {
+                let cfg = synthetic_rf::RfConfig {
+                    classes: *classes,
+                    length: *length,
+                    snr_db: *snr_db,
+                    count: *count,
+                    seed: *seed,
+                };
+                Dataset::synthetic_rf(&cfg, inputs)
+            }
+            DataSource::SyntheticRandom { count, seed } => Dataset::synthetic_random(*count, *seed, inputs),
+            DataSource::Npz { path } => Dataset::load_npz(&base.join(path), inputs),
+        }
+    }
+
+    /// The samples at `indices`, one tensor per input (`[indices.len(), ...]`), in input order.
+    pub fn gather(&self, indices: &[usize]) -> Vec<(String, HostTensor)> {
+        self.arrays
+            .iter()
+            .map(|(name, t)| {
+                let per = t.numel() / t.shape[0].max(1);
+                let mut shape = t.shape.clone();
+                shape[0] = indices.len();
+                let data = match &t.data {
+                    HostData::F32(v) => {
+                        let w = if t.dtype == DType::C64 { 2 * per } else { per };
+                        let mut out = Vec::with_capacity(w * indices.len());
+                        for &i in indices {
+                            out.extend_from_slice(&v[i * w..(i + 1) * w]);
+                        }
+                        HostData::F32(out)
+                    }
+                    HostData::I32(v) => {
+                        let mut out = Vec::with_capacity(per * indices.len());
+                        for &i in indices {
+                            out.extend_from_slice(&v[i * per..(i + 1) * per]);
+                        }
+                        HostData::I32(out)
+                    }
+                };
+                (name.clone(), HostTensor { dtype: t.dtype, shape, data })
+            })
+            .collect()
+    }
+
+    /// The array of input `name`, if present.
+    pub fn array(&self, name: &str) -> Option<&HostTensor> {
+        self.arrays.iter().find(|(n, _)| n == name).map(|(_, t)| t)
+    }
+}
+
+fn fmt_shape(first: &str, rest: &[usize]) -> String {
+    let mut s = format!("[{first}");
+    for d in rest {
+        s.push_str(&format!(", {d}"));
+    }
+    s.push(']');
+    s
+}
+
+/// Sample indices of the training and validation sets.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Split {
+    /// Training samples.
+    pub train: Vec<usize>,
+    /// Validation samples.
+    pub val: Vec<usize>,
+}
+
+/// Shuffles `0..len` with `seed` and cuts it: the first `round(fraction · len)` samples train,
+/// the rest validate. A fraction of 1 leaves no validation set.
+pub fn split(len: usize, fraction: f64, seed: u64) -> Split {
+    let mut idx: Vec<usize> = (0..len).collect();
+    shuffle(&mut idx, &mut SplitMix64::new(seed ^ 0x7370_6C69_7400_0000));
+    let cut = ((fraction.clamp(0.0, 1.0) * len as f64).round() as usize).min(len);
+    let val = idx.split_off(cut);
+    Split { train: idx, val }
+}
+
+/// The order of the training samples in epoch `epoch` (0-based): a seeded shuffle that
+/// depends only on `(seed, epoch)`, so a resumed run sees the same batches.
+pub fn epoch_order(train: &[usize], seed: u64, epoch: usize) -> Vec<usize> {
+    let mut idx = train.to_vec();
+    let mut rng = SplitMix64::new(seed ^ 0x6570_6F63_6800_0000 ^ (epoch as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    shuffle(&mut idx, &mut rng);
+    idx
+}
+
+/// Fisher–Yates shuffle.
+pub fn shuffle<T>(v: &mut [T], rng: &mut SplitMix64) {
+    for i in (1..v.len()).rev() {
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
+        v.swap(i, j);
+    }
+}
+

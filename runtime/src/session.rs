@@ -1,0 +1,645 @@
+//! The embedding API: compile a `.cvnn` model, pick a device, load and save weights, run
+//! training steps and inference, and read the memory plan, from a Rust program.
+//!
+//! ```no_run
+//! use cvc_runtime::session::{Device, Model};
+//! use cvc_runtime::data::Dataset;
+//!
+//! let model = Model::from_file("examples/rf_modulation.cvnn")?;
+//! let mut session = model.session(Device::Cpu)?;
+//! let data = Dataset::synthetic_random(64, 1, model.inputs())?;
+//! let batch: Vec<usize> = (0..session.batch()).collect();
+//! let report = session.train_step(&data.gather(&batch))?;
+//! println!("loss {} with an arena of {} bytes", report.loss, session.plan().arena_bytes);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use crate::backend::{Backend, HostData, HostTensor, RuntimeError};
+use crate::checkpoint::{self, Checkpoint};
+use crate::data::InputSpec;
+use crate::interp_backend::{from_interp, InterpBackend};
+use cvc_compiler::front::train::{DeviceChoice, Precision, TrainConfig};
+use cvc_compiler::interp::{init_tensor, name_hash, SplitMix64};
+use cvc_compiler::ir::{DType, Graph, Mode, Op, Value};
+use cvc_compiler::passes::memplan::ArenaPlan;
+use cvc_compiler::passes::optimizer::LR;
+use cvc_compiler::passes::pipeline::{self, Options};
+use cvc_compiler::passes::Program;
+use cvc_compiler::Diagnostic;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Where a session runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device {
+    /// CUDA when a driver and a device are found, else the CPU (with a note on stderr).
+    Auto,
+    /// The CPU back end (Cranelift JIT).
+    Cpu,
+    /// The CUDA back end; an error when no GPU is usable.
+    Cuda,
+    /// The f64 reference interpreter (slow; for debugging and tests).
+    Interp,
+}
+
+impl From<DeviceChoice> for Device {
+    fn from(d: DeviceChoice) -> Self {
+        match d {
+            DeviceChoice::Auto => Device::Auto,
+            DeviceChoice::Cpu => Device::Cpu,
+            DeviceChoice::Cuda => Device::Cuda,
+        }
+    }
+}
+
+/// Why a model could not be built: diagnostics on the source, or another failure.
+#[derive(Debug, Clone)]
+pub enum ModelError {
+    /// The front end rejected the source.
+    Diagnostics {
+        /// File name shown in the report.
+        file: String,
+        /// The source text.
+        src: String,
+        /// The errors.
+        diags: Vec<Diagnostic>,
+    },
+    /// Anything else (unreadable file, compile failure).
+    Message(String),
+}
+
+impl ModelError {
+    /// The error as text, the diagnostics rendered with source excerpts.
+    pub fn render(&self, color: bool) -> String {
+        match self {
+            ModelError::Diagnostics { file, src, diags } => {
+                cvc_compiler::front::render_all(file, src, diags, color)
+            }
+            ModelError::Message(m) => m.clone(),
+        }
+    }
+}
+
+impl fmt::Display for ModelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.render(false))
+    }
+}
+
+impl std::error::Error for ModelError {}
+
+impl From<ModelError> for RuntimeError {
+    fn from(e: ModelError) -> Self {
+        RuntimeError(e.render(false))
+    }
+}
+
+/// A checked model: its training and inference graphs and its `train` section.
+#[derive(Clone, Debug)]
+pub struct Model {
+    file: String,
+    dir: PathBuf,
+    src: String,
+    train_graph: Graph,
+    eval_graph: Graph,
+    config: TrainConfig,
+    has_train_section: bool,
+    inputs: Vec<InputSpec>,
+    eval_inputs: Vec<InputSpec>,
+}
+
+impl Model {
+    /// Reads and checks a `.cvnn` file (in training and in inference mode).
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Model, ModelError> {
+        let path = path.as_ref();
+        let src = std::fs::read_to_string(path)
+            .map_err(|e| ModelError::Message(format!("cannot read {}: {e}", path.display())))?;
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Model::build(&path.display().to_string(), &src, dir)
+    }
+
+    /// Checks `.cvnn` source text; `name` is the file name used in diagnostics.
+    ///
+    /// ```
+    /// let src = "model Tiny {\n  input x: c64[B, 4]\n  input label: class[B] of 2\n  \
+    ///            logits = x |> linear(2) |> abs\n  output logits\n  \
+    ///            loss cross_entropy(logits, label)\n}\n";
+    /// let model = cvc_runtime::session::Model::from_source("tiny.cvnn", src).unwrap();
+    /// assert_eq!(model.name(), "Tiny");
+    /// assert_eq!(model.inputs().len(), 2);
+    /// ```
+    pub fn from_source(name: &str, src: &str) -> Result<Model, ModelError> {
+        Model::build(name, src, PathBuf::new())
+    }
+
+    fn build(file: &str, src: &str, dir: PathBuf) -> Result<Model, ModelError> {
+        let check = |mode: Mode| {
+            cvc_compiler::front::check_source(file, src, mode).map_err(|diags| ModelError::Diagnostics {
+                file: file.to_string(),
+                src: src.to_string(),
+                diags,
+            })
+        };
+        let train = check(Mode::Train)?;
+        let eval = check(Mode::Eval)?;
+        let classes = |name: &str| train.inputs.iter().find(|i| i.name == name).and_then(|i| i.classes);
+        let inputs = InputSpec::from_graph(&train.graph, &classes);
+        let eval_inputs = InputSpec::from_graph(&eval.graph, &classes);
+        Ok(Model {
+            file: file.to_string(),
+            dir,
+            src: src.to_string(),
+            config: train.train.clone(),
+            has_train_section: train.has_train_section,
+            train_graph: train.graph,
+            eval_graph: eval.graph,
+            inputs,
+            eval_inputs,
+        })
+    }
+
+    /// The model's name.
+    pub fn name(&self) -> &str {
+        &self.train_graph.name
+    }
+    /// The file name given when the model was built.
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+    /// The folder relative data paths of the `train` section are resolved against.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    /// The source text.
+    pub fn source(&self) -> &str {
+        &self.src
+    }
+    /// The `train` section (defaults when the file has none).
+    pub fn config(&self) -> &TrainConfig {
+        &self.config
+    }
+    /// Whether the file has a `train` section for this model.
+    pub fn has_train_section(&self) -> bool {
+        self.has_train_section
+    }
+    /// The data inputs of a training step (data and labels).
+    pub fn inputs(&self) -> &[InputSpec] {
+        &self.inputs
+    }
+    /// The data inputs of inference.
+    pub fn eval_inputs(&self) -> &[InputSpec] {
+        &self.eval_inputs
+    }
+    /// The lowered training graph (before the passes).
+    pub fn train_graph(&self) -> &Graph {
+        &self.train_graph
+    }
+    /// The lowered inference graph (before the passes).
+    pub fn eval_graph(&self) -> &Graph {
+        &self.eval_graph
+    }
+    /// 1-based source line of a byte offset.
+    pub fn line_of(&self, span: cvc_grammar::Span) -> usize {
+        span.line_col(&self.src).0
+    }
+
+    /// Compiles the training (`Mode::Train`) or inference graph at a batch size.
+    pub fn compile(&self, mode: Mode, batch: usize, memory_budget: Option<u64>) -> Result<Program, RuntimeError> {
+        let graph = match mode {
+            Mode::Train => self.train_graph.clone(),
+            Mode::Eval => self.eval_graph.clone(),
+        };
+        let opts = Options { batch, optimizer: self.config.optimizer.clone(), memory_budget, fuse: true };
+        pipeline::compile(graph, &opts).map_err(|e| RuntimeError(format!("{}: compiling {}: {e}", self.file, self.name())))
+    }
+
+    /// A session on `device` with the `train` section's batch, seed and memory budget.
+    /// With [`Device::Auto`] and no usable GPU, prints a one-line note to stderr.
+    pub fn session(&self, device: impl Into<Device>) -> Result<Session, RuntimeError> {
+        let opts = SessionOptions { device: device.into(), ..SessionOptions::from_config(&self.config) };
+        let s = self.session_with(&opts)?;
+        if let Some(n) = s.note() {
+            eprintln!("note: {n}");
+        }
+        Ok(s)
+    }
+
+    /// A session with explicit options.
+    pub fn session_with(&self, opts: &SessionOptions) -> Result<Session, RuntimeError> {
+        Session::new(self, opts)
+    }
+}
+
+/// How to build a [`Session`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionOptions {
+    /// Device request.
+    pub device: Device,
+    /// Batch size of training steps.
+    pub batch: usize,
+    /// Seed of the parameter initialisation.
+    pub seed: u64,
+    /// Memory budget for the training plan, in bytes.
+    pub memory_budget: Option<u64>,
+    /// Contraction numerics on the GPU.
+    pub precision: Precision,
+}
+
+impl SessionOptions {
+    /// The options a `train` section gives.
+    pub fn from_config(c: &TrainConfig) -> Self {
+        SessionOptions {
+            device: c.device.into(),
+            batch: c.batch,
+            seed: c.seed,
+            memory_budget: c.memory_budget,
+            precision: c.precision,
+        }
+    }
+}
+
+/// What a training step returned.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepReport {
+    /// The loss of the batch (before the update).
+    pub loss: f32,
+    /// The model's outputs, by name.
+    pub outputs: Vec<(String, HostTensor)>,
+}
+
+/// What an evaluation returned.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EvalReport {
+    /// The loss, when the inference graph has one and every input it reads was given.
+    pub loss: Option<f32>,
+    /// The model's outputs, by name.
+    pub outputs: Vec<(String, HostTensor)>,
+}
+
+/// A compiled program with the back end that runs it.
+struct Exec {
+    program: Program,
+    backend: Box<dyn Backend>,
+    /// The train-state version last copied in (inference programs only).
+    synced: u64,
+}
+
+/// The device chosen for `request`, and a note when `Auto` fell back to the CPU.
+pub fn resolve_device(request: Device) -> Result<(Device, Option<String>), RuntimeError> {
+    match request {
+        Device::Auto => match crate::cuda::available() {
+            Ok(_) => Ok((Device::Cuda, None)),
+            Err(why) => Ok((Device::Cpu, Some(format!("no usable CUDA GPU ({why}); training on the CPU")))),
+        },
+        Device::Cuda => match crate::cuda::available() {
+            Ok(_) => Ok((Device::Cuda, None)),
+            Err(why) => Err(RuntimeError(format!("--device cuda: no usable CUDA GPU: {why}"))),
+        },
+        other => Ok((other, None)),
+    }
+}
+
+fn backend_for(device: Device, program: &Program, precision: Precision) -> Result<Box<dyn Backend>, RuntimeError> {
+    Ok(match device {
+        Device::Cpu | Device::Auto => Box::new(crate::cpu::CpuBackend::new(program)?),
+        Device::Cuda => Box::new(crate::cuda::CudaBackend::new(program, precision)?),
+        Device::Interp => Box::new(InterpBackend::new(program)),
+    })
+}
+
+/// A model's parameters and state on one device, with its training and inference programs.
+pub struct Session {
+    model: Model,
+    device: Device,
+    note: Option<String>,
+    precision: Precision,
+    train: Exec,
+    evals: Vec<Exec>,
+    /// `i32` scalar state that no `Assign` writes (the dropout step): the runtime counts it.
+    counters: Vec<(Value, String, i32)>,
+    version: u64,
+    lr: f32,
+    memory_budget: Option<u64>,
+}
+
+impl Session {
+    fn new(model: &Model, opts: &SessionOptions) -> Result<Session, RuntimeError> {
+        let (device, note) = resolve_device(opts.device)?;
+        let program = model.compile(Mode::Train, opts.batch, opts.memory_budget)?;
+        let backend = backend_for(device, &program, opts.precision)?;
+        let mut train = Exec { program, backend, synced: 0 };
+        let counters = unassigned_counters(&train.program.graph);
+        initialise(&mut train, opts.seed)?;
+        let lr = model.config.optimizer.lr as f32;
+        Ok(Session {
+            model: model.clone(),
+            device,
+            note,
+            precision: opts.precision,
+            train,
+            evals: Vec::new(),
+            counters,
+            version: 1,
+            lr,
+            memory_budget: opts.memory_budget,
+        })
+    }
+
+    /// The model this session runs.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+    /// The device actually used (never `Auto`).
+    pub fn device(&self) -> Device {
+        self.device
+    }
+    /// The back end's name (`cpu`, `cuda:<gpu>`, `interp`).
+    pub fn device_name(&self) -> String {
+        self.train.backend.name()
+    }
+    /// Why `Auto` chose the CPU, if it did.
+    pub fn note(&self) -> Option<&str> {
+        self.note.as_deref()
+    }
+    /// The batch size of training steps.
+    pub fn batch(&self) -> usize {
+        self.train.program.plan.batch
+    }
+    /// The training program's static memory plan.
+    pub fn plan(&self) -> &ArenaPlan {
+        &self.train.program.plan
+    }
+    /// The compiled training program.
+    pub fn program(&self) -> &Program {
+        &self.train.program
+    }
+    /// Measured peak memory of the training back end, when known.
+    pub fn measured_peak_bytes(&self) -> Option<usize> {
+        self.train.backend.measured_peak_bytes()
+    }
+    /// The current learning rate.
+    pub fn lr(&self) -> f32 {
+        self.lr
+    }
+
+    /// Sets the learning rate used by the following steps (the `optimizer.lr` state scalar).
+    pub fn set_lr(&mut self, lr: f32) -> Result<(), RuntimeError> {
+        if let Some(v) = self.train.program.graph.find_leaf(LR) {
+            let t = HostTensor { dtype: DType::F32, shape: vec![], data: HostData::F32(vec![lr]) };
+            self.train.backend.upload(v, &t)?;
+        }
+        self.lr = lr;
+        Ok(())
+    }
+
+    /// One training step on a batch: forward, loss, backward and the optimizer update.
+    /// `inputs` holds one tensor per model input (`[batch, ...]`), by name.
+    pub fn train_step(&mut self, inputs: &[(String, HostTensor)]) -> Result<StepReport, RuntimeError> {
+        upload_inputs(&mut self.train, inputs, true)?;
+        for (v, _, c) in &self.counters {
+            let t = HostTensor { dtype: DType::I32, shape: vec![], data: HostData::I32(vec![*c]) };
+            self.train.backend.upload(*v, &t)?;
+        }
+        self.train.backend.step()?;
+        for c in &mut self.counters {
+            c.2 = c.2.wrapping_add(1);
+        }
+        self.version += 1;
+        let g = &self.train.program.graph;
+        let loss_v = g.loss.ok_or_else(|| RuntimeError(format!("model {} declares no loss to train", g.name)))?;
+        let loss = scalar(&self.train.backend.download(loss_v)?)?;
+        let outputs = download_outputs(&mut self.train)?;
+        Ok(StepReport { loss, outputs })
+    }
+
+    /// Runs the inference program on a batch of any size (compiled once per size). Inputs the
+    /// inference graph reads but `inputs` lacks (labels, for pure inference) are zeros, and
+    /// the loss is then not reported.
+    pub fn evaluate(&mut self, inputs: &[(String, HostTensor)]) -> Result<EvalReport, RuntimeError> {
+        let n = inputs
+            .first()
+            .and_then(|(_, t)| t.shape.first().copied())
+            .ok_or_else(|| RuntimeError("evaluate: no input tensors given".into()))?;
+        let idx = self.eval_exec(n)?;
+        self.sync_eval(idx)?;
+        let exec = &mut self.evals[idx];
+        let complete = upload_inputs(exec, inputs, false)?;
+        exec.backend.step()?;
+        let loss = match (exec.program.graph.loss, complete) {
+            (Some(l), true) => Some(scalar(&exec.backend.download(l)?)?),
+            _ => None,
+        };
+        let outputs = download_outputs(exec)?;
+        Ok(EvalReport { loss, outputs })
+    }
+
+    /// The model's outputs for a batch (inference mode: running statistics, no dropout).
+    pub fn infer(&mut self, inputs: &[(String, HostTensor)]) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        Ok(self.evaluate(inputs)?.outputs)
+    }
+
+    /// The gradient of every parameter from the last training step, by parameter name.
+    /// An error when the program did not keep a gradient in memory.
+    pub fn gradients(&mut self) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        let g = &self.train.program.graph;
+        let mut out = Vec::new();
+        for &(p, dp) in &self.train.program.facts.grads {
+            let name = g.leaf_name(p).unwrap_or("?").to_string();
+            if matches!(self.device, Device::Cpu | Device::Cuda) && self.train.program.plan.slot(dp).is_none() {
+                return Err(RuntimeError(format!("the gradient of {name} is not kept in memory by the compiled program")));
+            }
+            out.push((name, self.train.backend.download(dp)?));
+        }
+        Ok(out)
+    }
+
+    /// Every parameter and state buffer, by leaf name, in arena order.
+    pub fn state_tensors(&mut self) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+        let g = &self.train.program.graph;
+        let leaves: Vec<(Value, String)> =
+            g.persistent().map(|v| (v, g.leaf_name(v).unwrap_or_default().to_string())).collect();
+        let mut out = Vec::new();
+        for (v, name) in leaves {
+            let t = match self.counters.iter().find(|c| c.0 == v) {
+                Some((_, _, c)) => HostTensor { dtype: DType::I32, shape: vec![], data: HostData::I32(vec![*c]) },
+                None => self.train.backend.download(v)?,
+            };
+            out.push((name, t));
+        }
+        Ok(out)
+    }
+
+    /// Writes parameters and state to a safetensors file (atomically), with metadata.
+    pub fn save_checkpoint(&mut self, path: &Path, metadata: &BTreeMap<String, String>) -> Result<(), RuntimeError> {
+        let tensors = self.state_tensors()?;
+        let mut meta = metadata.clone();
+        meta.insert("model".into(), self.model.name().to_string());
+        checkpoint::save(path, &tensors, &meta).map_err(RuntimeError)
+    }
+
+    /// Writes parameters and state to a safetensors file (atomically).
+    pub fn save_weights(&mut self, path: impl AsRef<Path>) -> Result<(), RuntimeError> {
+        self.save_checkpoint(path.as_ref(), &BTreeMap::new())
+    }
+
+    /// Loads parameters (all required) and state (optional: missing buffers keep their
+    /// values) from a safetensors file; returns the checkpoint's metadata.
+    pub fn load_weights(&mut self, path: impl AsRef<Path>) -> Result<BTreeMap<String, String>, RuntimeError> {
+        let path = path.as_ref();
+        let ck = checkpoint::load(path).map_err(RuntimeError)?;
+        self.load_checkpoint(&ck, path)?;
+        Ok(ck.metadata)
+    }
+
+    /// Loads from an already-read checkpoint (`file` names it in errors).
+    pub fn load_checkpoint(&mut self, ck: &Checkpoint, file: &Path) -> Result<(), RuntimeError> {
+        let g = &self.train.program.graph;
+        let batch = self.train.program.plan.batch;
+        let leaves: Vec<(Value, String, bool, DType, Vec<usize>)> = g
+            .persistent()
+            .map(|v| {
+                let n = g.node(v);
+                let name = g.leaf_name(v).unwrap_or_default().to_string();
+                (v, name, matches!(n.op, Op::Param { .. }), n.ty.dtype, n.ty.shape.resolve(batch))
+            })
+            .collect();
+        let missing: Vec<&str> =
+            leaves.iter().filter(|l| l.2 && !ck.tensors.contains_key(&l.1)).map(|l| l.1.as_str()).collect();
+        if !missing.is_empty() {
+            return Err(RuntimeError(format!(
+                "{}: missing parameter{} {} (the file has: {})",
+                file.display(),
+                if missing.len() > 1 { "s" } else { "" },
+                missing.join(", "),
+                ck.tensors.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        }
+        let mut converted = Vec::new();
+        for (v, name, _, dtype, shape) in &leaves {
+            if let Some(t) = ck.tensors.get(name) {
+                converted.push((*v, checkpoint::conform(t, *dtype, shape, name, file).map_err(RuntimeError)?));
+            }
+        }
+        for (v, t) in converted {
+            if let Some(c) = self.counters.iter_mut().find(|c| c.0 == v) {
+                if let HostData::I32(x) = &t.data {
+                    c.2 = x[0];
+                }
+            }
+            if self.train.program.graph.leaf_name(v) == Some(LR) {
+                if let HostData::F32(x) = &t.data {
+                    self.lr = x[0];
+                }
+            }
+            self.train.backend.upload(v, &t)?;
+        }
+        self.version += 1;
+        Ok(())
+    }
+
+    fn eval_exec(&mut self, batch: usize) -> Result<usize, RuntimeError> {
+        if let Some(i) = self.evals.iter().position(|e| e.program.plan.batch == batch) {
+            return Ok(i);
+        }
+        let program = self.model.compile(Mode::Eval, batch, self.memory_budget)?;
+        let backend = backend_for(self.device, &program, self.precision)?;
+        self.evals.push(Exec { program, backend, synced: 0 });
+        Ok(self.evals.len() - 1)
+    }
+
+    /// Copies parameters and state (by leaf name) from the training program to inference
+    /// program `idx` when they changed since the last copy.
+    fn sync_eval(&mut self, idx: usize) -> Result<(), RuntimeError> {
+        if self.evals[idx].synced == self.version {
+            return Ok(());
+        }
+        let eg = &self.evals[idx].program.graph;
+        let names: Vec<(Value, String)> = eg.persistent().map(|v| (v, eg.leaf_name(v).unwrap_or_default().to_string())).collect();
+        for (ev, name) in names {
+            let Some(tv) = self.train.program.graph.find_leaf(&name) else { continue };
+            let t = match self.counters.iter().find(|c| c.0 == tv) {
+                Some((_, _, c)) => HostTensor { dtype: DType::I32, shape: vec![], data: HostData::I32(vec![*c]) },
+                None => self.train.backend.download(tv)?,
+            };
+            self.evals[idx].backend.upload(ev, &t)?;
+        }
+        self.evals[idx].synced = self.version;
+        Ok(())
+    }
+}
+
+fn unassigned_counters(g: &Graph) -> Vec<(Value, String, i32)> {
+    let assigned: Vec<Value> =
+        g.nodes.iter().filter(|(_, n)| matches!(n.op, Op::Assign)).map(|(_, n)| n.inputs[0]).collect();
+    g.persistent()
+        .filter(|&v| {
+            let t = g.ty(v);
+            t.dtype == DType::I32 && t.shape.rank() == 0 && !assigned.contains(&v)
+        })
+        .map(|v| (v, g.leaf_name(v).unwrap_or_default().to_string(), 0))
+        .collect()
+}
+
+/// Initialises every parameter and state buffer from its `Init`: leaf `name` draws from
+/// `SplitMix64(seed ^ fnv1a(name))`, as the reference interpreter's session does.
+fn initialise(exec: &mut Exec, seed: u64) -> Result<(), RuntimeError> {
+    let g = &exec.program.graph;
+    let batch = exec.program.plan.batch;
+    let mut values = Vec::new();
+    for v in g.persistent() {
+        let n = g.node(v);
+        if let Op::Param { name, init } | Op::State { name, init } = &n.op {
+            let mut rng = SplitMix64::new(seed ^ name_hash(name));
+            let t = init_tensor(init, n.ty.dtype, &n.ty.shape.resolve(batch), &mut rng);
+            values.push((v, from_interp(&t)));
+        }
+    }
+    for (v, t) in values {
+        exec.backend.upload(v, &t)?;
+    }
+    Ok(())
+}
+
+/// Uploads every input leaf of the program from `inputs` by name. With `require`, a missing
+/// input is an error; otherwise it is zero-filled and the function returns `false`.
+fn upload_inputs(exec: &mut Exec, inputs: &[(String, HostTensor)], require: bool) -> Result<bool, RuntimeError> {
+    let g = &exec.program.graph;
+    let batch = exec.program.plan.batch;
+    let leaves: Vec<(Value, String, DType, Vec<usize>)> = g
+        .inputs()
+        .map(|v| (v, g.leaf_name(v).unwrap_or_default().to_string(), g.ty(v).dtype, g.ty(v).shape.resolve(batch)))
+        .collect();
+    let mut complete = true;
+    for (v, name, dtype, shape) in leaves {
+        match inputs.iter().find(|(n, _)| *n == name) {
+            Some((_, t)) => {
+                if t.dtype != dtype || t.shape != shape {
+                    return Err(RuntimeError(format!(
+                        "input '{name}': expected {dtype} {shape:?}, got {} {:?}",
+                        t.dtype, t.shape
+                    )));
+                }
+                exec.backend.upload(v, t)?;
+            }
+            None if require => return Err(RuntimeError(format!("no data given for input '{name}'"))),
+            None => {
+                complete = false;
+                exec.backend.upload(v, &HostTensor::zeros(dtype, &shape))?;
+            }
+        }
+    }
+    Ok(complete)
+}
+
+fn download_outputs(exec: &mut Exec) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+    let outs: Vec<(String, Value)> = exec.program.graph.outputs.iter().map(|o| (o.name.clone(), o.value)).collect();
+    outs.into_iter().map(|(n, v)| Ok((n, exec.backend.download(v)?))).collect()
+}
+
+fn scalar(t: &HostTensor) -> Result<f32, RuntimeError> {
+    match &t.data {
+        HostData::F32(v) if !v.is_empty() => Ok(v[0]),
+        _ => Err(RuntimeError("the loss is not a real scalar".into())),
+    }
+}

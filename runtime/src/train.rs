@@ -1,0 +1,387 @@
+//! The training loop: epochs of shuffled batches, validation, the learning-rate schedule,
+//! `metrics.jsonl`, atomic checkpoints (`last`, `best`), exact resume, and the
+//! memory-liveness summary.
+//!
+//! Determinism: initial values depend on `(seed, leaf name)`, the train/validation split
+//! on the seed, the batch order of epoch `e` on `(seed, e)`, and every other bit of state
+//! (parameters, optimizer moments, step counters, running statistics) is in the checkpoint,
+//! so a run resumed from `last.safetensors` computes exactly the losses of an
+//! uninterrupted run on a deterministic back end.
+
+use crate::backend::{HostData, HostTensor, RuntimeError};
+use crate::checkpoint;
+use crate::data::{self, Dataset};
+use crate::metrics::{self, Confusion, EpochMetrics};
+use crate::session::{Device, Model, Session, SessionOptions};
+use cvc_compiler::front::train::Schedule;
+use cvc_compiler::ir::DType;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Settings of a training run (the `train` section, overridden by command-line flags).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainOptions {
+    /// Device request.
+    pub device: Device,
+    /// Number of epochs (the total, also when resuming).
+    pub epochs: usize,
+    /// Batch size.
+    pub batch: usize,
+    /// Seed of initialisation, split and shuffling.
+    pub seed: u64,
+    /// Memory budget for the plan, in bytes.
+    pub memory_budget: Option<u64>,
+    /// Output folder: `metrics.jsonl`, `last.safetensors`, `best.safetensors`.
+    pub out: PathBuf,
+    /// Continue from `out/last.safetensors`.
+    pub resume: bool,
+    /// Draw a progress bar and print a line per epoch.
+    pub verbose: bool,
+}
+
+impl TrainOptions {
+    /// The options a model's `train` section gives, writing to `out`.
+    pub fn from_model(model: &Model, out: PathBuf) -> Self {
+        let c = model.config();
+        TrainOptions {
+            device: c.device.into(),
+            epochs: c.epochs,
+            batch: c.batch,
+            seed: c.seed,
+            memory_budget: c.memory_budget,
+            out,
+            resume: false,
+            verbose: false,
+        }
+    }
+}
+
+/// What a run did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrainSummary {
+    /// One record per epoch run by this call (a resumed run omits the earlier ones).
+    pub epochs: Vec<EpochMetrics>,
+    /// The memory-liveness summary text.
+    pub memory_report: String,
+    /// The device used.
+    pub device: String,
+}
+
+/// The learning rate of epoch `epoch` (0-based) of `epochs`: constant, step decay
+/// (`lr·γ^⌊e/every⌋`), or cosine annealing to `min_lr` (PyTorch's `CosineAnnealingLR` with
+/// `T_max = epochs`, stepped per epoch).
+pub fn lr_at(schedule: &Schedule, base: f64, epoch: usize, epochs: usize) -> f64 {
+    match *schedule {
+        Schedule::Constant => base,
+        Schedule::Step { every, gamma } => base * gamma.powi((epoch / every.max(1)) as i32),
+        Schedule::Cosine { min_lr } => {
+            let t = epoch as f64 / epochs.max(1) as f64;
+            min_lr + 0.5 * (base - min_lr) * (1.0 + (std::f64::consts::PI * t).cos())
+        }
+    }
+}
+
+/// Which output holds class scores and which input holds labels, when the model classifies.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Classifier {
+    /// Name of the real `[B, classes]` output.
+    pub output: String,
+    /// Name of the label input.
+    pub label: String,
+    /// Number of classes.
+    pub classes: usize,
+}
+
+impl Classifier {
+    /// Finds the classification output of a model: the first real output of shape
+    /// `[B, classes]` where some input is `class[B] of classes`.
+    pub fn find(model: &Model) -> Option<Classifier> {
+        let label = model.inputs().iter().find(|i| i.classes.is_some())?;
+        let classes = label.classes?;
+        let g = model.eval_graph();
+        let out = g.outputs.iter().find(|o| {
+            let t = g.ty(o.value);
+            t.dtype == DType::F32 && t.shape.resolve(1) == [1, classes]
+        })?;
+        Some(Classifier { output: out.name.clone(), label: label.name.clone(), classes })
+    }
+
+    /// Adds a batch's outputs and labels to a confusion matrix.
+    pub fn add(&self, cm: &mut Confusion, outputs: &[(String, HostTensor)], inputs: &[(String, HostTensor)]) {
+        let logits = outputs.iter().find(|(n, _)| *n == self.output).map(|(_, t)| &t.data);
+        let labels = inputs.iter().find(|(n, _)| *n == self.label).map(|(_, t)| &t.data);
+        if let (Some(HostData::F32(l)), Some(HostData::I32(y))) = (logits, labels) {
+            cm.add(l, y);
+        }
+    }
+}
+
+/// Validation over `indices` in chunks of `batch` (the last chunk at its own size).
+/// Returns the sample-weighted mean loss and the confusion matrix.
+pub fn validate(
+    session: &mut Session,
+    data: &Dataset,
+    indices: &[usize],
+    batch: usize,
+    classifier: Option<&Classifier>,
+) -> Result<(Option<f64>, Option<Confusion>), RuntimeError> {
+    if indices.is_empty() {
+        return Ok((None, None));
+    }
+    let mut cm = classifier.map(|c| Confusion::new(c.classes));
+    let mut loss_sum = 0.0;
+    let mut have_loss = true;
+    for chunk in indices.chunks(batch.max(1)) {
+        let inputs = data.gather(chunk);
+        let r = session.evaluate(&inputs)?;
+        match r.loss {
+            Some(l) => loss_sum += l as f64 * chunk.len() as f64,
+            None => have_loss = false,
+        }
+        if let (Some(c), Some(cm)) = (classifier, cm.as_mut()) {
+            c.add(cm, &r.outputs, &inputs);
+        }
+    }
+    let loss = have_loss.then(|| loss_sum / indices.len() as f64);
+    Ok((loss, cm))
+}
+
+/// Trains `model` on `data`. Writes `metrics.jsonl` and checkpoints into `opts.out`.
+pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<TrainSummary, RuntimeError> {
+    let cfg = model.config();
+    fs::create_dir_all(&opts.out).map_err(|e| RuntimeError(format!("{}: {e}", opts.out.display())))?;
+    let sopts = SessionOptions {
+        device: opts.device,
+        batch: opts.batch,
+        seed: opts.seed,
+        memory_budget: opts.memory_budget,
+        precision: cfg.precision,
+    };
+    let mut session = model.session_with(&sopts)?;
+    if let (Some(n), true) = (session.note(), opts.verbose) {
+        eprintln!("note: {n}");
+    }
+    let split = data::split(data.len, cfg.split, opts.seed);
+    if split.train.len() < opts.batch {
+        return Err(RuntimeError(format!(
+            "the training set has {} samples (split = {} of {}), fewer than one batch of {}",
+            split.train.len(),
+            cfg.split,
+            data.len,
+            opts.batch
+        )));
+    }
+    let classifier = Classifier::find(model);
+    let metrics_path = opts.out.join("metrics.jsonl");
+    let last_path = opts.out.join("last.safetensors");
+    let best_path = opts.out.join("best.safetensors");
+
+    let mut start = 0;
+    let mut best: Option<f64> = None;
+    if opts.resume {
+        if !last_path.exists() {
+            return Err(RuntimeError(format!("--resume: {} does not exist", last_path.display())));
+        }
+        let meta = session.load_weights(&last_path)?;
+        start = meta_usize(&meta, "epoch", &last_path)?;
+        if let Some(seed) = meta.get("seed") {
+            if seed != &opts.seed.to_string() {
+                return Err(RuntimeError(format!(
+                    "--resume: {} was trained with seed {seed}, this run uses seed {}",
+                    last_path.display(),
+                    opts.seed
+                )));
+            }
+        }
+        best = meta.get("best").and_then(|s| s.parse().ok());
+        truncate_metrics(&metrics_path, start)?;
+    } else if metrics_path.exists() {
+        fs::remove_file(&metrics_path).map_err(|e| RuntimeError(format!("{}: {e}", metrics_path.display())))?;
+    }
+
+    let steps = split.train.len() / opts.batch;
+    let mut records = Vec::new();
+    for epoch in start..opts.epochs {
+        let lr = lr_at(&cfg.schedule, cfg.optimizer.lr, epoch, opts.epochs);
+        session.set_lr(lr as f32)?;
+        let order = data::epoch_order(&split.train, opts.seed, epoch);
+        let bar = progress_bar(steps, epoch, opts.epochs, opts.verbose);
+        let mut loss_sum = 0.0;
+        let mut times = Vec::with_capacity(steps);
+        let mut train_cm = classifier.as_ref().map(|c| Confusion::new(c.classes));
+        let t_epoch = Instant::now();
+        for (i, chunk) in order.chunks_exact(opts.batch).enumerate() {
+            let inputs = data.gather(chunk);
+            let t0 = Instant::now();
+            let r = session.train_step(&inputs)?;
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+            if !r.loss.is_finite() {
+                bar.abandon();
+                return Err(RuntimeError(format!(
+                    "the loss became {} at epoch {} step {}; try a smaller learning rate (now {lr:e})",
+                    r.loss,
+                    epoch + 1,
+                    i + 1
+                )));
+            }
+            loss_sum += r.loss as f64;
+            if let (Some(c), Some(cm)) = (&classifier, train_cm.as_mut()) {
+                c.add(cm, &r.outputs, &inputs);
+            }
+            let rate = ((i + 1) * opts.batch) as f64 / t_epoch.elapsed().as_secs_f64().max(1e-9);
+            let acc = train_cm.as_ref().map(|c| format!(" acc {:.1}%", 100.0 * c.accuracy())).unwrap_or_default();
+            bar.set_message(format!("loss {:.4}{acc} {rate:.0} samples/s", loss_sum / (i + 1) as f64));
+            bar.inc(1);
+        }
+        let train_secs = t_epoch.elapsed().as_secs_f64();
+        bar.finish_and_clear();
+        let (val_loss, val_cm) = validate(&mut session, data, &split.val, opts.batch, classifier.as_ref())?;
+        let m = EpochMetrics {
+            epoch: epoch + 1,
+            train_loss: loss_sum / steps.max(1) as f64,
+            train_acc: train_cm.as_ref().map(|c| c.accuracy()),
+            val_loss,
+            val_acc: val_cm.as_ref().map(|c| c.accuracy()),
+            lr,
+            step_ms: metrics::median(&times),
+            samples_per_s: (steps * opts.batch) as f64 / train_secs.max(1e-9),
+            planned_arena_bytes: session.plan().arena_bytes,
+            measured_peak_bytes: session.measured_peak_bytes(),
+        };
+        metrics::append_jsonl(&metrics_path, &m).map_err(RuntimeError)?;
+        if opts.verbose {
+            println!("{}", epoch_line(&m, opts.epochs));
+        }
+        // Higher accuracy is better; without one, lower validation (or training) loss.
+        let score = m.val_acc.or(m.val_loss.map(|l| -l)).unwrap_or(-m.train_loss);
+        let improved = best.is_none_or(|b| score > b);
+        if improved {
+            best = Some(score);
+        }
+        let mut meta = BTreeMap::new();
+        meta.insert("epoch".to_string(), (epoch + 1).to_string());
+        meta.insert("seed".to_string(), opts.seed.to_string());
+        meta.insert("batch".to_string(), opts.batch.to_string());
+        if let Some(b) = best {
+            meta.insert("best".to_string(), format!("{b:e}"));
+        }
+        session.save_checkpoint(&last_path, &meta)?;
+        if improved {
+            session.save_checkpoint(&best_path, &meta)?;
+        }
+        records.push(m);
+    }
+    let memory_report = memory_report(&session);
+    Ok(TrainSummary { epochs: records, memory_report, device: session.device_name() })
+}
+
+fn meta_usize(meta: &BTreeMap<String, String>, key: &str, file: &Path) -> Result<usize, RuntimeError> {
+    meta.get(key)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| RuntimeError(format!("{}: metadata '{key}' is missing or not a number", file.display())))
+}
+
+/// Keeps the first `epochs` records of a `metrics.jsonl` (a resumed run rewrites the rest).
+fn truncate_metrics(path: &Path, epochs: usize) -> Result<(), RuntimeError> {
+    let Ok(text) = fs::read_to_string(path) else { return Ok(()) };
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()
+                .and_then(|v| v.get("epoch").and_then(|e| e.as_u64()))
+                .is_some_and(|e| e as usize <= epochs)
+        })
+        .collect();
+    let mut out = kept.join("\n");
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    checkpoint::write_atomic(path, out.as_bytes()).map_err(RuntimeError)
+}
+
+fn progress_bar(steps: usize, epoch: usize, epochs: usize, verbose: bool) -> ProgressBar {
+    if !verbose {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(steps as u64), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg} ({elapsed})") {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_prefix(format!("epoch {}/{epochs}", epoch + 1));
+    bar
+}
+
+/// The one-line summary of an epoch.
+pub fn epoch_line(m: &EpochMetrics, epochs: usize) -> String {
+    let pct = |x: Option<f64>| x.map(|a| format!(" acc {:5.1}%", 100.0 * a)).unwrap_or_default();
+    let val = match m.val_loss {
+        Some(l) => format!("  val loss {l:.4}{}", pct(m.val_acc)),
+        None => pct(m.val_acc),
+    };
+    format!(
+        "epoch {}/{epochs}  train loss {:.4}{}{val}  lr {:.2e}  {:.2} ms/step  {:.0} samples/s",
+        m.epoch,
+        m.train_loss,
+        pct(m.train_acc),
+        m.lr,
+        m.step_ms,
+        m.samples_per_s
+    )
+}
+
+/// The memory-liveness summary: planned arena, lower bound, measured peak, and the tensors
+/// alive at the planned peak with the `.cvnn` line that made each.
+pub fn memory_report(session: &Session) -> String {
+    let plan = session.plan();
+    let model = session.model();
+    let g = &session.program().graph;
+    let mut s = format!("memory (batch {}, {}):\n", plan.batch, session.device_name());
+    s.push_str(&format!("  planned arena   {:>12}\n", metrics::human_bytes(plan.arena_bytes)));
+    s.push_str(&format!(
+        "  lower bound     {:>12}  (fragmentation {:.1}%)\n",
+        metrics::human_bytes(plan.lower_bound_bytes),
+        plan.fragmentation_pct()
+    ));
+    s.push_str(&format!("  parameters+state{:>12}\n", metrics::human_bytes(plan.persistent_bytes)));
+    match session.measured_peak_bytes() {
+        Some(b) => s.push_str(&format!("  measured peak   {:>12}  ({})\n", metrics::human_bytes(b), peak_kind(session))),
+        None => s.push_str("  measured peak   unknown\n"),
+    }
+    let mut live: Vec<(usize, String)> = plan
+        .live_at_peak
+        .iter()
+        .map(|&v| {
+            let bytes = plan.slot(v).map(|sl| sl.bytes).unwrap_or_else(|| g.ty(v).bytes(plan.batch));
+            let n = g.node(v);
+            let line = model.line_of(g.span(v));
+            let ty = format!("{}{:?}", n.ty.dtype, n.ty.shape.resolve(plan.batch));
+            (bytes, format!("{:>10}  {ty:<22} {:<34} line {line}", metrics::human_bytes(bytes), n.origin.label))
+        })
+        .collect();
+    live.sort_by(|a, b| b.0.cmp(&a.0));
+    s.push_str(&format!(
+        "  alive at the peak (step {} of {}): {} tensors\n",
+        plan.peak_step + 1,
+        session.program().order.len(),
+        live.len()
+    ));
+    for (_, l) in live.iter().take(12) {
+        s.push_str(&format!("    {l}\n"));
+    }
+    if live.len() > 12 {
+        let rest: usize = live[12..].iter().map(|x| x.0).sum();
+        s.push_str(&format!("    ... {} more ({})\n", live.len() - 12, metrics::human_bytes(rest)));
+    }
+    s
+}
+
+fn peak_kind(session: &Session) -> &'static str {
+    match session.device() {
+        Device::Cuda => "device memory",
+        _ => "peak RSS of the process",
+    }
+}

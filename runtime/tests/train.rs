@@ -1,0 +1,197 @@
+//! The training runtime end to end on small models: sessions against the reference
+//! interpreter, seeded determinism, exact resume, weights round trips, the lr state, and
+//! error messages for bad weights.
+
+use cvc_compiler::interp::{self, Tensor};
+use cvc_runtime::backend::{HostData, HostTensor};
+use cvc_runtime::data::Dataset;
+use cvc_runtime::interp_backend::to_interp;
+use cvc_runtime::session::{Device, Model, SessionOptions};
+use cvc_runtime::train::{train, TrainOptions};
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+const TINY: &str = "model Tiny {
+    input x: c64[B, 1, 16]
+    input label: class[B] of 3
+    logits = x |> conv1d(4, kernel = 3, pad = 1) |> batchnorm(kind = naive) |> modrelu
+               |> global_avgpool |> linear(3) |> abs
+    output logits
+    loss cross_entropy(logits, label)
+}
+train Tiny {
+    data      = synthetic.random(count = 80, seed = 5)
+    split     = 0.8
+    batch     = 8
+    epochs    = 2
+    optimizer = adam(lr = 1e-2)
+    schedule  = cosine(min_lr = 1e-3)
+    seed      = 11
+}
+";
+
+/// The devices every test runs on: the reference-interpreter back end and the CPU back end.
+const DEVICES: [Device; 2] = [Device::Interp, Device::Cpu];
+
+fn model() -> Model {
+    Model::from_source("tiny.cvnn", TINY).unwrap()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("cvc-train-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn opts(m: &Model, device: Device, out: PathBuf) -> TrainOptions {
+    TrainOptions { device, ..TrainOptions::from_model(m, out) }
+}
+
+fn data(m: &Model) -> Dataset {
+    Dataset::from_source(&m.config().data, m.dir(), m.inputs()).unwrap()
+}
+
+fn max_rel(a: &HostTensor, b: &HostTensor) -> f64 {
+    let (HostData::F32(x), HostData::F32(y)) = (&a.data, &b.data) else { panic!("f32 tensors") };
+    let scale = x.iter().map(|v| v.abs()).fold(1e-6f32, f32::max) as f64;
+    x.iter().zip(y).map(|(p, q)| (p - q).abs() as f64 / scale).fold(0.0, f64::max)
+}
+
+#[test]
+fn session_steps_match_the_reference_interpreter() {
+    let m = model();
+    let d = data(&m);
+    for device in DEVICES {
+        let sopts = SessionOptions { device, ..SessionOptions::from_config(m.config()) };
+        let mut s = m.session_with(&sopts).unwrap();
+        let g = s.program().graph.clone();
+        let mut reference = interp::Session::new(&g, s.batch(), sopts.seed);
+        for step in 0..3 {
+            let idx: Vec<usize> = (step * 8..step * 8 + 8).collect();
+            let inputs = d.gather(&idx);
+            let got = s.train_step(&inputs).unwrap();
+            let ins: HashMap<String, Tensor> = inputs.iter().map(|(n, t)| (n.clone(), to_interp(t))).collect();
+            let want = reference.step(&g, &ins).unwrap().loss.unwrap();
+            let rel = (got.loss as f64 - want).abs() / want.abs().max(1e-6);
+            assert!(rel < 1e-4, "{device:?} step {step}: loss {} vs reference {want}", got.loss);
+        }
+    }
+}
+
+#[test]
+fn same_seed_same_losses_and_resume_is_exact() {
+    let m = model();
+    let d = data(&m);
+    for device in DEVICES {
+        let dir = tmp(&format!("resume-{device:?}"));
+        let full = train(&m, &d, &opts(&m, device, dir.join("full"))).unwrap();
+        assert_eq!(full.epochs.len(), 2);
+        let again = train(&m, &d, &opts(&m, device, dir.join("again"))).unwrap();
+        let first = train(&m, &d, &TrainOptions { epochs: 1, ..opts(&m, device, dir.join("split")) }).unwrap();
+        let rest = train(&m, &d, &TrainOptions { resume: true, ..opts(&m, device, dir.join("split")) }).unwrap();
+        assert_eq!((first.epochs.len(), rest.epochs.len()), (1, 1));
+        let pick = |e: &cvc_runtime::metrics::EpochMetrics| (e.epoch, e.train_loss, e.val_loss, e.val_acc, e.lr);
+        let a: Vec<_> = full.epochs.iter().map(pick).collect();
+        let b: Vec<_> = again.epochs.iter().map(pick).collect();
+        let c: Vec<_> = first.epochs.iter().chain(&rest.epochs).map(pick).collect();
+        assert_eq!(a, b, "{device:?}: same seed, same losses");
+        assert_eq!(a, c, "{device:?}: 1 epoch + resume 1 equals 2 epochs");
+        // The cosine schedule: base lr in epoch 1, halfway to min_lr in epoch 2.
+        assert!((a[0].4 - 1e-2).abs() < 1e-15);
+        assert!((a[1].4 - (1e-3 + 0.5 * (1e-2 - 1e-3))).abs() < 1e-12);
+        let lines = std::fs::read_to_string(dir.join("split/metrics.jsonl")).unwrap();
+        assert_eq!(lines.lines().count(), 2);
+        let other = train(&m, &d, &TrainOptions { seed: 12, ..opts(&m, device, dir.join("other")) }).unwrap();
+        assert_ne!(other.epochs[0].train_loss, full.epochs[0].train_loss);
+    }
+}
+
+#[test]
+fn weights_round_trip_and_inference_uses_them() {
+    let m = model();
+    let d = data(&m);
+    for device in DEVICES {
+        let dir = tmp(&format!("weights-{device:?}"));
+        let sopts = SessionOptions { device, ..SessionOptions::from_config(m.config()) };
+        let mut a = m.session_with(&sopts).unwrap();
+        let idx: Vec<usize> = (0..8).collect();
+        a.train_step(&d.gather(&idx)).unwrap();
+        a.train_step(&d.gather(&idx)).unwrap();
+        let path = dir.join("w.safetensors");
+        a.save_weights(&path).unwrap();
+        let eval_idx: Vec<usize> = (0..5).collect();
+        let want = a.infer(&d.gather(&eval_idx)).unwrap();
+        let mut b = m.session_with(&SessionOptions { seed: 99, ..sopts.clone() }).unwrap();
+        let fresh = b.infer(&d.gather(&eval_idx)).unwrap();
+        assert!(max_rel(&fresh[0].1, &want[0].1) > 1e-3, "{device:?}: a different seed gives different outputs");
+        b.load_weights(&path).unwrap();
+        let got = b.infer(&d.gather(&eval_idx)).unwrap();
+        assert_eq!(got[0].1.shape, vec![5, 3]);
+        assert!(max_rel(&got[0].1, &want[0].1) < 1e-6, "{device:?}: loaded weights reproduce the outputs");
+        // Parameters and optimizer state are all in the file, with the same values.
+        let sa = a.state_tensors().unwrap();
+        let sb = b.state_tensors().unwrap();
+        assert_eq!(sa, sb);
+    }
+}
+
+#[test]
+fn zero_learning_rate_freezes_parameters() {
+    let m = model();
+    let d = data(&m);
+    let sopts = SessionOptions { device: Device::Cpu, ..SessionOptions::from_config(m.config()) };
+    let mut s = m.session_with(&sopts).unwrap();
+    let params = |s: &mut cvc_runtime::session::Session| -> Vec<(String, HostTensor)> {
+        let names: Vec<String> = s.program().graph.params().map(|v| s.program().graph.leaf_name(v).unwrap().to_string()).collect();
+        s.state_tensors().unwrap().into_iter().filter(|(n, _)| names.contains(n)).collect()
+    };
+    let before = params(&mut s);
+    s.set_lr(0.0).unwrap();
+    s.train_step(&d.gather(&(0..8).collect::<Vec<_>>())).unwrap();
+    assert_eq!(params(&mut s), before);
+    s.set_lr(1e-2).unwrap();
+    s.train_step(&d.gather(&(0..8).collect::<Vec<_>>())).unwrap();
+    assert_ne!(params(&mut s), before);
+}
+
+#[test]
+fn bad_weights_name_the_file_and_the_tensor() {
+    let m = model();
+    let dir = tmp("badweights");
+    let sopts = SessionOptions { device: Device::Interp, ..SessionOptions::from_config(m.config()) };
+    let mut s = m.session_with(&sopts).unwrap();
+    let path = dir.join("w.safetensors");
+    s.save_weights(&path).unwrap();
+    // Drop one parameter and reshape another.
+    let mut tensors: Vec<(String, HostTensor)> = s.state_tensors().unwrap();
+    let first = s.program().graph.params().next().map(|v| s.program().graph.leaf_name(v).unwrap().to_string()).unwrap();
+    tensors.retain(|(n, _)| n != &first);
+    let partial = dir.join("partial.safetensors");
+    cvc_runtime::checkpoint::save(&partial, &tensors, &Default::default()).unwrap();
+    let e = s.load_weights(&partial).unwrap_err().0;
+    assert!(e.contains("partial.safetensors") && e.contains(&first), "{e}");
+    let mut tensors = s.state_tensors().unwrap();
+    let t = tensors.iter_mut().find(|(n, _)| n == &first).unwrap();
+    t.1 = HostTensor::zeros(t.1.dtype, &[1, 2, 3]);
+    let shaped = dir.join("shaped.safetensors");
+    cvc_runtime::checkpoint::save(&shaped, &tensors, &Default::default()).unwrap();
+    let e = s.load_weights(&shaped).unwrap_err().0;
+    assert!(e.contains("shaped.safetensors") && e.contains(&first) && e.contains("[1, 2, 3]"), "{e}");
+    let e = s.load_weights(dir.join("absent.safetensors")).unwrap_err().0;
+    assert!(e.contains("absent.safetensors"), "{e}");
+}
+
+#[test]
+fn inputs_are_checked_before_a_step() {
+    let m = model();
+    let mut s = m.session_with(&SessionOptions { device: Device::Interp, ..SessionOptions::from_config(m.config()) }).unwrap();
+    let d = data(&m);
+    let mut inputs = d.gather(&(0..8).collect::<Vec<_>>());
+    inputs.pop();
+    let e = s.train_step(&inputs).unwrap_err().0;
+    assert!(e.contains("label"), "{e}");
+    let wrong = d.gather(&(0..4).collect::<Vec<_>>());
+    let e = s.train_step(&wrong).unwrap_err().0;
+    assert!(e.contains("input 'x'") && e.contains("[4, 1, 16]"), "{e}");
+}

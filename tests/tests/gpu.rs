@@ -1,0 +1,409 @@
+//! GPU tests (skipped without a CUDA GPU; `CVC_REQUIRE_GPU=1` makes a missing GPU a failure):
+//! every example's forward values, loss and parameter gradients on the CUDA back end against
+//! the f64 reference interpreter, on fresh random inputs, within a relative error of 1e-4.
+
+use cvc_compiler::front::check_source;
+use cvc_compiler::front::train::{Optimizer, OptimizerKind, Precision};
+use cvc_compiler::interp::{evaluate, Session, SplitMix64, Tensor, TensorData};
+use cvc_compiler::ir::{DType, Graph, Mode, Op, Value};
+use cvc_compiler::passes::fusion::Fusion;
+use cvc_compiler::passes::memplan::bump;
+use cvc_compiler::passes::pipeline::{compile, Options};
+use cvc_compiler::passes::Program;
+use cvc_runtime::backend::{Backend, HostData, HostTensor};
+use cvc_runtime::cuda::CudaBackend;
+use num_complex::Complex64;
+use std::collections::HashMap;
+use std::path::Path;
+
+const TOL: f64 = 1e-4;
+
+fn gpu_or_skip() -> bool {
+    match cvc_runtime::cuda::available() {
+        Ok(name) => {
+            eprintln!("GPU: {name}");
+            true
+        }
+        Err(why) => {
+            if std::env::var("CVC_REQUIRE_GPU").as_deref() == Ok("1") {
+                panic!("CVC_REQUIRE_GPU=1 but no GPU: {why}");
+            }
+            eprintln!("skipping: {why}");
+            false
+        }
+    }
+}
+
+fn seed() -> u64 {
+    let s = std::env::var("CVC_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+    });
+    eprintln!("seed {s} (set CVC_TEST_SEED={s} to repeat)");
+    s
+}
+
+fn to_host(t: &Tensor) -> HostTensor {
+    let data = match &t.data {
+        TensorData::Real(v) => HostData::F32(v.iter().map(|&x| x as f32).collect()),
+        TensorData::Complex(v) => HostData::F32(v.iter().flat_map(|z| [z.re as f32, z.im as f32]).collect()),
+        TensorData::Int(v) => HostData::I32(v.iter().map(|&x| x as i32).collect()),
+    };
+    HostTensor { dtype: t.dtype(), shape: t.shape.clone(), data }
+}
+
+fn from_host(h: &HostTensor) -> Tensor {
+    match (&h.data, h.dtype) {
+        (HostData::I32(v), _) => Tensor::int(&h.shape, v.iter().map(|&x| x as i64).collect()),
+        (HostData::F32(v), DType::C64) => Tensor::complex(
+            &h.shape,
+            v.chunks_exact(2).map(|c| Complex64::new(c[0] as f64, c[1] as f64)).collect(),
+        ),
+        (HostData::F32(v), _) => Tensor::real(&h.shape, v.iter().map(|&x| x as f64).collect()),
+    }
+}
+
+/// Rounds a reference tensor to f32, so GPU and interpreter start from identical values.
+fn round(t: &Tensor) -> Tensor {
+    from_host(&to_host(t))
+}
+
+fn flat(t: &Tensor) -> Vec<f64> {
+    match &t.data {
+        TensorData::Real(v) => v.clone(),
+        TensorData::Complex(v) => v.iter().flat_map(|z| [z.re, z.im]).collect(),
+        TensorData::Int(v) => v.iter().map(|&x| x as f64).collect(),
+    }
+}
+
+/// `‖a − b‖ / ‖b‖` (absolute when `b` is zero).
+fn rel_err(got: &Tensor, want: &Tensor) -> f64 {
+    let (a, b) = (flat(got), flat(want));
+    assert_eq!(a.len(), b.len(), "element counts differ");
+    let d: f64 = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum::<f64>().sqrt();
+    let n: f64 = b.iter().map(|y| y * y).sum::<f64>().sqrt();
+    if a.iter().any(|x| x.is_nan()) {
+        return f64::INFINITY;
+    }
+    if n == 0.0 {
+        d
+    } else {
+        d / n
+    }
+}
+
+fn random_inputs(g: &Graph, batch: usize, classes: &HashMap<String, usize>, rng: &mut SplitMix64) -> HashMap<String, Tensor> {
+    let mut m = HashMap::new();
+    for v in g.inputs() {
+        let n = g.node(v);
+        let name = g.leaf_name(v).expect("input name").to_string();
+        let shape = n.ty.shape.resolve(batch);
+        let count: usize = shape.iter().product();
+        let t = match n.ty.dtype {
+            DType::F32 => Tensor::real(&shape, (0..count).map(|_| rng.normal()).collect()),
+            DType::C64 => Tensor::complex(&shape, (0..count).map(|_| Complex64::new(rng.normal(), rng.normal())).collect()),
+            DType::I32 => {
+                let k = classes.get(&name).copied().unwrap_or(2) as u64;
+                Tensor::int(&shape, (0..count).map(|_| (rng.next_u64() % k) as i64).collect())
+            }
+        };
+        m.insert(name, round(&t));
+    }
+    m
+}
+
+fn leaves_of(g: &Graph, state: &HashMap<String, Tensor>, inputs: &HashMap<String, Tensor>) -> HashMap<Value, Tensor> {
+    let mut l = HashMap::new();
+    for (h, n) in g.nodes.iter() {
+        let name = match &n.op {
+            Op::Input { name } | Op::Param { name, .. } | Op::State { name, .. } => name,
+            _ => continue,
+        };
+        let t = inputs.get(name).or_else(|| state.get(name)).unwrap_or_else(|| panic!("no value for {name}"));
+        l.insert(h, t.clone());
+    }
+    l
+}
+
+fn upload_leaves(be: &mut CudaBackend, g: &Graph, leaves: &HashMap<Value, Tensor>) {
+    for (&v, t) in leaves {
+        if be.has_buffer(v) {
+            be.upload(v, &to_host(t)).unwrap_or_else(|e| panic!("upload {}: {e}", g.leaf_name(v).unwrap_or("?")));
+        }
+    }
+}
+
+struct Example {
+    name: String,
+    program: Program,
+    classes: HashMap<String, usize>,
+}
+
+fn load(path: &Path, batch: usize, optimizer: Option<Optimizer>) -> Example {
+    let name = path.display().to_string();
+    let src = std::fs::read_to_string(path).expect("readable example");
+    let checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+    let classes = checked.inputs.iter().filter_map(|i| i.classes.map(|c| (i.name.clone(), c))).collect();
+    let optimizer = optimizer.unwrap_or_else(|| checked.train.optimizer.clone());
+    let opts = Options { batch, optimizer, ..Options::default() };
+    let program = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+    Example { name, program, classes }
+}
+
+fn examples() -> Vec<std::path::PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("root").join("examples");
+    let mut v: Vec<_> = std::fs::read_dir(root)
+        .expect("examples/")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cvnn"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn batch_for(path: &Path) -> usize {
+    if path.to_string_lossy().contains("seed_cnn") {
+        3
+    } else {
+        4
+    }
+}
+
+/// One training step of every example with plain SGD at lr 1 and a no-reuse memory plan, so
+/// every value the kernels store stays readable: each stored value, the outputs, the loss and
+/// every parameter gradient (read directly, or as `p_old − p_new`) must match the interpreter.
+#[test]
+fn every_example_matches_the_interpreter_forward_and_backward() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let mut rng = SplitMix64::new(seed());
+    let sgd = Optimizer { kind: OptimizerKind::Sgd { momentum: 0.0, nesterov: false }, lr: 1.0, weight_decay: 0.0 };
+    let mut failures = Vec::new();
+    for path in examples() {
+        let batch = batch_for(&path);
+        let mut ex = load(&path, batch, Some(sgd.clone()));
+        let g = ex.program.graph.clone();
+        let fusion = Fusion { groups: ex.program.groups.clone(), recomputed: Vec::new() };
+        ex.program.plan = bump(&g, &fusion, &ex.program.order, batch);
+        let materialized = fusion.materialized(&g);
+        let session = Session::new(&g, batch, rng.next_u64());
+        let mut state: HashMap<String, Tensor> = session.state.iter().map(|(k, t)| (k.clone(), round(t))).collect();
+        // The learning rate is a state input in some programs: make it exactly 1.
+        for (k, t) in state.iter_mut() {
+            if k == "lr" || k.ends_with(".lr") {
+                *t = Tensor { shape: t.shape.clone(), data: TensorData::Real(vec![1.0; t.numel()]) };
+            }
+        }
+        let inputs = random_inputs(&g, batch, &ex.classes, &mut rng);
+        let leaves = leaves_of(&g, &state, &inputs);
+        let want = evaluate(&g, batch, &leaves).unwrap_or_else(|e| panic!("{}: interpreter: {e}", ex.name));
+        let mut be = CudaBackend::new(&ex.program, Precision::Fp32).unwrap_or_else(|e| panic!("{}: {e}", ex.name));
+        eprintln!("{}: {}", ex.name, be.compile_info());
+        upload_leaves(&mut be, &g, &leaves);
+        be.step().unwrap_or_else(|e| panic!("{}: step: {e}", ex.name));
+        let mut worst: Vec<(f64, String)> = Vec::new();
+        let mut checked = 0;
+        for (h, n) in g.nodes.iter() {
+            if !materialized[h.index()] || n.op.is_leaf() {
+                continue;
+            }
+            let got = from_host(&be.download(h).unwrap_or_else(|e| panic!("{}: download {h}: {e}", ex.name)));
+            let w = want[h.index()].as_ref().expect("interpreter value");
+            let e = rel_err(&got, w);
+            worst.push((e, format!("{h} {} [{}]", n.op.mnemonic(), n.origin.label)));
+            checked += 1;
+        }
+        worst.sort_by(|a, b| b.0.partial_cmp(&a.0).unwrap_or(std::cmp::Ordering::Equal));
+        eprintln!("{}: {checked} stored values compared; largest relative errors:", ex.name);
+        for (e, what) in worst.iter().take(4) {
+            eprintln!("    {e:.2e}  {what}");
+        }
+        // Outputs and loss.
+        let mut crit: Vec<(String, Value)> = g.outputs.iter().map(|o| (format!("output {}", o.name), o.value)).collect();
+        if let Some(l) = g.loss {
+            crit.push(("loss".into(), l));
+        }
+        for (what, v) in crit {
+            let got = from_host(&be.download(v).expect("download output"));
+            let e = rel_err(&got, want[v.index()].as_ref().expect("value"));
+            eprintln!("    {what}: {e:.2e}");
+            if !(e <= TOL) {
+                failures.push(format!("{}: {what} relative error {e:.2e}", ex.name));
+            }
+        }
+        // Gradients: directly when stored, else from the SGD update at lr 1.
+        let assigns: HashMap<Value, Value> =
+            g.nodes.iter().filter(|(_, n)| matches!(n.op, Op::Assign)).map(|(h, n)| (n.inputs[0], h)).collect();
+        for &(p, dp) in &ex.program.facts.grads {
+            let pname = g.leaf_name(p).unwrap_or("?").to_string();
+            let want_g = want[dp.index()].as_ref().expect("gradient value");
+            let got_g = if materialized[dp.index()] {
+                from_host(&be.download(dp).expect("download gradient"))
+            } else {
+                let new_p = flat(&from_host(&be.download(p).expect("download parameter")));
+                let old_p = flat(leaves.get(&p).expect("old parameter"));
+                assert!(assigns.contains_key(&p), "{pname} is never updated");
+                let d: Vec<f64> = old_p.iter().zip(&new_p).map(|(a, b)| a - b).collect();
+                match want_g.dtype() {
+                    DType::C64 => Tensor::complex(&want_g.shape, d.chunks(2).map(|c| Complex64::new(c[0], c[1])).collect()),
+                    _ => Tensor::real(&want_g.shape, d),
+                }
+            };
+            let e = rel_err(&got_g, want_g);
+            eprintln!("    grad {pname}: {e:.2e}{}", if materialized[dp.index()] { "" } else { " (from the update)" });
+            // The update path loses the low bits of p: allow f32 rounding of |p| relative to |g|.
+            let tol = if materialized[dp.index()] {
+                TOL
+            } else {
+                let pn = flat(leaves.get(&p).expect("p")).iter().map(|x| x * x).sum::<f64>().sqrt();
+                let gn = flat(want_g).iter().map(|x| x * x).sum::<f64>().sqrt();
+                TOL.max(2.0 * f32::EPSILON as f64 * pn / gn.max(1e-30))
+            };
+            if !(e <= tol) {
+                failures.push(format!("{}: gradient of {pname} relative error {e:.2e} (tolerance {tol:.1e})", ex.name));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "GPU vs interpreter mismatches:\n{}", failures.join("\n"));
+}
+
+/// Two training steps of every example with its own optimizer and the real (reusing) memory
+/// plan: outputs, loss and every updated parameter and state buffer match the interpreter.
+#[test]
+fn every_example_trains_like_the_interpreter_with_the_real_plan() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let mut rng = SplitMix64::new(seed());
+    let mut failures = Vec::new();
+    for path in examples() {
+        let batch = batch_for(&path);
+        let ex = load(&path, batch, None);
+        let g = &ex.program.graph;
+        let mut session = Session::new(g, batch, rng.next_u64());
+        session.state = session.state.iter().map(|(k, t)| (k.clone(), round(t))).collect();
+        let mut be = CudaBackend::new(&ex.program, Precision::Fp32).unwrap_or_else(|e| panic!("{}: {e}", ex.name));
+        let mut first = true;
+        for step in 0..2 {
+            let inputs = random_inputs(g, batch, &ex.classes, &mut rng);
+            let leaves = leaves_of(g, &session.state, &inputs);
+            for (&v, t) in &leaves {
+                let n = g.node(v);
+                // Inputs every step; persistent buffers once, then only the i32 counters the
+                // runtime advances between steps.
+                let wanted = matches!(n.op, Op::Input { .. }) || first || n.ty.dtype == DType::I32;
+                if wanted && be.has_buffer(v) {
+                    be.upload(v, &to_host(t)).unwrap_or_else(|e| panic!("{}: upload: {e}", ex.name));
+                }
+            }
+            first = false;
+            let out = session.step(g, &inputs).unwrap_or_else(|e| panic!("{}: interpreter: {e}", ex.name));
+            be.step().unwrap_or_else(|e| panic!("{}: step: {e}", ex.name));
+            let mut check = |what: String, got: Tensor, want: &Tensor| {
+                let e = rel_err(&got, want);
+                if !(e <= TOL) {
+                    failures.push(format!("{} step {step}: {what} relative error {e:.2e}", ex.name));
+                }
+            };
+            for o in &g.outputs {
+                let got = from_host(&be.download(o.value).expect("output"));
+                check(format!("output {}", o.name), got, &out.outputs[&o.name]);
+            }
+            if let (Some(l), Some(want)) = (g.loss, out.loss) {
+                let got = from_host(&be.download(l).expect("loss"));
+                check("loss".into(), got, &Tensor::scalar(want));
+            }
+            for v in g.persistent() {
+                let name = g.leaf_name(v).expect("name").to_string();
+                if g.node(v).ty.dtype == DType::I32 || !be.has_buffer(v) {
+                    continue;
+                }
+                let got = from_host(&be.download(v).expect("state"));
+                check(format!("{name} after the update"), got, &session.state[&name]);
+            }
+        }
+        eprintln!("{}: 2 steps checked", ex.name);
+    }
+    assert!(failures.is_empty(), "GPU vs interpreter mismatches:\n{}", failures.join("\n"));
+}
+
+/// The benchmark half of `bench/gpu.sh` (run with `--ignored`): `examples/seed_cnn.cvnn` at
+/// batch `CVC_BENCH_BATCH` (default 1024), data resident on the device as the peers keep it,
+/// 3 warm-up steps, then the median of `CVC_BENCH_STEPS` (default 20) synchronised steps.
+/// Prints one JSON line (`mode`, `peak_mib`, `step_ms`, ...) and a per-kernel profile.
+#[test]
+#[ignore = "benchmark: run by bench/gpu.sh on a GPU"]
+fn bench_seed_cnn() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let env = |k: &str, d: usize| std::env::var(k).ok().and_then(|s| s.parse().ok()).unwrap_or(d);
+    let batch = env("CVC_BENCH_BATCH", 1024);
+    let steps = env("CVC_BENCH_STEPS", 20);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("root").to_path_buf();
+    let mut rng = SplitMix64::new(seed());
+    for precision in [Precision::Fp32, Precision::Tf32] {
+        let t = std::time::Instant::now();
+        let ex = load(&root.join("examples/seed_cnn.cvnn"), batch, None);
+        let compile_s = t.elapsed().as_secs_f64();
+        let g = &ex.program.graph;
+        let session = Session::new(g, batch, 7);
+        let inputs = random_inputs(g, batch, &ex.classes, &mut rng);
+        let leaves = leaves_of(g, &session.state, &inputs);
+        let t = std::time::Instant::now();
+        let mut be = CudaBackend::new(&ex.program, precision).unwrap_or_else(|e| panic!("{e}"));
+        let start_s = t.elapsed().as_secs_f64();
+        eprintln!("seed_cnn batch {batch} {precision:?}: plan {compile_s:.2} s, start {start_s:.2} s ({})", be.compile_info());
+        for (&v, t) in &leaves {
+            if be.has_buffer(v) {
+                be.upload(v, &to_host(t)).expect("upload");
+            }
+        }
+        for _ in 0..3 {
+            be.step().expect("warm-up step");
+        }
+        let mut times = Vec::new();
+        for _ in 0..steps {
+            let t = std::time::Instant::now();
+            be.step().expect("step");
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        times.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+        let median = times[times.len() / 2];
+        let loss = g.loss.map(|l| flat(&from_host(&be.download(l).expect("loss")))[0]).unwrap_or(f64::NAN);
+        let peak = be.measured_peak_bytes().unwrap_or(0);
+        let mib = |b: usize| b as f64 / (1u64 << 20) as f64;
+        println!(
+            "{{\"mode\": \"cvc_{}\", \"batch\": {batch}, \"peak_mib\": {:.1}, \"arena_mib\": {:.1}, \"lower_bound_mib\": {:.1}, \"step_ms\": {median:.3}, \"step_ms_min\": {:.3}, \"kernels\": {}, \"loss\": {loss:.5}}}",
+            format!("{precision:?}").to_lowercase(),
+            mib(peak),
+            mib(be.arena_bytes()),
+            mib(ex.program.plan.lower_bound_bytes),
+            times[0],
+            be.module().kernels.len(),
+        );
+        if precision == Precision::Fp32 {
+            let prof = be.profile_step().expect("profile");
+            let total: f64 = prof.iter().map(|p| p.1).sum();
+            let mut by_kind: HashMap<&str, (f64, usize)> = HashMap::new();
+            for (name, ms) in &prof {
+                let kind = name.rsplit('_').next().unwrap_or("?");
+                let e = by_kind.entry(if name.starts_with("memset") { "memset" } else { kind }).or_default();
+                e.0 += ms;
+                e.1 += 1;
+            }
+            eprintln!("profile (kernels run one at a time, {total:.2} ms in all):");
+            let mut kinds: Vec<_> = by_kind.into_iter().collect();
+            kinds.sort_by(|a, b| b.1 .0.partial_cmp(&a.1 .0).expect("finite"));
+            for (k, (ms, n)) in kinds {
+                eprintln!("    {k:8} {n:4} launches {ms:9.3} ms");
+            }
+            let mut top = prof.clone();
+            top.sort_by(|a, b| b.1.partial_cmp(&a.1).expect("finite"));
+            for (name, ms) in top.iter().take(12) {
+                eprintln!("    {ms:9.3} ms  {name}");
+            }
+        }
+    }
+}
