@@ -56,9 +56,9 @@ fn spec_in(dtype: DType, shape: &[usize], domain: Domain) -> Spec {
 type BuildFn<'a> = dyn Fn(&mut Builder, &[Value]) -> Result<Value, String> + 'a;
 
 /// `Σ Re(conj(w)·out)` for a random fixed `w` of `out`'s type (real: `Σ w·out`), as a scalar.
-fn weighted_sum(b: &mut Builder, out: Value) -> Result<Value, String> {
+fn weighted_sum(b: &mut Builder, out: Value, w_name: &str) -> Result<Value, String> {
     let ty = b.graph.ty(out).clone();
-    let w = b.leaf(Op::Input { name: "w".into() }, ty.clone());
+    let w = b.leaf(Op::Input { name: w_name.into() }, ty.clone());
     let prod = if ty.dtype.is_complex() {
         let cw = b.unary(UnaryOp::Conj, w)?;
         let p = b.mul(cw, out)?;
@@ -111,7 +111,7 @@ fn run_case(
             })
             .collect();
         let out = build(&mut b, &xs)?;
-        (xs, weighted_sum(&mut b, out)?)
+        (xs, weighted_sum(&mut b, out, "w")?)
     };
     g.loss = Some(loss);
     let fwd = g.clone();
@@ -395,59 +395,111 @@ fn composite_chains_share_values() {
     });
 }
 
-/// Every `examples/*.cvnn` network in train mode at batch 2: the gradient of its loss w.r.t.
-/// every parameter and every real or complex input, compared along random directions (two
-/// loss evaluations per direction keep whole networks affordable in a debug build).
-#[test]
-fn example_networks() {
-    use cvc_compiler::front::check_source;
-    use cvc_compiler::interp::check::{check_directions, random_inputs};
-    use cvc_compiler::interp::Session;
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+/// The `.cvnn` files in `dir` (relative to the repository root), sorted.
+fn cvnn_files(dir: &str) -> Vec<std::path::PathBuf> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);
     let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("examples folder")
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "cvnn"))
         .collect();
     files.sort();
-    assert!(!files.is_empty(), "no examples in {}", dir.display());
-    for path in files {
-        let name = path.file_name().unwrap().to_string_lossy().to_string();
-        let src = std::fs::read_to_string(&path).unwrap();
-        let checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
-        let seed = next_seed();
-        let started = std::time::Instant::now();
-        let result = (|| -> Result<(), String> {
-            let mut g = checked.graph.clone();
-            let loss = g.loss.ok_or("no loss")?;
-            let fwd = g.clone();
-            let wrt: Vec<Value> = g
-                .nodes
-                .iter()
-                .filter(|(_, n)| match n.op {
-                    Op::Param { .. } => true,
-                    Op::Input { .. } => n.ty.dtype != DType::I32,
-                    _ => false,
-                })
-                .map(|(h, _)| h)
-                .collect();
-            let grads = gradients(&mut g, loss, &wrt)?;
-            verify(&g)?;
-            let batch = 2;
-            let mut rng = SplitMix64::new(seed);
-            let mut leaves = random_inputs(&g, batch, 1.0, &mut rng);
-            let session = Session::new(&g, batch, seed);
-            for v in g.persistent() {
-                leaves.insert(v, session.state[g.leaf_name(v).unwrap()].clone());
+    assert!(!files.is_empty(), "no .cvnn files in {}", dir.display());
+    files
+}
+
+/// Checks a whole network in train mode at batch 2: the gradient of its loss (or, for a
+/// model without one, of a random weighted sum of its outputs) w.r.t. every parameter and
+/// every real or complex input, along random directions (two loss evaluations per
+/// direction keep whole networks affordable in a debug build), and, when `coords` is
+/// given, coordinate by coordinate on that many random coordinates of up to six random leaves.
+fn gradcheck_network(path: &std::path::Path, coords: Option<usize>) {
+    use cvc_compiler::front::check_source;
+    use cvc_compiler::interp::check::{check_coordinates, check_directions, random_inputs};
+    use cvc_compiler::interp::Session;
+    let name = path.file_name().unwrap().to_string_lossy().to_string();
+    let src = std::fs::read_to_string(path).unwrap();
+    let checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+    let seed = next_seed();
+    let started = std::time::Instant::now();
+    let result = (|| -> Result<(), String> {
+        let mut g = checked.graph.clone();
+        let loss = match g.loss {
+            Some(l) => l,
+            None => {
+                let outs: Vec<Value> =
+                    g.outputs.iter().map(|o| o.value).filter(|&v| g.ty(v).dtype != DType::I32).collect();
+                let mut b = Builder::new(&mut g);
+                let mut total = None;
+                for (k, out) in outs.into_iter().enumerate() {
+                    let s = weighted_sum(&mut b, out, &format!("gradcheck.w{k}"))?;
+                    total = Some(match total {
+                        Some(t) => b.add2(t, s)?,
+                        None => s,
+                    });
+                }
+                total.ok_or("no real or complex output")?
             }
-            let pairs: Vec<(Value, Value)> = wrt.into_iter().zip(grads).collect();
-            let cfg = GradCheckConfig { eps: 1e-6, tol: 1e-6, max_coords: None };
-            check_directions(&fwd, &g, batch, &leaves, loss, &pairs, 2, cfg, &mut rng)?;
-            Ok(())
-        })();
-        if let Err(e) = result {
-            panic!("{name}: {e}\n  seed {seed} (replay with CVC_TEST_SEED={seed})");
+        };
+        g.loss = Some(loss);
+        let fwd = g.clone();
+        let wrt: Vec<Value> = g
+            .nodes
+            .iter()
+            .filter(|(_, n)| match n.op {
+                Op::Param { .. } => true,
+                Op::Input { .. } => n.ty.dtype != DType::I32,
+                _ => false,
+            })
+            .map(|(h, _)| h)
+            .collect();
+        let grads = gradients(&mut g, loss, &wrt)?;
+        verify(&g)?;
+        let batch = 2;
+        let mut rng = SplitMix64::new(seed);
+        let mut leaves = random_inputs(&g, batch, 1.0, &mut rng);
+        let session = Session::new(&g, batch, seed);
+        for v in g.persistent() {
+            leaves.insert(v, session.state[g.leaf_name(v).unwrap()].clone());
         }
-        eprintln!("{name}: gradients agree ({:.1} s)", started.elapsed().as_secs_f64());
+        let pairs: Vec<(Value, Value)> = wrt.into_iter().zip(grads).collect();
+        let cfg = GradCheckConfig { eps: 1e-6, tol: 1e-6, max_coords: None };
+        check_directions(&fwd, &g, batch, &leaves, loss, &pairs, 2, cfg, &mut rng)?;
+        if let Some(k) = coords {
+            // A random handful of leaves, a few random coordinates each.
+            let mut some = pairs.clone();
+            while some.len() > 6 {
+                some.swap_remove((rng.next_u64() % some.len() as u64) as usize);
+            }
+            let cfg = GradCheckConfig { max_coords: Some(k), ..cfg };
+            check_coordinates(&fwd, &g, batch, &leaves, loss, &some, cfg, &mut rng)?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        panic!("{name}: {e}\n  seed {seed} (replay with CVC_TEST_SEED={seed})");
+    }
+    eprintln!("{name}: gradients agree ({:.1} s)", started.elapsed().as_secs_f64());
+}
+
+/// Every `examples/*.cvnn` network.
+#[test]
+fn example_networks() {
+    for path in cvnn_files("examples") {
+        gradcheck_network(&path, None);
+    }
+}
+
+/// Every passing front-end fixture (every layer of the language, dropout, losses, blocks),
+/// except copies of an example (checked above).
+#[test]
+fn fixture_networks() {
+    let examples: Vec<String> =
+        cvnn_files("examples").iter().filter_map(|p| std::fs::read_to_string(p).ok()).collect();
+    for path in cvnn_files("tests/fixtures/ok") {
+        if std::fs::read_to_string(&path).is_ok_and(|s| examples.contains(&s)) {
+            continue;
+        }
+        gradcheck_network(&path, Some(4));
     }
 }

@@ -101,7 +101,10 @@ pub fn render_svg(p: &Program, src: &str) -> String {
         plan.fragmentation_pct(),
         escape(&plan.heuristic)
     );
-    let _ = writeln!(s, r##"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="#f7f7f7" stroke="#999"/>"##);
+    let _ = writeln!(
+        s,
+        r##"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="#f7f7f7" stroke="#999"/>"##
+    );
 
     // Buffers: one rectangle per value stored (a buffer written in place holds several).
     for b in &plan.buffers {
@@ -133,20 +136,49 @@ pub fn render_svg(p: &Program, src: &str) -> String {
     let mut t = 0.0;
     while t <= arena + 0.5 {
         let yy = y(t);
-        let _ = writeln!(s, r##"<line x1="{:.1}" y1="{yy:.1}" x2="{LEFT}" y2="{yy:.1}" stroke="#333"/>"##, LEFT - 5.0);
-        let _ = writeln!(s, r##"<line x1="{LEFT}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#ddd" stroke-width="0.5"/>"##, LEFT + pw);
-        let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#, LEFT - 8.0, yy + 4.0, tick_label(t as u64));
+        let _ = writeln!(
+            s,
+            r##"<line x1="{:.1}" y1="{yy:.1}" x2="{LEFT}" y2="{yy:.1}" stroke="#333"/>"##,
+            LEFT - 5.0
+        );
+        let _ = writeln!(
+            s,
+            r##"<line x1="{LEFT}" y1="{yy:.1}" x2="{:.1}" y2="{yy:.1}" stroke="#ddd" stroke-width="0.5"/>"##,
+            LEFT + pw
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"#,
+            LEFT - 8.0,
+            yy + 4.0,
+            tick_label(t as u64)
+        );
         t += ystep;
     }
     let xstep = step_tick(steps, 10.0);
     let mut t = 0.0;
     while t <= steps + 0.5 {
         let xx = x(t);
-        let _ = writeln!(s, r##"<line x1="{xx:.1}" y1="{:.1}" x2="{xx:.1}" y2="{:.1}" stroke="#333"/>"##, TOP + ph, TOP + ph + 5.0);
-        let _ = writeln!(s, r#"<text x="{xx:.1}" y="{:.1}" text-anchor="middle">{}</text>"#, TOP + ph + 18.0, t as u64);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{xx:.1}" y1="{:.1}" x2="{xx:.1}" y2="{:.1}" stroke="#333"/>"##,
+            TOP + ph,
+            TOP + ph + 5.0
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{xx:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
+            TOP + ph + 18.0,
+            t as u64
+        );
         t += xstep;
     }
-    let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">schedule step (kernel)</text>"#, LEFT + pw / 2.0, HEIGHT - 14.0);
+    let _ = writeln!(
+        s,
+        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">schedule step (kernel)</text>"#,
+        LEFT + pw / 2.0,
+        HEIGHT - 14.0
+    );
     let _ = writeln!(
         s,
         r#"<text x="18" y="{:.1}" text-anchor="middle" transform="rotate(-90 18 {:.1})">arena offset</text>"#,
@@ -156,10 +188,24 @@ pub fn render_svg(p: &Program, src: &str) -> String {
 
     // The peak step and the lower bound.
     let px = x(plan.peak_step as f64 + 0.5);
-    let _ = writeln!(s, r##"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{:.1}" stroke="#000" stroke-width="1.5" stroke-dasharray="6 4"/>"##, TOP + ph);
-    let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}" font-weight="bold">peak (step {})</text>"#, px + 4.0, TOP + 14.0, plan.peak_step);
+    let _ = writeln!(
+        s,
+        r##"<line x1="{px:.1}" y1="{TOP}" x2="{px:.1}" y2="{:.1}" stroke="#000" stroke-width="1.5" stroke-dasharray="6 4"/>"##,
+        TOP + ph
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="{:.1}" y="{:.1}" font-weight="bold">peak (step {})</text>"#,
+        px + 4.0,
+        TOP + 14.0,
+        plan.peak_step
+    );
     let ly = y(plan.lower_bound_bytes as f64);
-    let _ = writeln!(s, r##"<line x1="{LEFT}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="#000" stroke-width="1" stroke-dasharray="2 3"/>"##, LEFT + pw);
+    let _ = writeln!(
+        s,
+        r##"<line x1="{LEFT}" y1="{ly:.1}" x2="{:.1}" y2="{ly:.1}" stroke="#000" stroke-width="1" stroke-dasharray="2 3"/>"##,
+        LEFT + pw
+    );
 
     // Legend.
     let lx = LEFT + pw + 20.0;
@@ -170,10 +216,18 @@ pub fn render_svg(p: &Program, src: &str) -> String {
         let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}">{}</text>"#, lx + 22.0, ly + 11.5, k.name());
     }
     let ly = TOP + 24.0 + KINDS.len() as f64 * 22.0 + 10.0;
-    let _ = writeln!(s, r##"<line x1="{lx}" y1="{ly}" x2="{:.1}" y2="{ly}" stroke="#000" stroke-dasharray="6 4"/>"##, lx + 16.0);
+    let _ = writeln!(
+        s,
+        r##"<line x1="{lx}" y1="{ly}" x2="{:.1}" y2="{ly}" stroke="#000" stroke-dasharray="6 4"/>"##,
+        lx + 16.0
+    );
     let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}">peak step</text>"#, lx + 22.0, ly + 4.0);
     let ly = ly + 22.0;
-    let _ = writeln!(s, r##"<line x1="{lx}" y1="{ly}" x2="{:.1}" y2="{ly}" stroke="#000" stroke-dasharray="2 3"/>"##, lx + 16.0);
+    let _ = writeln!(
+        s,
+        r##"<line x1="{lx}" y1="{ly}" x2="{:.1}" y2="{ly}" stroke="#000" stroke-dasharray="2 3"/>"##,
+        lx + 16.0
+    );
     let _ = writeln!(s, r#"<text x="{:.1}" y="{:.1}">lower bound</text>"#, lx + 22.0, ly + 4.0);
     s.push_str("</svg>\n");
     s

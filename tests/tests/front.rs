@@ -135,7 +135,7 @@ fn strip_line_comments(s: &str) -> String {
 
 #[test]
 fn ok() {
-    insta::glob!("../fixtures/ok/*.cvnn", |path| {
+    insta::glob!("../fixtures/ok", "*.cvnn", |path| {
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         let src = std::fs::read_to_string(path).unwrap();
         let ast = cvc_grammar::parse(&src).unwrap_or_else(|e| panic!("{name}: {}", e.message));
@@ -154,7 +154,7 @@ fn ok() {
 
 #[test]
 fn err() {
-    insta::glob!("../fixtures/err/*.cvnn", |path| {
+    insta::glob!("../fixtures/err", "*.cvnn", |path| {
         let name = path.file_name().unwrap().to_string_lossy().to_string();
         let bytes = std::fs::read(path).unwrap();
         let src = String::from_utf8_lossy(&bytes).into_owned();

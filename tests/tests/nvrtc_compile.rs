@@ -80,6 +80,25 @@ fn every_generated_kernel_compiles_with_nvrtc_for_sm90() {
     assert!(compiled >= files.len(), "every file compiles at least one program");
 }
 
+/// The TF32 tensor-core contraction kernels of every example compile too.
+#[test]
+fn tf32_kernels_compile_with_nvrtc_for_sm90() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    for path in cvnn_files().iter().filter(|p| p.parent().is_some_and(|d| d.ends_with("examples"))) {
+        let src = std::fs::read_to_string(path).expect("readable .cvnn");
+        let name = path.display().to_string();
+        let checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+        let opts = Options { batch: 5, optimizer: checked.train.optimizer.clone(), ..Options::default() };
+        let program = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let module = cuda::generate(&program, Precision::Tf32).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(module.source.contains("mma.sync"), "{name}: no tensor-core kernel generated");
+        let cubin = cvc_runtime::cuda::compile_cubin(&module.source, "sm_90").unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(cubin.starts_with(b"\x7fELF"), "{name}: NVRTC's cubin is not an ELF image");
+    }
+}
+
 /// The unfused baseline (one kernel per node) also compiles: every op's kernel on its own.
 #[test]
 fn unfused_kernels_compile_with_nvrtc() {

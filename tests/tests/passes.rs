@@ -29,7 +29,8 @@ fn passes_text(path: &Path) -> String {
     if checked.graph.loss.is_none() {
         checked = check_source(&name, &src, Mode::Eval).unwrap_or_else(|d| panic!("{name}: {d:?}"));
     }
-    let opts = Options { batch: 4, optimizer: checked.train.optimizer.clone(), memory_budget: None, fuse: true };
+    let opts =
+        Options { batch: 4, optimizer: checked.train.optimizer.clone(), memory_budget: None, fuse: true };
     let mut out = String::new();
     let mut last = String::new();
     let mut program = compile_traced(checked.graph.clone(), &opts, &mut |pass, g| {
@@ -46,7 +47,8 @@ fn passes_text(path: &Path) -> String {
     let _ = writeln!(out, "=== kernel groups (schedule order)");
     for (step, &gi) in program.order.iter().enumerate() {
         let k = &program.groups[gi];
-        let list = |vs: &[cvc_compiler::ir::Value]| vs.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(" ");
+        let list =
+            |vs: &[cvc_compiler::ir::Value]| vs.iter().map(|v| v.to_string()).collect::<Vec<_>>().join(" ");
         let _ = writeln!(
             out,
             "{step:>3} {:?} {} nodes=[{}] in=[{}] out=[{}]",

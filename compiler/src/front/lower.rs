@@ -361,33 +361,45 @@ impl<'m> Lowerer<'m, '_> {
 
     /// `a op b` on constants (folded) or tensors (lowered as the layer `+`, `-`, `*`, `/`).
     fn arith(&mut self, op: ArithOp, op_span: Span, (a, sa): (Val, Span), (b, sb): (Val, Span), span: Span) -> Res<Val> {
+        let shown = format!("{} {} {}", self.excerpt(sa), op.symbol(), self.excerpt(sb));
         match (a, b) {
             (Val::Const(x), Val::Const(y)) => fold(op, op_span, (&x, sa), (&y, sb)).map(Val::Const),
             (Val::Tensor(x), Val::Tensor(y)) => {
                 let ops = [Operand { value: x, span: sa }, Operand { value: y, span: sb }];
-                self.layer(op.symbol(), span, &[], &ops).map(Val::Tensor)
+                self.layer(op.symbol(), span, &[], &ops, Some(shown)).map(Val::Tensor)
             }
             (Val::Tensor(x), Val::Const(c)) => {
                 let c = numeric(c, sb)?;
                 let arg = Arg { name: None, value: c, span: sb };
-                self.layer(op.symbol(), span, &[arg], &[Operand { value: x, span: sa }]).map(Val::Tensor)
+                self.layer(op.symbol(), span, &[arg], &[Operand { value: x, span: sa }], Some(shown)).map(Val::Tensor)
             }
             (Val::Const(c), Val::Tensor(x)) => {
                 let c = numeric(c, sa)?;
                 let arg = Arg { name: None, value: c, span: sa };
                 let xo = Operand { value: x, span: sb };
                 match op {
-                    ArithOp::Add | ArithOp::Mul => self.layer(op.symbol(), span, &[arg], &[xo]).map(Val::Tensor),
+                    ArithOp::Add | ArithOp::Mul => self.layer(op.symbol(), span, &[arg], &[xo], Some(shown)).map(Val::Tensor),
                     ArithOp::Sub => {
                         // c - x = (-x) + c
-                        let neg = self.layer("-", span, &[], &[xo])?;
-                        self.layer("+", span, &[arg], &[Operand { value: neg, span: sb }]).map(Val::Tensor)
+                        let neg_shown = format!("-{}", self.excerpt(sb));
+                        let neg = self.layer("-", span, &[], &[xo], Some(neg_shown))?;
+                        self.layer("+", span, &[arg], &[Operand { value: neg, span: sb }], Some(shown)).map(Val::Tensor)
                     }
                     ArithOp::Div => Err(Diagnostic::error("a number divided by a tensor is not supported", op_span, "here")
                         .with_help("divide tensors by numbers (`x / 2`), or multiply by a reciprocal computed as a tensor")
                         .into()),
                 }
             }
+        }
+    }
+
+    /// Short source text of an operand for the layer table (`h`, `0.5`, `(...)`).
+    fn excerpt(&self, s: Span) -> String {
+        let text = self.src.get(s.range()).unwrap_or("").split_whitespace().collect::<Vec<_>>().join(" ");
+        if text.chars().count() <= 24 {
+            text
+        } else {
+            "(…)".into()
         }
     }
 
@@ -419,11 +431,12 @@ impl<'m> Lowerer<'m, '_> {
                 (Val::Const(c), k) => cargs.push(Arg { name: k.as_ref().map(|k| k.name.clone()), value: c, span: a.span }),
             }
         }
-        self.layer(&name, span, &cargs, &operands).map(Val::Tensor)
+        self.layer(&name, span, &cargs, &operands, None).map(Val::Tensor)
     }
 
-    /// Lowers one operator application and records its table row.
-    fn layer(&mut self, op: &str, span: Span, args: &[Arg], operands: &[Operand]) -> Res<Value> {
+    /// Lowers one operator application and records its table row (`shown` replaces the
+    /// call text in the table, for arithmetic).
+    fn layer(&mut self, op: &str, span: Span, args: &[Arg], operands: &[Operand], shown: Option<String>) -> Res<Value> {
         self.layers += 1;
         if self.layers > MAX_LAYERS {
             return Err(Diagnostic::error(format!("the model expands to more than {MAX_LAYERS} layers"), span, "while expanding this")
@@ -452,7 +465,7 @@ impl<'m> Lowerer<'m, '_> {
         let ty = self.ctx.b.graph.ty(v).clone();
         self.table.push(TableRow {
             label,
-            op: call_text(op, args),
+            op: shown.unwrap_or_else(|| call_text(op, args)),
             shape: ty.shape,
             dtype: ty.dtype,
             params_complex: pc,

@@ -38,12 +38,10 @@ fn treatment(op: &Op, result: &TensorType, folded: Result<TensorType, String>) -
     match op {
         Op::Fft { .. } | Op::Assign | Op::Unary(UnaryOp::Imag) | Op::Concat { .. } => Treatment::Materialise,
         _ if t == *result => Treatment::Fold,
-        _ if t.shape == result.shape && t.dtype == DType::F32 && result.dtype == DType::C64 => {
-            match op {
-                Op::Reduce { op: ReduceOp::Max, .. } => Treatment::Materialise,
-                _ => Treatment::Sink,
-            }
-        }
+        _ if t.shape == result.shape && t.dtype == DType::F32 && result.dtype == DType::C64 => match op {
+            Op::Reduce { op: ReduceOp::Max, .. } => Treatment::Materialise,
+            _ => Treatment::Sink,
+        },
         _ => Treatment::Materialise,
     }
 }

@@ -80,9 +80,9 @@ pub fn unfused(g: &Graph) -> Fusion {
     let mut groups = Vec::new();
     for (h, n) in g.nodes.iter() {
         let scalar_needed = matches!(n.op, Op::Scalar { .. })
-            && users[h.index()].iter().any(|&u| !g.node(u).op.is_elementwise())
-            || (matches!(n.op, Op::Scalar { .. })
-                && g.outputs.iter().any(|o| o.value == h));
+            && (users[h.index()].iter().any(|&u| !g.node(u).op.is_elementwise())
+                || g.outputs.iter().any(|o| o.value == h)
+                || g.loss == Some(h));
         if n.op.is_leaf() && !scalar_needed {
             continue;
         }
@@ -206,7 +206,8 @@ pub fn fuse(g: &Graph) -> Fusion {
             let mut stack: Vec<Value> = n.inputs.clone();
             while let Some(o) = stack.pop() {
                 let on = g.node(o);
-                let inline = matches!(on.op, Op::Scalar { .. }) || (on.op.is_elementwise() && !mat[o.index()]);
+                let inline =
+                    matches!(on.op, Op::Scalar { .. }) || (on.op.is_elementwise() && !mat[o.index()]);
                 if inline {
                     if !nodes.contains(&o) {
                         nodes.push(o);
@@ -351,9 +352,14 @@ pub fn run(g: &mut Graph, fuse_nodes: bool, facts: &mut super::PipelineFacts) ->
     for &v in &f.recomputed {
         let kernels = f.groups.iter().filter(|k| k.nodes.contains(&v)).count();
         let n = g.node(v);
-        facts
-            .recomputed
-            .push((v, format!("{} {} recomputed in {kernels} kernels instead of stored", n.op.mnemonic(), n.origin.label)));
+        facts.recomputed.push((
+            v,
+            format!(
+                "{} {} recomputed in {kernels} kernels instead of stored",
+                n.op.mnemonic(),
+                n.origin.label
+            ),
+        ));
     }
     Ok(f)
 }

@@ -138,11 +138,12 @@ pub fn analyze(g: &Graph, fusion: &Fusion, order: &[GroupId], batch: usize) -> L
                 continue;
             }
             // Only a single-output kernel: its one store comes after every load of the element.
-            let donor = if k.kind == GroupKind::Elementwise && k.outputs.len() == 1 && g.ty(o).shape == k.domain {
-                in_place_donor(g, k, o, s, &range, &pinned, &buffer_of, &claimed, &bytes_of)
-            } else {
-                None
-            };
+            let donor =
+                if k.kind == GroupKind::Elementwise && k.outputs.len() == 1 && g.ty(o).shape == k.domain {
+                    in_place_donor(g, k, o, s, &range, &pinned, &buffer_of, &claimed, &bytes_of)
+                } else {
+                    None
+                };
             match donor {
                 Some(b) => {
                     claimed.push(b);

@@ -139,7 +139,11 @@ pub struct Placement {
 /// Places `intervals` in the order given by `rank`, each at the gap among already placed,
 /// time-overlapping buffers chosen by `best_fit` (smallest gap that fits) or first fit
 /// (lowest gap that fits). Persistent buffers go first, stacked from offset 0.
-fn place(intervals: &[LiveInterval], rank: &mut dyn FnMut(&LiveInterval) -> (usize, usize), best_fit: bool) -> Placement {
+fn place(
+    intervals: &[LiveInterval],
+    rank: &mut dyn FnMut(&LiveInterval) -> (usize, usize),
+    best_fit: bool,
+) -> Placement {
     let mut offsets = vec![0usize; intervals.len()];
     let mut base = 0;
     for (i, iv) in intervals.iter().enumerate() {
@@ -208,7 +212,8 @@ pub fn lower_bound(intervals: &[LiveInterval], steps: usize) -> (usize, usize) {
             *l += iv.bytes;
         }
     }
-    let (peak_step, &peak) = live.iter().enumerate().max_by_key(|&(i, &b)| (b, std::cmp::Reverse(i))).expect("one step");
+    let (peak_step, &peak) =
+        live.iter().enumerate().max_by_key(|&(i, &b)| (b, std::cmp::Reverse(i))).expect("one step");
     (peak, peak_step)
 }
 

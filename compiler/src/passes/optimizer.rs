@@ -27,8 +27,8 @@ pub struct OptimizerFacts {
     pub lr: Value,
     /// Adam's step counter, for adam and adamw.
     pub step: Option<Value>,
-    /// Every optimizer state leaf created, with the parameter it belongs to (the step
-    /// counter's entry names no parameter).
+    /// Every optimizer state leaf, with the parameter it belongs to (the learning rate and
+    /// the step counter name no parameter).
     pub states: Vec<(Option<Value>, Value)>,
     /// The `Assign` nodes, parameters and state alike.
     pub assigns: Vec<Value>,
@@ -47,7 +47,7 @@ pub fn run(g: &mut Graph, grads: &[(Value, Value)], opt: &Optimizer) -> Result<O
     let mut u = Update { b: Builder::new(g), facts: None };
     u.b.at(Span::default(), Role::State, LR);
     let lr = u.state(LR, Init::Constant(opt.lr), TensorType::new(DType::F32, Shape::scalar()), None);
-    u.facts = Some(OptimizerFacts { lr, step: None, states: Vec::new(), assigns: Vec::new() });
+    u.facts = Some(OptimizerFacts { lr, step: None, states: vec![(None, lr)], assigns: Vec::new() });
     match opt.kind {
         OptimizerKind::Sgd { momentum, nesterov } => {
             for &(p, dp) in grads {

@@ -11,7 +11,8 @@ use crate::front::train::Optimizer;
 use crate::ir::*;
 
 /// The names of the passes, in the order they run (`lower` is the front end's output).
-pub const PASSES: [&str; 8] = ["lower", "cast", "autodiff", "optimizer", "fusion", "schedule", "remat", "memplan"];
+pub const PASSES: [&str; 8] =
+    ["lower", "cast", "autodiff", "optimizer", "fusion", "schedule", "remat", "memplan"];
 
 /// What to compile for.
 #[derive(Clone, Debug, PartialEq)]

@@ -18,11 +18,7 @@ pub struct Rewriter<'a> {
 impl<'a> Rewriter<'a> {
     /// A rewriter with an empty new graph of the same name and mode.
     pub fn new(old: &'a Graph) -> Self {
-        Rewriter {
-            old,
-            new: Graph::new(&old.name, old.mode),
-            map: vec![None; old.nodes.len()],
-        }
+        Rewriter { old, new: Graph::new(&old.name, old.mode), map: vec![None; old.nodes.len()] }
     }
 
     /// The new value of old value `v`.
@@ -40,7 +36,13 @@ impl<'a> Rewriter<'a> {
 
     /// Appends `op(inputs)` (new values) with an inferred type, taking span and origin from
     /// old value `like`. `shape` is the target shape for reshape/expand/dropout masks.
-    pub fn emit(&mut self, op: Op, inputs: Vec<Value>, like: Value, shape: Option<&Shape>) -> Result<Value, String> {
+    pub fn emit(
+        &mut self,
+        op: Op,
+        inputs: Vec<Value>,
+        like: Value,
+        shape: Option<&Shape>,
+    ) -> Result<Value, String> {
         let tys: Vec<&TensorType> = inputs.iter().map(|&i| self.new.ty(i)).collect();
         let ty = match (&op, shape) {
             (o, Some(s)) if o.is_leaf() => TensorType::new(self.old.ty(like).dtype, s.clone()),

@@ -77,7 +77,12 @@ pub fn run(g: &Graph, fusion: &Fusion, batch: usize) -> Result<Vec<GroupId>, Str
 }
 
 /// Like [`run`], with the groups in `deferred` (recomputations) run as late as possible.
-pub fn order_with(g: &Graph, fusion: &Fusion, batch: usize, deferred: &[GroupId]) -> Result<Vec<GroupId>, String> {
+pub fn order_with(
+    g: &Graph,
+    fusion: &Fusion,
+    batch: usize,
+    deferred: &[GroupId],
+) -> Result<Vec<GroupId>, String> {
     let n = fusion.groups.len();
     let deps = dependencies(g, fusion);
     let mut succs: Vec<Vec<GroupId>> = vec![Vec::new(); n];
@@ -139,10 +144,13 @@ pub fn order_with(g: &Graph, fusion: &Fusion, batch: usize, deferred: &[GroupId]
     while !ready.is_empty() {
         let wanted = |gi: GroupId, done: &[bool]| {
             !is_deferred[gi]
-                || succs[gi].iter().any(|&s| !done[s] && deps[s].iter().all(|&p| p == gi || done[p] || is_deferred[p]))
+                || succs[gi]
+                    .iter()
+                    .any(|&s| !done[s] && deps[s].iter().all(|&p| p == gi || done[p] || is_deferred[p]))
         };
         let score = |gi: GroupId| -> i64 {
-            let freed: i64 = reads[gi].iter().filter(|&&b| remaining[b] == 1 && !pinned[b]).map(|&b| bytes(b)).sum();
+            let freed: i64 =
+                reads[gi].iter().filter(|&&b| remaining[b] == 1 && !pinned[b]).map(|&b| bytes(b)).sum();
             freed - allocates[gi]
         };
         let pick = ready

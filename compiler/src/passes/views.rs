@@ -145,7 +145,14 @@ impl<'a> Canon<'a> {
     }
 
     /// Old value `v` (broadcast against shape `from`) in the index space `to`.
-    fn in_space(&mut self, v: Value, from: &Shape, to: &Shape, groups: &AxisGroups, like: Value) -> Result<Option<Value>, String> {
+    fn in_space(
+        &mut self,
+        v: Value,
+        from: &Shape,
+        to: &Shape,
+        groups: &AxisGroups,
+        like: Value,
+    ) -> Result<Option<Value>, String> {
         let g = self.old();
         let n = g.node(v);
         if n.ty.shape.rank() == 0 {
@@ -184,7 +191,13 @@ impl<'a> Canon<'a> {
     }
 
     /// Re-emits the elementwise chain of old `v` (shape `from`) in index space `to`.
-    fn hoist(&mut self, v: Value, from: &Shape, to: &Shape, groups: &AxisGroups) -> Result<Option<Value>, String> {
+    fn hoist(
+        &mut self,
+        v: Value,
+        from: &Shape,
+        to: &Shape,
+        groups: &AxisGroups,
+    ) -> Result<Option<Value>, String> {
         if let Some(&h) = self.hoisted.get(&(v, to.clone())) {
             return Ok(Some(h));
         }
@@ -218,7 +231,8 @@ impl<'a> Canon<'a> {
         match &n.op {
             Op::Expand => {
                 let src = self.value(n.inputs[0])?;
-                self.pending[v.index()] = Some(Pending { src, full: n.ty.shape.clone(), groups: None, materialised: None });
+                self.pending[v.index()] =
+                    Some(Pending { src, full: n.ty.shape.clone(), groups: None, materialised: None });
                 return Ok(());
             }
             Op::Reshape => {
@@ -230,8 +244,12 @@ impl<'a> Canon<'a> {
                 if let Some(p) = self.pending[x.index()].clone() {
                     if p.groups.is_none() {
                         if let Some(groups) = axis_groups(&n.ty.shape, &p.full) {
-                            self.pending[v.index()] =
-                                Some(Pending { src: p.src, full: p.full, groups: Some(groups), materialised: None });
+                            self.pending[v.index()] = Some(Pending {
+                                src: p.src,
+                                full: p.full,
+                                groups: Some(groups),
+                                materialised: None,
+                            });
                             return Ok(());
                         }
                     }
@@ -323,7 +341,12 @@ impl<'a> Canon<'a> {
 pub fn run(g: &mut Graph) -> Result<Vec<Option<Value>>, String> {
     let old = g.clone();
     let users = old.users();
-    let mut c = Canon { rw: Rewriter::new(&old), pending: vec![None; old.nodes.len()], hoisted: HashMap::new(), views: HashMap::new() };
+    let mut c = Canon {
+        rw: Rewriter::new(&old),
+        pending: vec![None; old.nodes.len()],
+        hoisted: HashMap::new(),
+        views: HashMap::new(),
+    };
     for v in old.nodes.handles() {
         c.step(v, &users)?;
     }

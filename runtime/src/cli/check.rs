@@ -169,7 +169,18 @@ fn train_text(t: &train::TrainConfig) -> String {
         train::OptimizerKind::Adam { .. } => format!("adam(lr = {})", t.optimizer.lr),
         train::OptimizerKind::AdamW { .. } => format!("adamw(lr = {}, weight_decay = {})", t.optimizer.lr, t.optimizer.weight_decay),
     };
-    let mut s = format!("{data}, batch {}, {} epoch{}, {opt}", t.batch, t.epochs, if t.epochs == 1 { "" } else { "s" });
+    let sched = match &t.schedule {
+        train::Schedule::Constant => "constant lr".to_string(),
+        train::Schedule::Cosine { min_lr } => format!("cosine(min_lr = {min_lr})"),
+        train::Schedule::Step { every, gamma } => format!("step(every = {every}, gamma = {gamma})"),
+    };
+    let mut s = format!(
+        "{data}, batch {}, {} epoch{}, {opt}, {sched}, seed {}",
+        t.batch,
+        t.epochs,
+        if t.epochs == 1 { "" } else { "s" },
+        t.seed
+    );
     if let Some(b) = t.memory_budget {
         s.push_str(&format!(", memory budget {}", bytes_text(usize::try_from(b).unwrap_or(usize::MAX))));
     }

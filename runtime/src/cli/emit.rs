@@ -1,6 +1,6 @@
 //! `cvc emit`: print the IR after any pass, the generated CUDA C, or the Cranelift IR.
 
-use super::plan::{load, options};
+use super::plan::{load, options, print_out};
 use super::{CliError, CliResult};
 use cvc_compiler::ir::print::print_graph;
 use cvc_compiler::passes::pipeline::{compile, compile_traced, PASSES};
@@ -42,7 +42,10 @@ pub fn run(args: &EmitArgs) -> CliResult {
     }
     let after = args.after.as_deref().unwrap_or("memplan");
     if !PASSES.contains(&after) {
-        return Err(CliError::Message(format!("unknown pass `{after}`; the passes are: {}", PASSES.join(", "))));
+        return Err(CliError::Message(format!(
+            "unknown pass `{after}`; the passes are: {}",
+            PASSES.join(", ")
+        )));
     }
     let checked = load(&args.file, args.eval)?;
     let opts = options(&checked, args.batch, None, true);
@@ -58,7 +61,7 @@ pub fn run(args: &EmitArgs) -> CliResult {
         let _ = program;
         return match text {
             Some(t) => {
-                print!("{t}");
+                print_out(&t);
                 Ok(())
             }
             None => Err(CliError::Message(format!(
@@ -73,6 +76,6 @@ pub fn run(args: &EmitArgs) -> CliResult {
         cvc_compiler::back::clif::emit_text(&program)
     }
     .map_err(CliError::Message)?;
-    print!("{text}");
+    print_out(&text);
     Ok(())
 }

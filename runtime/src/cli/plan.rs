@@ -60,13 +60,24 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         "mb" => 1e6,
         "gb" => 1e9,
         "tb" => 1e12,
-        u => return Err(format!("unknown byte unit `{u}` in `{s}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)")),
+        u => {
+            return Err(format!(
+                "unknown byte unit `{u}` in `{s}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"
+            ))
+        }
     };
     let bytes = num * scale;
     if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
         return Err(format!("`{s}` is not a usable byte count"));
     }
     Ok(bytes as u64)
+}
+
+/// Writes `text` to stdout; a closed pipe (`cvc plan ... | head`) ends output quietly.
+pub fn print_out(text: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
 /// Formats bytes in binary units (`1.50 GiB`, `512.0 MiB`, `300 B`).
@@ -128,9 +139,9 @@ pub fn run(args: &PlanArgs) -> CliResult {
         std::fs::write(path, svg).map_err(|e| format!("cannot write `{}`: {e}", path.display()))?;
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&json(&program, &checked.src)).expect("plan serialises"));
+        print_out(&format!("{}\n", serde_json::to_string_pretty(&json(&program, &checked.src)).expect("plan serialises")));
     } else {
-        print!("{}", summary(&program, &checked.src, &checked.model));
+        print_out(&summary(&program, &checked.src, &checked.model));
     }
     if let Some(b) = opts.memory_budget {
         if program.plan.arena_bytes as u64 > b {
@@ -153,18 +164,13 @@ pub fn largest_batch(c: &Checked, budget: u64, fuse: bool) -> Result<Option<(usi
     };
     let Some(mut best) = fits(1)? else { return Ok(None) };
     let (mut lo, mut hi) = (1usize, 2usize);
-    loop {
-        match fits(hi)? {
-            Some(p) => {
-                best = p;
-                lo = hi;
-                if hi >= 1 << 24 {
-                    return Ok(Some((lo, best)));
-                }
-                hi *= 2;
-            }
-            None => break,
+    while let Some(p) = fits(hi)? {
+        best = p;
+        lo = hi;
+        if hi >= 1 << 24 {
+            return Ok(Some((lo, best)));
         }
+        hi *= 2;
     }
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
@@ -184,9 +190,11 @@ fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool) -> CliResult {
         None => Err(CliError::Message(format!(
             "even batch 1 needs more than {} ({} of parameters and state alone)",
             human_bytes(budget),
-            human_bytes(compile(c.graph.clone(), &options(c, Some(1), None, fuse))
-                .map(|p| p.plan.persistent_bytes as u64)
-                .unwrap_or(0))
+            human_bytes(
+                compile(c.graph.clone(), &options(c, Some(1), None, fuse))
+                    .map(|p| p.plan.persistent_bytes as u64)
+                    .unwrap_or(0)
+            )
         ))),
         Some((batch, p)) => {
             if as_json {
@@ -196,14 +204,14 @@ fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool) -> CliResult {
                     "arena_bytes": p.plan.arena_bytes,
                     "lower_bound_bytes": p.plan.lower_bound_bytes,
                 });
-                println!("{}", serde_json::to_string_pretty(&v).expect("serialises"));
+                print_out(&format!("{}\n", serde_json::to_string_pretty(&v).expect("serialises")));
             } else {
-                println!(
-                    "largest batch that fits in {}: {batch} (arena {}, lower bound {})",
+                print_out(&format!(
+                    "largest batch that fits in {}: {batch} (arena {}, lower bound {})\n",
                     human_bytes(budget),
                     human_bytes(p.plan.arena_bytes as u64),
                     human_bytes(p.plan.lower_bound_bytes as u64)
-                );
+                ));
             }
             Ok(())
         }
@@ -327,7 +335,11 @@ pub fn summary(p: &Program, src: &str, model: &str) -> String {
     for (v, why) in &p.facts.recomputed {
         let n = g.node(*v);
         let key = (n.origin.label.clone(), line_of(g, *v, src));
-        let item = if why.contains("checkpoint") { format!("{} (checkpoint)", n.op.mnemonic()) } else { n.op.mnemonic() };
+        let item = if why.contains("checkpoint") {
+            format!("{} (checkpoint)", n.op.mnemonic())
+        } else {
+            n.op.mnemonic()
+        };
         match by_layer.iter_mut().find(|(l, ln, _)| (l, *ln) == (&key.0, key.1)) {
             Some((_, _, items)) => items.push(item),
             None => by_layer.push((key.0, key.1, vec![item])),
@@ -348,11 +360,26 @@ pub fn summary(p: &Program, src: &str, model: &str) -> String {
         let _ = writeln!(s, "  {label}{at}: {} ({})", items.len(), list.join(", "));
     }
     let _ = writeln!(s, "\nmemory (batch {}):", plan.batch);
-    let _ = writeln!(s, "  arena        {:>12}  ({} bytes, {})", human_bytes(plan.arena_bytes as u64), plan.arena_bytes, plan.heuristic);
-    let _ = writeln!(s, "  lower bound  {:>12}  ({} bytes)", human_bytes(plan.lower_bound_bytes as u64), plan.lower_bound_bytes);
+    let _ = writeln!(
+        s,
+        "  arena        {:>12}  ({} bytes, {})",
+        human_bytes(plan.arena_bytes as u64),
+        plan.arena_bytes,
+        plan.heuristic
+    );
+    let _ = writeln!(
+        s,
+        "  lower bound  {:>12}  ({} bytes)",
+        human_bytes(plan.lower_bound_bytes as u64),
+        plan.lower_bound_bytes
+    );
     let _ = writeln!(s, "  fragmentation {:.2}%", plan.fragmentation_pct());
     let _ = writeln!(s, "  parameters   {:>12}", human_bytes(plan.param_bytes as u64));
-    let _ = writeln!(s, "  persistent   {:>12}  (parameters and state)", human_bytes(plan.persistent_bytes as u64));
+    let _ = writeln!(
+        s,
+        "  persistent   {:>12}  (parameters and state)",
+        human_bytes(plan.persistent_bytes as u64)
+    );
     for (name, bytes) in &plan.candidates {
         let _ = writeln!(s, "  heuristic {name}: {}", human_bytes(*bytes as u64));
     }

@@ -207,16 +207,24 @@ fn tile(extent: usize, max: usize) -> usize {
     extent.next_power_of_two().clamp(16, max)
 }
 
+/// Split of K over blocks: `(splits, chunk)`.
+fn split_k(gm: &Gemm, tiles: usize) -> (usize, usize) {
+    let splits = if tiles < FILL && gm.k >= 4 * 256 { FILL.div_ceil(tiles).min(gm.k / 256).max(1) } else { 1 };
+    let chunk = gm.k.div_ceil(splits).div_ceil(BK) * BK;
+    (gm.k.div_ceil(chunk), chunk)
+}
+
 fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, String> {
+    if ctx.precision == Precision::Tf32 {
+        return emit_tf32(ctx, gm, v, name);
+    }
     let bm = tile(gm.m, 64);
     let bn = if bm <= 32 { tile(gm.n, 128) } else { tile(gm.n, 64) };
     let (tm, tn) = (bm / 16, bn / 16);
     let gx = gm.n.div_ceil(bn);
     let gy = gm.m.div_ceil(bm);
     let tiles = gx * gy * gm.groups;
-    let splits = if tiles < FILL && gm.k >= 4 * 256 { FILL.div_ceil(tiles).min(gm.k / 256).max(1) } else { 1 };
-    let chunk = gm.k.div_ceil(splits).div_ceil(BK) * BK;
-    let splits = gm.k.div_ceil(chunk);
+    let (splits, chunk) = split_k(gm, tiles);
     if gy > 65535 || gm.groups * splits > 65535 {
         return Err(format!("{v}: contraction grid too large ({gy} × {} blocks)", gm.groups * splits));
     }
@@ -265,6 +273,131 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, String> {
         c,
         "  #pragma unroll\n  for (int i = 0; i < {tm}; ++i)\n    #pragma unroll\n    for (int j = 0; j < {tn}; ++j) {{\n      \
          const u32 m = m0 + ty + i * 16, n = n0 + tx + j * 16;\n      if (m < {}u && n < {}u) {store}\n    }}\n}}",
+        gm.m, gm.n
+    );
+    let zero = if splits > 1 { vec![(ctx.offset(v)?, ctx.bytes(v))] } else { Vec::new() };
+    Ok(Kernel { code: c, grid: [gx as u32, gy as u32, (gm.groups * splits) as u32], block: [256, 1, 1], zero })
+}
+
+/// The tensor-core variant (`Precision::Tf32`): the same tiles and gathers, with each warp
+/// computing a 32 × 16 piece of the block tile through `mma.sync.m16n8k8` on TF32 operands.
+/// Complex operands are kept as separate re/im planes in shared memory and multiplied as
+/// real products (4 for complex × complex, 2 for mixed, 1 for real).
+fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, String> {
+    let bm = if gm.m <= 32 { 32 } else { 64 };
+    let bn = if bm == 32 { 128 } else { 64 };
+    let wm = bm / 32; // warps along M
+    let gx = gm.n.div_ceil(bn);
+    let gy = gm.m.div_ceil(bm);
+    let tiles = gx * gy * gm.groups;
+    let (splits, chunk) = split_k(gm, tiles);
+    if gy > 65535 || gm.groups * splits > 65535 {
+        return Err(format!("{v}: contraction grid too large ({gy} × {} blocks)", gm.groups * splits));
+    }
+    let (ca, cb, cc) = (gm.ta == DType::C64, gm.tb == DType::C64, gm.tc == DType::C64);
+    let (ta, tb) = (ctype(gm.ta), ctype(gm.tb));
+    let pad = 8;
+    let mut c = String::new();
+    let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__(256) {name}(char* A) {{");
+    let _ = writeln!(c, "  const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;");
+    let _ = writeln!(c, "  const u32 wmi = warp % {wm}u, wni = warp / {wm}u, gr = lane >> 2, gc = lane & 3u;");
+    let _ = writeln!(c, "  const u32 g = blockIdx.z % {}u, split = blockIdx.z / {}u;", gm.groups, gm.groups);
+    let _ = writeln!(c, "  const u32 m0 = blockIdx.y * {bm}u, n0 = blockIdx.x * {bn}u;");
+    let _ = writeln!(c, "  const u32 kb = split * {chunk}u, ke = min(kb + {chunk}u, {}u);", gm.k);
+    let _ = writeln!(c, "  __shared__ float Ar[{BK}][{}];", bm + pad);
+    if ca {
+        let _ = writeln!(c, "  __shared__ float Ai[{BK}][{}];", bm + pad);
+    }
+    let _ = writeln!(c, "  __shared__ float Br[{BK}][{}];", bn + pad);
+    if cb {
+        let _ = writeln!(c, "  __shared__ float Bi[{BK}][{}];", bn + pad);
+    }
+    let _ = writeln!(c, "  auto LA = [&](u32 m, u32 k) -> {ta} {{\n      {}\n  }};", gm.load_a);
+    let _ = writeln!(c, "  auto LB = [&](u32 k, u32 n) -> {tb} {{\n      {}\n  }};", gm.load_b);
+    let _ = writeln!(c, "  float cr[2][2][4] = {{}};");
+    if cc {
+        let _ = writeln!(c, "  float ci[2][2][4] = {{}};");
+    }
+    let _ = writeln!(c, "  for (u32 k0 = kb; k0 < ke; k0 += {BK}u) {{");
+    for (plane, ext, bx, k_fast, len, lname, cx, ty) in [
+        ("A", gm.m, bm, gm.a_k_fast, "m", "LA", ca, ta),
+        ("B", gm.n, bn, gm.b_k_fast, "n", "LB", cb, tb),
+    ] {
+        let per = BK * bx / 256;
+        let (kk, xx) = if k_fast {
+            (format!("e % {BK}u"), format!("e / {BK}u"))
+        } else {
+            (format!("e / {bx}u"), format!("e % {bx}u"))
+        };
+        let args = if lname == "LA" { "x, k" } else { "k, x" };
+        let store = if cx {
+            format!("{plane}r[kk][xx] = val.x; {plane}i[kk][xx] = val.y;")
+        } else {
+            format!("{plane}r[kk][xx] = val;")
+        };
+        let _ = writeln!(
+            c,
+            "    #pragma unroll\n    for (u32 r = 0; r < {per}u; ++r) {{\n      const u32 e = tid + r * 256u, kk = {kk}, xx = {xx};\n      \
+             const u32 k = k0 + kk, x = {len}0 + xx;\n      const {ty} val = (x < {ext}u && k < ke) ? {lname}({args}) : {z};\n      {store}\n    }}",
+            z = czero(if cx { DType::C64 } else { DType::F32 }),
+        );
+    }
+    c.push_str("    __syncthreads();\n");
+    c.push_str("    #pragma unroll\n    for (int ks = 0; ks < 16; ks += 8) {\n");
+    // Fragments: A row-major 16×8 (a0 (r, c), a1 (r+8, c), a2 (r, c+4), a3 (r+8, c+4)),
+    // B col-major 8×8 (b0 (c, n), b1 (c+4, n)), r = lane/4, c = lane%4.
+    let mut planes_a = vec!["r"];
+    if ca {
+        planes_a.push("i");
+    }
+    let mut planes_b = vec!["r"];
+    if cb {
+        planes_b.push("i");
+    }
+    for p in &planes_a {
+        let _ = writeln!(c, "      u32 a{p}[2][4];");
+        let _ = writeln!(
+            c,
+            "      #pragma unroll\n      for (int t = 0; t < 2; ++t) {{\n        const u32 mb = wmi * 32u + t * 16u + gr;\n        \
+             a{p}[t][0] = tf32(A{p}[ks + gc][mb]); a{p}[t][1] = tf32(A{p}[ks + gc][mb + 8u]);\n        \
+             a{p}[t][2] = tf32(A{p}[ks + gc + 4u][mb]); a{p}[t][3] = tf32(A{p}[ks + gc + 4u][mb + 8u]);\n      }}"
+        );
+    }
+    for p in &planes_b {
+        let _ = writeln!(c, "      u32 b{p}[2][2];");
+        let _ = writeln!(
+            c,
+            "      #pragma unroll\n      for (int t = 0; t < 2; ++t) {{\n        const u32 nb = wni * 16u + t * 8u + gr;\n        \
+             b{p}[t][0] = tf32(B{p}[ks + gc][nb]); b{p}[t][1] = tf32(B{p}[ks + gc + 4u][nb]);\n      }}"
+        );
+    }
+    if ca && cb {
+        c.push_str("      u32 an[2][4];\n      #pragma unroll\n      for (int t = 0; t < 2; ++t)\n        #pragma unroll\n        for (int q = 0; q < 4; ++q) an[t][q] = ai[t][q] ^ 0x80000000u;\n");
+    }
+    // Products per (re/im of C): list of (A plane, B plane).
+    let mut prods: Vec<(&str, &str, &str)> = vec![("cr", "ar", "br")];
+    match (ca, cb) {
+        (true, true) => {
+            prods.push(("cr", "an", "bi"));
+            prods.push(("ci", "ar", "bi"));
+            prods.push(("ci", "ai", "br"));
+        }
+        (true, false) => prods.push(("ci", "ai", "br")),
+        (false, true) => prods.push(("ci", "ar", "bi")),
+        (false, false) => {}
+    }
+    c.push_str("      #pragma unroll\n      for (int i = 0; i < 2; ++i)\n        #pragma unroll\n        for (int j = 0; j < 2; ++j) {\n");
+    for (acc, a, b) in prods {
+        let _ = writeln!(c, "          mma_tf32({acc}[i][j], {a}[i], {b}[j]);");
+    }
+    c.push_str("        }\n    }\n    __syncthreads();\n  }\n");
+    let val = if cc { "make_float2(cr[i][j][q], ci[i][j][q])" } else { "cr[i][j][q]" };
+    let store = if splits > 1 { format!("atomic_acc(&{}, {val});", gm.out) } else { format!("{} = {val};", gm.out) };
+    let _ = writeln!(
+        c,
+        "  #pragma unroll\n  for (int i = 0; i < 2; ++i)\n    #pragma unroll\n    for (int j = 0; j < 2; ++j)\n      #pragma unroll\n      for (int q = 0; q < 4; ++q) {{\n        \
+         const u32 m = m0 + wmi * 32u + i * 16u + gr + (q >= 2 ? 8u : 0u), n = n0 + wni * 16u + j * 8u + 2u * gc + (q & 1);\n        \
+         if (m < {}u && n < {}u) {store}\n      }}\n}}",
         gm.m, gm.n
     );
     let zero = if splits > 1 { vec![(ctx.offset(v)?, ctx.bytes(v))] } else { Vec::new() };

@@ -1,0 +1,134 @@
+//! `cvc check` as a user runs it: the built binary, its exit codes (0 ok, 1 user error,
+//! never 101), its table and JSON on stdout and its diagnostics on stderr, snapshotted with
+//! the workspace path replaced by `[ROOT]`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+}
+
+/// The `cvc` binary of this test's profile: `target/<profile>/cvc`, next to the `deps/`
+/// folder holding this test. `CARGO_BIN_EXE_cvc` exists only inside the runtime crate, so
+/// the binary is (re)built here once per run, which is a no-op when it is up to date and
+/// keeps a stale binary from being tested. `CVC_BIN` overrides the path.
+fn cvc() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Ok(p) = std::env::var("CVC_BIN") {
+            return PathBuf::from(p);
+        }
+        let exe = std::env::current_exe().expect("test executable path");
+        let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+        let bin = profile_dir.join(format!("cvc{}", std::env::consts::EXE_SUFFIX));
+        {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut cmd = Command::new(cargo);
+            cmd.current_dir(root()).args(["build", "-p", "cvc-runtime", "--bin", "cvc"]);
+            if profile_dir.file_name().is_some_and(|n| n == "release") {
+                cmd.arg("--release");
+            }
+            let status = cmd.status().expect("run cargo build");
+            assert!(status.success(), "building cvc failed");
+        }
+        assert!(bin.exists(), "cvc binary not found at {}; build it with `cargo build`", bin.display());
+        bin
+    })
+}
+
+fn run(args: &[&str]) -> Output {
+    let out = Command::new(cvc()).current_dir(root()).args(args).output().expect("run cvc");
+    assert_ne!(out.status.code(), Some(101), "cvc panicked on {args:?}:\n{}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).replace(&root().display().to_string(), "[ROOT]")
+}
+
+fn cvnn(dir: &str) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(root().join(dir))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cvnn"))
+        .map(|p| format!("{dir}/{}", p.file_name().unwrap().to_string_lossy()))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn every_example_and_ok_fixture_exits_0() {
+    let mut files = cvnn("examples");
+    files.extend(cvnn("tests/fixtures/ok"));
+    for f in files {
+        let out = run(&["check", &f]);
+        assert_eq!(out.status.code(), Some(0), "{f}:\n{}", text(&out.stderr));
+        assert!(out.stderr.is_empty(), "{f}: unexpected stderr {}", text(&out.stderr));
+        assert!(text(&out.stdout).contains("parameters:"), "{f}: no totals");
+    }
+}
+
+#[test]
+fn every_err_fixture_exits_1_with_a_located_diagnostic() {
+    for f in cvnn("tests/fixtures/err") {
+        let out = run(&["check", &f]);
+        assert_eq!(out.status.code(), Some(1), "{f}: expected exit 1");
+        assert!(out.stdout.is_empty(), "{f}: printed a table despite errors");
+        let err = text(&out.stderr);
+        let name = f.rsplit('/').next().unwrap();
+        let located = err.contains(&format!("{f}:")) || name.starts_with("empty");
+        assert!(located, "{f}: no file:line:col in\n{err}");
+        assert!(!err.contains('\u{1b}'), "{f}: colour codes while stderr is not a terminal");
+    }
+}
+
+#[test]
+fn table_snapshot() {
+    let out = run(&["check", "examples/rf_modulation.cvnn"]);
+    assert_eq!(out.status.code(), Some(0));
+    insta::assert_snapshot!("check_rf_modulation_stdout", text(&out.stdout));
+}
+
+#[test]
+fn json_snapshot_and_totals() {
+    let out = run(&["check", "examples/seed_cnn.cvnn", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = text(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("valid JSON");
+    // Totals equal the sum of the layer rows, and 2 reals per complex parameter at least.
+    let layers = v["layers"].as_array().unwrap();
+    let sum = |k: &str| layers.iter().map(|l| l[k].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(v["totals"]["params_complex"].as_u64().unwrap(), sum("params_complex"));
+    assert_eq!(v["totals"]["params_real"].as_u64().unwrap(), sum("params_real"));
+    assert_eq!(v["totals"]["param_bytes"].as_u64().unwrap(), 4 * sum("params_real"));
+    assert_eq!(v["outputs"][0]["shape"], serde_json::json!(["B", 10]));
+    insta::assert_snapshot!("check_seed_cnn_json", stdout);
+}
+
+#[test]
+fn error_snapshot() {
+    let out = run(&["check", "tests/fixtures/err/block_arity.cvnn"]);
+    assert_eq!(out.status.code(), Some(1));
+    insta::assert_snapshot!("check_block_arity_stderr", text(&out.stderr));
+}
+
+#[test]
+fn missing_file_and_directory_are_user_errors() {
+    let out = run(&["check", "tests/fixtures/no_such_file.cvnn"]);
+    assert_eq!(out.status.code(), Some(1));
+    insta::assert_snapshot!("check_missing_file_stderr", text(&out.stderr));
+    let out = run(&["check", "tests/fixtures"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("cannot read"));
+}
+
+#[test]
+fn usage_errors_exit_1() {
+    let out = run(&["check"]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = run(&["check", "examples/seed_cnn.cvnn", "--jsn"]);
+    assert_eq!(out.status.code(), Some(1));
+}
