@@ -226,6 +226,16 @@ fn check_written_before_read(p: &Program) -> Result<(), String> {
             }
         }
     }
+    // After the step: outputs, the loss and every parameter gradient are still readable.
+    let mut kept: Vec<Value> = g.outputs.iter().map(|o| o.value).collect();
+    kept.extend(g.loss);
+    kept.extend(p.facts.grads.iter().map(|&(_, d)| d));
+    for v in kept {
+        let root = storage_root(g, v);
+        if range(v)?.any(|b| owner[b].map(|o| storage_root(g, o)) != Some(root)) {
+            return Err(format!("{v} does not survive to the end of the step"));
+        }
+    }
     Ok(())
 }
 
@@ -359,7 +369,7 @@ fn rewrites_preserve_values(file: &str, batch: usize) {
     }
     let trained = results(&g, batch, &named).expect("training graph evaluates");
     let mut h = g.clone();
-    views::run(&mut h).expect("views");
+    views::run(&mut h, &[]).expect("views");
     verify::verify(&h).expect("canonical IR verifies");
     assert_same(
         &format!("{file}: views (seed {s})"),
@@ -466,7 +476,10 @@ fn cast_graph(body: impl FnOnce(&mut Builder, Value, Value) -> Value) -> Graph {
     let mut g = Graph::new("casts", Mode::Eval);
     let mut b = Builder::new(&mut g);
     b.at(Default::default(), Role::Input, "x");
-    let x = b.leaf(Op::Input { name: "x".into() }, TensorType::new(DType::F32, Shape(vec![Dim::Batch, Dim::Fixed(8)])));
+    let x = b.leaf(
+        Op::Input { name: "x".into() },
+        TensorType::new(DType::F32, Shape(vec![Dim::Batch, Dim::Fixed(8)])),
+    );
     let y = b.leaf(
         Op::Input { name: "y".into() },
         TensorType::new(DType::C64, Shape(vec![Dim::Batch, Dim::Fixed(2), Dim::Fixed(4)])),
@@ -497,7 +510,10 @@ fn cast_folds_into_a_complex_matmul() {
     let g = cast_graph(|b, x, _| {
         let c = b.unary(UnaryOp::ToComplex, x).unwrap();
         b.at(Default::default(), Role::Param, "w");
-        let w = b.leaf(Op::Param { name: "w".into(), init: Init::Ones }, TensorType::new(DType::C64, Shape::fixed(&[8, 3])));
+        let w = b.leaf(
+            Op::Param { name: "w".into(), init: Init::Ones },
+            TensorType::new(DType::C64, Shape::fixed(&[8, 3])),
+        );
         b.add(Op::MatMul { trans: [false, false], conj: [false, false] }, &[c, w]).unwrap()
     });
     let (sites, left, _) = place_casts(g);
@@ -543,7 +559,10 @@ fn cast_sinks_past_a_real_contraction_to_the_output() {
     let g = cast_graph(|b, x, _| {
         let c = b.unary(UnaryOp::ToComplex, x).unwrap();
         b.at(Default::default(), Role::Param, "w");
-        let w = b.leaf(Op::Param { name: "w".into(), init: Init::Ones }, TensorType::new(DType::F32, Shape::fixed(&[8, 3])));
+        let w = b.leaf(
+            Op::Param { name: "w".into(), init: Init::Ones },
+            TensorType::new(DType::F32, Shape::fixed(&[8, 3])),
+        );
         b.add(Op::MatMul { trans: [false, false], conj: [false, false] }, &[c, w]).unwrap()
     });
     let (sites, left, h) = place_casts(g);
@@ -574,7 +593,7 @@ proptest! {
             named.entry(k).or_insert(t);
         }
         let trained = results(&g, 2, &named).map_err(TestCaseError::fail)?;
-        views::run(&mut g).map_err(TestCaseError::fail)?;
+        views::run(&mut g, &[]).map_err(TestCaseError::fail)?;
         verify::verify(&g).map_err(TestCaseError::fail)?;
         assert_same(&format!("views, ops {ops:?}"), &trained, &results(&g, 2, &named).map_err(TestCaseError::fail)?);
     }

@@ -443,6 +443,10 @@ fn check_network(path: &std::path::Path, batch: usize, rng: &mut SplitMix64) -> 
         check.push((l, "loss".into()));
     }
     let p = unfused_program(g, batch);
+    if std::env::var_os("CVC_DIFF_ALL").is_some() {
+        // Debugging aid: compare every value, to find the first op that differs.
+        check = all_computed(&p);
+    }
     // Parameters whose gradient is zero in exact arithmetic: their optimizer update divides
     // rounding noise by rounding noise (Adam), so it is not compared.
     let mut degenerate_params = Vec::new();

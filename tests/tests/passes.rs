@@ -83,3 +83,91 @@ fn planning_is_deterministic() {
         assert_eq!(passes_text(&path), passes_text(&path), "{}", path.display());
     }
 }
+
+fn seed_cnn() -> cvc_compiler::front::Checked {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/seed_cnn.cvnn");
+    let src = std::fs::read_to_string(&path).expect("example reads");
+    check_source("seed_cnn.cvnn", &src, Mode::Train).expect("checks")
+}
+
+#[test]
+fn byte_counts_parse_in_binary_and_decimal_units() {
+    use cvc_runtime::cli::plan::parse_bytes;
+    assert_eq!(parse_bytes("4GiB"), Ok(4 << 30));
+    assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
+    assert_eq!(parse_bytes("1.5 GiB"), Ok(3 << 29));
+    assert_eq!(parse_bytes("2GB"), Ok(2_000_000_000));
+    assert_eq!(parse_bytes("1_000"), Ok(1000));
+    for bad in ["", "GiB", "4XB", "-1GiB", "0", "1e999GB"] {
+        assert!(parse_bytes(bad).is_err(), "{bad:?} parsed");
+    }
+}
+
+/// The JSON plan carries the documented keys, consistent with the program it describes.
+#[test]
+fn plan_json_has_the_documented_keys() {
+    let c = seed_cnn();
+    let opts = cvc_runtime::cli::plan::options(&c, Some(8), None, true);
+    let mut p = cvc_compiler::passes::pipeline::compile(c.graph.clone(), &opts).expect("compiles");
+    p.facts.set_lines(&c.src);
+    let j = cvc_runtime::cli::plan::json(&p, &c.src);
+    for key in [
+        "batch",
+        "arena_bytes",
+        "lower_bound_bytes",
+        "param_bytes",
+        "kernels",
+        "casts",
+        "combines_materialized",
+        "recomputed",
+        "peak_step",
+        "fragmentation_pct",
+    ] {
+        assert!(j.get(key).is_some(), "missing key {key}");
+    }
+    assert_eq!(j["batch"], 8);
+    assert_eq!(j["kernels"].as_array().expect("list").len(), p.groups.len());
+    assert!(j["arena_bytes"].as_u64() >= j["lower_bound_bytes"].as_u64());
+    assert_eq!(j["combines_materialized"], 0);
+    // Every value alive at the peak points at a line of the source.
+    for t in j["live_at_peak"].as_array().expect("list") {
+        let label = t["label"].as_str().unwrap_or("");
+        if !label.starts_with("optimizer.") {
+            assert!(t["line"].as_u64().unwrap_or(0) > 0, "{t}");
+        }
+    }
+}
+
+/// `--max-batch`: the batch found fits the budget and the next one does not.
+#[test]
+fn largest_batch_is_the_last_that_fits() {
+    let c = seed_cnn();
+    let opts = cvc_runtime::cli::plan::options(&c, Some(6), None, true);
+    let budget =
+        cvc_compiler::passes::pipeline::compile(c.graph.clone(), &opts).expect("compiles").plan.arena_bytes
+            as u64;
+    let (batch, p) =
+        cvc_runtime::cli::plan::largest_batch(&c, budget, true).expect("plans").expect("batch 1 fits");
+    assert!(batch >= 6, "batch {batch}");
+    assert!(p.plan.arena_bytes as u64 <= budget);
+    let next = cvc_runtime::cli::plan::options(&c, Some(batch + 1), Some(budget), true);
+    let over = cvc_compiler::passes::pipeline::compile(c.graph.clone(), &next).expect("compiles");
+    assert!(over.plan.arena_bytes as u64 > budget, "batch {} also fits", batch + 1);
+}
+
+/// The timeline draws one rectangle per stored value, a legend and the peak.
+#[test]
+fn timeline_draws_every_buffer() {
+    let c = seed_cnn();
+    let opts = cvc_runtime::cli::plan::options(&c, Some(4), None, true);
+    let p = cvc_compiler::passes::pipeline::compile(c.graph.clone(), &opts).expect("compiles");
+    let svg = cvc_runtime::timeline::render_svg(&p, &c.src);
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    let stored: usize = p.plan.buffers.iter().map(|b| b.interval.values.len()).sum();
+    assert_eq!(svg.matches("<title>").count(), stored);
+    for word in
+        ["parameter", "gradient", "optimizer state", "forward activation", "backward temporary", "peak (step"]
+    {
+        assert!(svg.contains(word), "no {word}");
+    }
+}

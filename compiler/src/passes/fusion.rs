@@ -140,8 +140,16 @@ fn inlines_operands(op: &Op) -> bool {
 /// reads or whose inline cone exceeds [`INLINE_CAP`] (except the parts of a real/imag
 /// combine, which are always computed inside the combine's kernel).
 pub fn materialization(g: &Graph) -> Vec<bool> {
+    materialization_keeping(g, &[])
+}
+
+/// [`materialization`], with the values in `keep` (parameter gradients) stored too.
+pub fn materialization_keeping(g: &Graph, keep: &[Value]) -> Vec<bool> {
     let users = g.users();
     let mut roots = vec![false; g.nodes.len()];
+    for &k in keep {
+        roots[k.index()] = true;
+    }
     for o in &g.outputs {
         roots[o.value.index()] = true;
     }
@@ -193,7 +201,12 @@ pub fn materialization(g: &Graph) -> Vec<bool> {
 /// operands that are not materialised are inlined (recomputed) into every group that reads
 /// them; `Assign`s of the same shape that read a common tensor share one kernel.
 pub fn fuse(g: &Graph) -> Fusion {
-    let mat = materialization(g);
+    fuse_keeping(g, &[])
+}
+
+/// [`fuse`], with the values in `keep` (parameter gradients) written to memory.
+pub fn fuse_keeping(g: &Graph, keep: &[Value]) -> Fusion {
+    let mat = materialization_keeping(g, keep);
     let mut groups = Vec::new();
     for (h, n) in g.nodes.iter() {
         if !mat[h.index()] || (n.op.is_leaf() && !matches!(n.op, Op::Scalar { .. })) {
@@ -342,9 +355,11 @@ pub fn combines_materialized(g: &Graph, fusion: &Fusion) -> usize {
 /// false), with the combines and recomputed values recorded in `facts`.
 pub fn run(g: &mut Graph, fuse_nodes: bool, facts: &mut super::PipelineFacts) -> Result<Fusion, String> {
     let f = if fuse_nodes {
-        let map = super::views::run(g)?;
+        let keep: Vec<Value> = facts.grads.iter().map(|&(_, d)| d).collect();
+        let map = super::views::run(g, &keep)?;
         super::remat::remap(facts, &map);
-        fuse(g)
+        let keep: Vec<Value> = facts.grads.iter().map(|&(_, d)| d).collect();
+        fuse_keeping(g, &keep)
     } else {
         unfused(g)
     };

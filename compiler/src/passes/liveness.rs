@@ -63,12 +63,27 @@ impl Liveness {
 
 /// Computes the buffers and their lifetimes for `order` at `batch`, with in-place reuse.
 pub fn analyze(g: &Graph, fusion: &Fusion, order: &[GroupId], batch: usize) -> Liveness {
+    analyze_keeping(g, fusion, order, batch, &[])
+}
+
+/// [`analyze`], with the values in `keep` (parameter gradients) alive to the end of the step,
+/// so the runtime can read them after it.
+pub fn analyze_keeping(
+    g: &Graph,
+    fusion: &Fusion,
+    order: &[GroupId],
+    batch: usize,
+    keep: &[Value],
+) -> Liveness {
     let steps = order.len();
     let end = steps.saturating_sub(1);
     let n = g.nodes.len();
     let materialized = fusion.materialized(g);
     let mut range: Vec<Option<(usize, usize)>> = vec![None; n];
     let mut pinned = vec![false; n];
+    for &k in keep {
+        pinned[storage_root(g, k).index()] = true;
+    }
     for o in &g.outputs {
         pinned[storage_root(g, o.value).index()] = true;
     }

@@ -1,7 +1,7 @@
 //! Memory plan: one arena, a static offset for every materialised buffer.
 
 use super::fusion::{Fusion, GroupId};
-use super::liveness::{analyze, LiveInterval};
+use super::liveness::{analyze_keeping, LiveInterval};
 use crate::ir::*;
 use serde::Serialize;
 
@@ -237,7 +237,18 @@ pub fn validate(intervals: &[LiveInterval], p: &Placement) -> Result<(), String>
 /// the smallest of three placements (greedy by size, best fit in schedule order, best fit by
 /// size).
 pub fn plan(g: &Graph, fusion: &Fusion, order: &[GroupId], batch: usize) -> ArenaPlan {
-    let live = analyze(g, fusion, order, batch);
+    plan_keeping(g, fusion, order, batch, &[])
+}
+
+/// [`plan`], with the values in `keep` (parameter gradients) alive to the end of the step.
+pub fn plan_keeping(
+    g: &Graph,
+    fusion: &Fusion,
+    order: &[GroupId],
+    batch: usize,
+    keep: &[Value],
+) -> ArenaPlan {
+    let live = analyze_keeping(g, fusion, order, batch, keep);
     let intervals = &live.intervals;
     let candidates = [
         ("greedy by size (first fit)", greedy_by_size(intervals)),

@@ -84,7 +84,9 @@ pub fn compile_traced(
     remat::run(&mut graph, &mut fused, &mut order, opts, &mut facts)?;
     done("remat", &graph, &mut facts)?;
 
-    let plan = memplan::plan(&graph, &fused, &order, opts.batch);
+    // Parameter gradients stay in memory to the step's end, so the runtime can report them.
+    let keep: Vec<Value> = facts.grads.iter().map(|&(_, d)| d).collect();
+    let plan = memplan::plan_keeping(&graph, &fused, &order, opts.batch, &keep);
     done("memplan", &graph, &mut facts)?;
 
     Ok(Program { graph, groups: fused.groups, order, plan, facts })

@@ -32,7 +32,8 @@ pub fn run(
         return Ok(());
     }
     let mut deferred: Vec<Value> = Vec::new();
-    let mut arena = memplan::plan(g, fused, order, opts.batch).arena_bytes;
+    let keep = |f: &PipelineFacts| -> Vec<Value> { f.grads.iter().map(|&(_, d)| d).collect() };
+    let mut arena = memplan::plan_keeping(g, fused, order, opts.batch, &keep(facts)).arena_bytes;
     let mut tried: Vec<String> = Vec::new();
     for _ in 0..MAX_TRIES {
         if arena as u64 <= budget {
@@ -41,21 +42,23 @@ pub fn run(
         let Some(v) = candidate(g, fused, opts.batch, &tried) else { break };
         tried.push(g.node(v).origin.label.clone() + &v.to_string());
         let Some((ng, map, clone)) = checkpoint(g, v)? else { continue };
-        let nf = if opts.fuse { fusion::fuse(&ng) } else { fusion::unfused(&ng) };
+        let mut trial = facts.clone();
+        remap(&mut trial, &map);
+        let nf = if opts.fuse { fusion::fuse_keeping(&ng, &keep(&trial)) } else { fusion::unfused(&ng) };
         let mut defer_now: Vec<Value> = deferred.iter().filter_map(|d| map[d.index()]).collect();
         defer_now.push(clone);
         let groups: Vec<GroupId> = (0..nf.groups.len())
             .filter(|&i| nf.groups[i].outputs.iter().any(|o| defer_now.contains(o)))
             .collect();
         let no = schedule::order_with(&ng, &nf, opts.batch, &groups)?;
-        let na = memplan::plan(&ng, &nf, &no, opts.batch).arena_bytes;
+        let na = memplan::plan_keeping(&ng, &nf, &no, opts.batch, &keep(&trial)).arena_bytes;
         if na < arena {
             let what = format!(
                 "{} {} recomputed in the backward pass (checkpoint for the memory budget)",
                 ng.node(clone).op.mnemonic(),
                 g.node(v).origin.label
             );
-            remap(facts, &map);
+            *facts = trial;
             facts.recomputed.push((clone, what));
             deferred = defer_now;
             *g = ng;

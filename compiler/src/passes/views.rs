@@ -337,8 +337,9 @@ impl<'a> Canon<'a> {
     }
 }
 
-/// Rewrites `g` as described in the module doc; returns the old→new value map.
-pub fn run(g: &mut Graph) -> Result<Vec<Option<Value>>, String> {
+/// Rewrites `g` as described in the module doc; the values in `keep` (and the outputs and
+/// loss) stay stored as they are. Returns the old→new value map.
+pub fn run(g: &mut Graph, keep: &[Value]) -> Result<Vec<Option<Value>>, String> {
     let old = g.clone();
     let users = old.users();
     let mut c = Canon {
@@ -352,6 +353,7 @@ pub fn run(g: &mut Graph) -> Result<Vec<Option<Value>>, String> {
     }
     let mut roots: Vec<Value> = old.outputs.iter().map(|o| o.value).collect();
     roots.extend(old.loss);
+    roots.extend(keep.iter().copied());
     for r in roots {
         c.value(r)?;
     }

@@ -139,7 +139,10 @@ pub fn run(args: &PlanArgs) -> CliResult {
         std::fs::write(path, svg).map_err(|e| format!("cannot write `{}`: {e}", path.display()))?;
     }
     if args.json {
-        print_out(&format!("{}\n", serde_json::to_string_pretty(&json(&program, &checked.src)).expect("plan serialises")));
+        print_out(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&json(&program, &checked.src)).expect("plan serialises")
+        ));
     } else {
         print_out(&summary(&program, &checked.src, &checked.model));
     }

@@ -141,10 +141,33 @@ unsafe fn pack_b(b: &Operand<BMode>, p0: usize, kc: usize, j0: usize, nc: usize,
     let mut o = 0;
     for jb in (0..nc).step_by(NR) {
         let cols = NR.min(nc - jb);
-        if matches!(b.mode, BMode::Real) && b.cs == 1 && cols == NR {
+        let full = cols == NR && b.cs == 1;
+        if full && matches!(b.mode, BMode::Real) {
             for p in 0..kc {
                 let src = b.ptr.offset((p0 + p) as isize * b.rs + (j0 + jb) as isize);
                 std::ptr::copy_nonoverlapping(src, out.as_mut_ptr().add(o), NR);
+                o += NR;
+            }
+        } else if let (true, BMode::Expand { conj } | BMode::Interleaved { conj }) = (full, b.mode) {
+            // Contiguous complex columns: `NR` real columns are `NR/2` complex ones.
+            let expand = matches!(b.mode, BMode::Expand { .. });
+            let sign = if conj { -1.0f32 } else { 1.0 };
+            let jc = ((j0 + jb) / 2) as isize;
+            for p in 0..kc {
+                let row = p0 + p;
+                let (k, r) = if expand { (row / 2, row & 1) } else { (row, 0) };
+                let src = b.ptr.offset(2 * (k as isize * b.rs + jc));
+                let dst = &mut out[o..o + NR];
+                for q in 0..NR / 2 {
+                    let (re, im) = (*src.add(2 * q), sign * *src.add(2 * q + 1));
+                    if r == 0 {
+                        dst[2 * q] = re;
+                        dst[2 * q + 1] = im;
+                    } else {
+                        dst[2 * q] = -im;
+                        dst[2 * q + 1] = re;
+                    }
+                }
                 o += NR;
             }
         } else {

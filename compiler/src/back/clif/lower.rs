@@ -7,13 +7,19 @@
 //! broadcast axis), adjacent axes with compatible strides are merged, and the pointers are
 //! advanced by addition. Complex values are lowered to `(re, im)` pairs of f32; reductions
 //! loop over the kept axes outside and the reduced axes inside, summing in f64.
+//!
+//! The innermost loop is vectorised with `f32x4`: four elements per iteration, then a scalar
+//! tail. Contiguous operands are vector loads (complex ones de-interleaved into a re and an
+//! im vector by two shuffles), broadcast operands are splats, other strides gather lane by
+//! lane; helper calls (exp, log, ...) run per lane. Sums keep `f32x4` partial sums that are
+//! added into the f64 total when the reduction ends; max reductions stay scalar.
 
 use super::helpers::Helper;
 use crate::ir::*;
 use crate::passes::fusion::{GroupKind, KernelGroup};
 use crate::passes::Program;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{self, types, AbiParam, FuncRef, Function, InstBuilder, MemFlagsData, Signature};
+use cranelift_codegen::ir::{self, types, AbiParam, Endianness, FuncRef, Function, InstBuilder, MemFlagsData, Signature};
 use cranelift_codegen::isa::TargetFrontendConfig;
 use cranelift_codegen::isa::CallConv;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
@@ -98,36 +104,104 @@ fn collapse(loops: Vec<Loop>) -> Vec<Loop> {
     out
 }
 
+/// Lanes of the vectorised inner loop.
+const LANES: usize = 4;
+
 struct Emitter<'f, 'i> {
     b: FunctionBuilder<'f>,
     import: &'i mut Importer<'i>,
     helpers: HashMap<Helper, FuncRef>,
+    /// Whether the code being emitted is the vector body (values are `f32x4`).
+    vec: bool,
+    /// Byte strides of the streams along the vectorised loop (valid while `vec`).
+    strides: Vec<i64>,
+}
+
+fn vflags() -> MemFlagsData {
+    MemFlagsData::new().with_endianness(Endianness::Little)
 }
 
 impl Emitter<'_, '_> {
     fn f32c(&mut self, x: f64) -> ir::Value {
-        self.b.ins().f32const(x as f32)
+        let c = self.b.ins().f32const(x as f32);
+        if self.vec {
+            self.b.ins().splat(types::F32X4, c)
+        } else {
+            c
+        }
     }
 
-    fn call(&mut self, h: Helper, args: &[ir::Value]) -> ir::Value {
-        let fr = match self.helpers.get(&h) {
+    /// `cc(a, b) ? x : y`, lane-wise in vector code.
+    fn choose(&mut self, cc: FloatCC, a: ir::Value, b: ir::Value, x: ir::Value, y: ir::Value) -> ir::Value {
+        let c = self.b.ins().fcmp(cc, a, b);
+        if self.vec {
+            let m = self.b.ins().bitcast(types::F32X4, vflags(), c);
+            self.b.ins().bitselect(m, x, y)
+        } else {
+            self.b.ins().select(c, x, y)
+        }
+    }
+
+    fn helper_ref(&mut self, h: Helper) -> FuncRef {
+        match self.helpers.get(&h) {
             Some(&f) => f,
             None => {
                 let f = (self.import)(self.b.func, h);
                 self.helpers.insert(h, f);
                 f
             }
-        };
-        let inst = self.b.ins().call(fr, args);
-        self.b.inst_results(inst)[0]
+        }
+    }
+
+    fn call(&mut self, h: Helper, args: &[ir::Value]) -> ir::Value {
+        let fr = self.helper_ref(h);
+        if !self.vec {
+            let inst = self.b.ins().call(fr, args);
+            return self.b.inst_results(inst)[0];
+        }
+        let mut lanes = Vec::with_capacity(LANES);
+        for lane in 0..LANES as u8 {
+            let a: Vec<ir::Value> = args.iter().map(|&v| self.b.ins().extractlane(v, lane)).collect();
+            let inst = self.b.ins().call(fr, &a);
+            lanes.push(self.b.inst_results(inst)[0]);
+        }
+        self.build(&lanes)
+    }
+
+    /// A vector from `LANES` scalars.
+    fn build(&mut self, lanes: &[ir::Value]) -> ir::Value {
+        let mut v = self.b.ins().splat(types::F32X4, lanes[0]);
+        for (i, &x) in lanes.iter().enumerate().skip(1) {
+            v = self.b.ins().insertlane(v, x, i as u8);
+        }
+        v
+    }
+
+    /// Byte shuffle of two `f32x4` (lanes of `a` are bytes 0..16, of `b` 16..32).
+    fn shuffle(&mut self, a: ir::Value, b: ir::Value, lanes: [u8; 4]) -> ir::Value {
+        let mut mask = Vec::with_capacity(16);
+        for l in lanes {
+            for byte in 0..4 {
+                mask.push(l * 4 + byte);
+            }
+        }
+        let imm = self.b.func.dfg.immediates.push(mask.into());
+        let a8 = self.b.ins().bitcast(types::I8X16, vflags(), a);
+        let b8 = self.b.ins().bitcast(types::I8X16, vflags(), b);
+        let r = self.b.ins().shuffle(a8, b8, imm);
+        self.b.ins().bitcast(types::F32X4, vflags(), r)
     }
 
     /// Runs `body` once per iteration of `loops`, with the stream pointers of that iteration.
+    /// Loop `vector_at` (an index into `loops`) runs `LANES` iterations at a time: everything
+    /// nested in it is emitted as vector code (`self.vec`, lane `l` at `l ×` that loop's
+    /// stride), followed by a scalar tail.
     fn nest(
         &mut self,
         loops: &[Loop],
         ptrs: &[ir::Value],
         range: Option<(ir::Value, ir::Value)>,
+        vector_at: Option<usize>,
         body: &mut dyn FnMut(&mut Self, &[ir::Value]) -> Result<(), String>,
     ) -> Result<(), String> {
         let Some(l) = loops.first() else {
@@ -151,64 +225,170 @@ impl Emitter<'_, '_> {
             self.b.def_var(v, start);
             pvars.push(v);
         }
-        let header = self.b.create_block();
-        let inner = self.b.create_block();
         let exit = self.b.create_block();
-        self.b.ins().jump(header, &[]);
-        self.b.switch_to_block(header);
-        let i = self.b.use_var(ivar);
-        let go = self.b.ins().icmp(IntCC::SignedLessThan, i, hi);
-        self.b.ins().brif(go, inner, &[], exit, &[]);
-        self.b.switch_to_block(inner);
-        let cur: Vec<ir::Value> = pvars.iter().map(|&v| self.b.use_var(v)).collect();
-        self.nest(&loops[1..], &cur, None, body)?;
-        let i = self.b.use_var(ivar);
-        let i1 = self.b.ins().iadd_imm_s(i, 1);
-        self.b.def_var(ivar, i1);
-        for (&v, &s) in pvars.iter().zip(&l.strides) {
-            if s != 0 {
-                let p = self.b.use_var(v);
-                let p1 = self.b.ins().iadd_imm_s(p, s);
-                self.b.def_var(v, p1);
-            }
+        let here = vector_at == Some(0) && l.ext >= LANES && !self.vec;
+        let deeper = vector_at.and_then(|d| d.checked_sub(1));
+        let mut passes = vec![(false, 1i64)];
+        if here {
+            passes.insert(0, (true, LANES as i64));
         }
-        self.b.ins().jump(header, &[]);
+        let mut next = self.b.create_block();
+        self.b.ins().jump(next, &[]);
+        for (k, &(is_vec, step)) in passes.iter().enumerate() {
+            let header = next;
+            let inner = self.b.create_block();
+            let after = if k + 1 < passes.len() { self.b.create_block() } else { exit };
+            next = after;
+            self.b.switch_to_block(header);
+            let i = self.b.use_var(ivar);
+            let last = self.b.ins().iadd_imm_s(i, step - 1);
+            let go = self.b.ins().icmp(IntCC::SignedLessThan, last, hi);
+            self.b.ins().brif(go, inner, &[], after, &[]);
+            self.b.switch_to_block(inner);
+            let cur: Vec<ir::Value> = pvars.iter().map(|&v| self.b.use_var(v)).collect();
+            if is_vec {
+                self.vec = true;
+                self.strides = l.strides.clone();
+                let r = self.nest(&loops[1..], &cur, None, None, body);
+                self.vec = false;
+                r?;
+            } else {
+                self.nest(&loops[1..], &cur, None, deeper, body)?;
+            }
+            let i = self.b.use_var(ivar);
+            let i1 = self.b.ins().iadd_imm_s(i, step);
+            self.b.def_var(ivar, i1);
+            for (&v, &s) in pvars.iter().zip(&l.strides) {
+                if s != 0 {
+                    let p = self.b.use_var(v);
+                    let p1 = self.b.ins().iadd_imm_s(p, s * step);
+                    self.b.def_var(v, p1);
+                }
+            }
+            self.b.ins().jump(header, &[]);
+        }
         self.b.switch_to_block(exit);
         Ok(())
     }
 
-    fn load(&mut self, dtype: DType, ptr: ir::Value) -> V {
+    fn load_scalar(&mut self, dtype: DType, ptr: ir::Value, off: i32) -> V {
         let fl = MemFlagsData::trusted();
         match dtype {
-            DType::F32 => V::R(self.b.ins().load(types::F32, fl, ptr, 0)),
+            DType::F32 => V::R(self.b.ins().load(types::F32, fl, ptr, off)),
             DType::I32 => {
-                let i = self.b.ins().load(types::I32, fl, ptr, 0);
+                let i = self.b.ins().load(types::I32, fl, ptr, off);
                 V::R(self.b.ins().fcvt_from_sint(types::F32, i))
             }
             DType::C64 => {
-                let re = self.b.ins().load(types::F32, fl, ptr, 0);
-                let im = self.b.ins().load(types::F32, fl, ptr, 4);
+                let re = self.b.ins().load(types::F32, fl, ptr, off);
+                let im = self.b.ins().load(types::F32, fl, ptr, off + 4);
                 V::C(re, im)
             }
         }
     }
 
-    fn store(&mut self, dtype: DType, v: V, ptr: ir::Value) -> Result<(), String> {
+    /// Loads stream `k`'s element(s) at `ptr`: one scalar, or `LANES` of them in vector code.
+    fn load(&mut self, dtype: DType, ptr: ir::Value, k: usize) -> V {
+        if !self.vec {
+            return self.load_scalar(dtype, ptr, 0);
+        }
+        let stride = self.strides[k];
+        let fl = MemFlagsData::trusted();
+        if stride == 0 {
+            let one = self.load_scalar(dtype, ptr, 0);
+            return match one {
+                V::R(x) => V::R(self.b.ins().splat(types::F32X4, x)),
+                V::C(r, i) => V::C(self.b.ins().splat(types::F32X4, r), self.b.ins().splat(types::F32X4, i)),
+            };
+        }
+        if stride == dtype.bytes() as i64 {
+            return match dtype {
+                DType::F32 => V::R(self.b.ins().load(types::F32X4, fl, ptr, 0)),
+                DType::I32 => {
+                    let i = self.b.ins().load(types::I32X4, fl, ptr, 0);
+                    V::R(self.b.ins().fcvt_from_sint(types::F32X4, i))
+                }
+                DType::C64 => {
+                    let a = self.b.ins().load(types::F32X4, fl, ptr, 0);
+                    let b = self.b.ins().load(types::F32X4, fl, ptr, 16);
+                    let re = self.shuffle(a, b, [0, 2, 4, 6]);
+                    let im = self.shuffle(a, b, [1, 3, 5, 7]);
+                    V::C(re, im)
+                }
+            };
+        }
+        let lanes: Vec<V> = (0..LANES).map(|l| self.load_scalar(dtype, ptr, (l as i64 * stride) as i32)).collect();
+        let re: Vec<ir::Value> = lanes.iter().map(|v| match v {
+            V::R(x) | V::C(x, _) => *x,
+        }).collect();
+        let re = self.build(&re);
+        match dtype {
+            DType::C64 => {
+                let im: Vec<ir::Value> = lanes.iter().map(|v| match v {
+                    V::C(_, i) => *i,
+                    V::R(x) => *x,
+                }).collect();
+                V::C(re, self.build(&im))
+            }
+            _ => V::R(re),
+        }
+    }
+
+    fn store_scalar(&mut self, dtype: DType, v: V, ptr: ir::Value, off: i32) -> Result<(), String> {
         let fl = MemFlagsData::trusted();
         match (dtype, v) {
             (DType::F32, V::R(x)) => {
-                self.b.ins().store(fl, x, ptr, 0);
+                self.b.ins().store(fl, x, ptr, off);
             }
             (DType::C64, v) => {
                 let (re, im) = self.parts(v);
-                self.b.ins().store(fl, re, ptr, 0);
-                self.b.ins().store(fl, im, ptr, 4);
+                self.b.ins().store(fl, re, ptr, off);
+                self.b.ins().store(fl, im, ptr, off + 4);
             }
             (DType::I32, V::R(x)) => {
                 let i = self.b.ins().fcvt_to_sint_sat(types::I32, x);
-                self.b.ins().store(fl, i, ptr, 0);
+                self.b.ins().store(fl, i, ptr, off);
             }
             _ => return Err(format!("cannot store a complex value into a {dtype} buffer")),
+        }
+        Ok(())
+    }
+
+    /// Stores `v` to stream `k` at `ptr` (all lanes in vector code).
+    fn store(&mut self, dtype: DType, v: V, ptr: ir::Value, k: usize) -> Result<(), String> {
+        if !self.vec {
+            return self.store_scalar(dtype, v, ptr, 0);
+        }
+        let stride = self.strides[k];
+        let fl = MemFlagsData::trusted();
+        if stride == dtype.bytes() as i64 {
+            match (dtype, v) {
+                (DType::F32, V::R(x)) => {
+                    self.b.ins().store(fl, x, ptr, 0);
+                    return Ok(());
+                }
+                (DType::C64, v) => {
+                    let (re, im) = self.parts(v);
+                    let lo = self.shuffle(re, im, [0, 4, 1, 5]);
+                    let hi = self.shuffle(re, im, [2, 6, 3, 7]);
+                    self.b.ins().store(fl, lo, ptr, 0);
+                    self.b.ins().store(fl, hi, ptr, 16);
+                    return Ok(());
+                }
+                _ => {}
+            }
+        }
+        let (re, im) = match v {
+            V::R(x) => (x, None),
+            V::C(r, i) => (r, Some(i)),
+        };
+        for l in 0..LANES {
+            let r = self.b.ins().extractlane(re, l as u8);
+            let lane = match im {
+                Some(i) => V::C(r, self.b.ins().extractlane(i, l as u8)),
+                None => V::R(r),
+            };
+            self.store_scalar(dtype, lane, ptr, (l as i64 * stride) as i32)?;
         }
         Ok(())
     }
@@ -228,10 +408,9 @@ impl Emitter<'_, '_> {
     }
 
     fn flag(&mut self, cc: FloatCC, a: ir::Value, b: ir::Value) -> ir::Value {
-        let c = self.b.ins().fcmp(cc, a, b);
         let one = self.f32c(1.0);
         let zero = self.f32c(0.0);
-        self.b.ins().select(c, one, zero)
+        self.choose(cc, a, b, one, zero)
     }
 
     fn unary(&mut self, op: UnaryOp, x: V) -> Result<V, String> {
@@ -282,8 +461,7 @@ impl Emitter<'_, '_> {
                     }
                     Relu => {
                         let z = self.f32c(0.0);
-                        let c = self.b.ins().fcmp(FloatCC::GreaterThan, a, z);
-                        self.b.ins().select(c, a, z)
+                        self.choose(FloatCC::GreaterThan, a, z, a, z)
                     }
                     Step => {
                         let z = self.f32c(0.0);
@@ -336,10 +514,7 @@ impl Emitter<'_, '_> {
                 let im = self.b.ins().fsub(bc, ad);
                 V::C(self.b.ins().fdiv(re, den), self.b.ins().fdiv(im, den))
             }
-            (Max, V::R(a), V::R(b)) => {
-                let c = self.b.ins().fcmp(FloatCC::GreaterThanOrEqual, a, b);
-                V::R(self.b.ins().select(c, a, b))
-            }
+            (Max, V::R(a), V::R(b)) => V::R(self.choose(FloatCC::GreaterThanOrEqual, a, b, a, b)),
             (Complex, V::R(a), V::R(b)) => V::C(a, b),
             (Greater, V::R(a), V::R(b)) => V::R(self.flag(FloatCC::GreaterThan, a, b)),
             (Equal, V::R(a), V::R(b)) => V::R(self.flag(FloatCC::Equal, a, b)),
@@ -350,13 +525,14 @@ impl Emitter<'_, '_> {
     fn select(&mut self, c: V, a: V, b: V) -> Result<V, String> {
         let c = Self::real(c, "select condition")?;
         let z = self.f32c(0.0);
-        let cond = self.b.ins().fcmp(FloatCC::GreaterThan, c, z);
         Ok(match (a, b) {
-            (V::R(x), V::R(y)) => V::R(self.b.ins().select(cond, x, y)),
+            (V::R(x), V::R(y)) => V::R(self.choose(FloatCC::GreaterThan, c, z, x, y)),
             (a, b) => {
                 let (ar, ai) = self.parts(a);
                 let (br, bi) = self.parts(b);
-                V::C(self.b.ins().select(cond, ar, br), self.b.ins().select(cond, ai, bi))
+                let re = self.choose(FloatCC::GreaterThan, c, z, ar, br);
+                let im = self.choose(FloatCC::GreaterThan, c, z, ai, bi);
+                V::C(re, im)
             }
         })
     }
@@ -375,7 +551,7 @@ impl Body<'_> {
     fn eval(&self, em: &mut Emitter, ptrs: &[ir::Value]) -> Result<HashMap<Value, V>, String> {
         let mut vals: HashMap<Value, V> = HashMap::new();
         for (k, &v) in self.inputs.iter().enumerate() {
-            let x = em.load(self.g.ty(v).dtype, ptrs[k]);
+            let x = em.load(self.g.ty(v).dtype, ptrs[k], k);
             vals.insert(v, x);
         }
         for &v in &self.nodes {
@@ -454,11 +630,25 @@ pub fn lower_group(
         outer.push(Loop { ext: 1, strides: vec![0; bases.len()] });
     }
     let rows = outer[0].ext;
+    // The loop to vectorise: the innermost one of at least LANES iterations (elementwise);
+    // for a sum, the innermost reduced loop when it is that long, else a kept loop (each lane
+    // then sums its own output). Max reductions stay scalar.
+    let deepest = |ls: &[Loop]| ls.iter().rposition(|l| l.ext >= LANES);
+    let (outer_vec, inner_vec) = match grp.kind {
+        GroupKind::Elementwise => (deepest(&outer), None),
+        _ => match &g.node(outputs[0]).op {
+            Op::Reduce { op: ReduceOp::Sum, .. } => match inner.last() {
+                Some(l) if l.ext >= LANES => (None, Some(inner.len() - 1)),
+                _ => (deepest(&outer), None),
+            },
+            _ => (None, None),
+        },
+    };
 
     let mut func = Function::with_name_signature(ir::UserFuncName::user(0, gid as u32), kernel_signature(config.default_call_conv));
     let mut fctx = FunctionBuilderContext::new();
     let b = FunctionBuilder::new(&mut func, &mut fctx);
-    let mut em = Emitter { b, import, helpers: HashMap::new() };
+    let mut em = Emitter { b, import, helpers: HashMap::new(), vec: false, strides: Vec::new() };
     let entry = em.b.create_block();
     em.b.append_block_params_for_function_params(entry);
     em.b.switch_to_block(entry);
@@ -470,13 +660,13 @@ pub fn lower_group(
 
     match grp.kind {
         GroupKind::Elementwise => {
-            em.nest(&outer, &ptrs, Some((lo, hi)), &mut |em, p| {
+            em.nest(&outer, &ptrs, Some((lo, hi)), outer_vec, &mut |em, p| {
                 let vals = body.eval(em, p)?;
                 for (k, &o) in outputs.iter().enumerate() {
                     let n = g.node(o);
                     let src = if matches!(n.op, Op::Assign) { n.inputs[1] } else { o };
                     let v = *vals.get(&src).ok_or_else(|| format!("output {o} not computed"))?;
-                    em.store(n.ty.dtype, v, p[n_in + k])?;
+                    em.store(n.ty.dtype, v, p[n_in + k], n_in + k)?;
                 }
                 Ok(())
             })?;
@@ -487,17 +677,17 @@ pub fn lower_group(
             let Op::Reduce { op, .. } = rn.op else { unreachable!("checked above") };
             let src = rn.inputs[0];
             let complex = g.ty(src).dtype.is_complex();
-            em.nest(&outer, &ptrs, Some((lo, hi)), &mut |em, p| {
+            em.nest(&outer, &ptrs, Some((lo, hi)), outer_vec, &mut |em, p| {
                 let out_ptr = p[n_in];
                 let acc = reduce_init(em, op);
-                em.nest(&inner, p, None, &mut |em, q| {
+                em.nest(&inner, p, None, inner_vec, &mut |em, q| {
                     let vals = body.eval(em, q)?;
                     let x = *vals.get(&src).ok_or("reduction operand not computed")?;
                     reduce_step(em, op, &acc, x);
                     Ok(())
                 })?;
                 let v = reduce_finish(em, op, &acc, complex);
-                em.store(rn.ty.dtype, v, out_ptr)
+                em.store(rn.ty.dtype, v, out_ptr, n_in)
             })?;
         }
     }
@@ -512,6 +702,9 @@ struct Acc {
     a: Variable,
     b: Variable,
     m: Variable,
+    /// `f32x4` partial sums of the vector loop (re, im).
+    va: Variable,
+    vb: Variable,
 }
 
 fn reduce_init(em: &mut Emitter, op: ReduceOp) -> Acc {
@@ -522,19 +715,41 @@ fn reduce_init(em: &mut Emitter, op: ReduceOp) -> Acc {
     let a = em.b.declare_var(ty);
     let b = em.b.declare_var(ty);
     let m = em.b.declare_var(types::F32);
-    let (x, z, mi) = if ty == types::F64 {
-        (em.b.ins().f64const(init), em.b.ins().f64const(0.0), em.f32c(-1.0))
+    // Scalar accumulators even inside vector code (the vector sums are `va`/`vb`).
+    let mi = em.b.ins().f32const(-1.0);
+    let (x, z) = if ty == types::F64 {
+        (em.b.ins().f64const(init), em.b.ins().f64const(0.0))
     } else {
-        (em.f32c(init), em.f32c(0.0), em.f32c(-1.0))
+        (em.b.ins().f32const(init as f32), em.b.ins().f32const(0.0))
     };
     em.b.def_var(a, x);
     em.b.def_var(b, z);
     em.b.def_var(m, mi);
-    Acc { a, b, m }
+    let va = em.b.declare_var(types::F32X4);
+    let vb = em.b.declare_var(types::F32X4);
+    let z32 = em.b.ins().f32const(0.0);
+    let zv = em.b.ins().splat(types::F32X4, z32);
+    em.b.def_var(va, zv);
+    em.b.def_var(vb, zv);
+    Acc { a, b, m, va, vb }
 }
 
 fn reduce_step(em: &mut Emitter, op: ReduceOp, acc: &Acc, x: V) {
     match op {
+        ReduceOp::Sum if em.vec => {
+            let (re, im) = match x {
+                V::R(r) => (r, None),
+                V::C(r, i) => (r, Some(i)),
+            };
+            let a = em.b.use_var(acc.va);
+            let s = em.b.ins().fadd(a, re);
+            em.b.def_var(acc.va, s);
+            if let Some(im) = im {
+                let b = em.b.use_var(acc.vb);
+                let s = em.b.ins().fadd(b, im);
+                em.b.def_var(acc.vb, s);
+            }
+        }
         ReduceOp::Sum => {
             let (re, im) = match x {
                 V::R(r) => (r, None),
@@ -577,7 +792,33 @@ fn reduce_step(em: &mut Emitter, op: ReduceOp, acc: &Acc, x: V) {
     }
 }
 
+/// The f64 sum of the four lanes of `f32x4` variable `v`.
+fn hsum(em: &mut Emitter, v: Variable) -> ir::Value {
+    let x = em.b.use_var(v);
+    let mut s = em.b.ins().f64const(0.0);
+    for l in 0..LANES as u8 {
+        let e = em.b.ins().extractlane(x, l);
+        let e = em.b.ins().fpromote(types::F64, e);
+        s = em.b.ins().fadd(s, e);
+    }
+    s
+}
+
 fn reduce_finish(em: &mut Emitter, op: ReduceOp, acc: &Acc, complex: bool) -> V {
+    if em.vec {
+        // Vectorised over kept elements: each lane holds one output's sum.
+        let a = em.b.use_var(acc.va);
+        let b = em.b.use_var(acc.vb);
+        return if complex { V::C(a, b) } else { V::R(a) };
+    }
+    if op == ReduceOp::Sum {
+        for (scalar, vector) in [(acc.a, acc.va), (acc.b, acc.vb)] {
+            let h = hsum(em, vector);
+            let s = em.b.use_var(scalar);
+            let t = em.b.ins().fadd(s, h);
+            em.b.def_var(scalar, t);
+        }
+    }
     let a = em.b.use_var(acc.a);
     let b = em.b.use_var(acc.b);
     let (a, b) = if op == ReduceOp::Sum {
