@@ -92,8 +92,9 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "*.jsonl"))):
     tag = os.path.basename(f)[:-6]
     for line in open(f):
         line = line.strip()
-        if not line.startswith("{"):
+        if "{" not in line:
             continue
+        line = line[line.index("{"):]
         try:
             r = json.loads(line)
         except ValueError:

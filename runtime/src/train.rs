@@ -362,7 +362,7 @@ pub fn memory_report(session: &Session) -> String {
             (bytes, format!("{:>10}  {ty:<22} {:<34} line {line}", metrics::human_bytes(bytes), n.origin.label))
         })
         .collect();
-    live.sort_by(|a, b| b.0.cmp(&a.0));
+    live.sort_by_key(|x| std::cmp::Reverse(x.0));
     s.push_str(&format!(
         "  alive at the peak (step {} of {}): {} tensors\n",
         plan.peak_step + 1,

@@ -83,19 +83,25 @@ fn movement_fft_and_matmul_kernels_do_not_allocate() {
     let mut g = Graph::new("kernels", Mode::Eval);
     {
         let mut b = Builder::new(&mut g);
-        let x = b.leaf(Op::Input { name: "x".into() }, TensorType::new(DType::C64, Shape(vec![B, F(8), F(16)])));
+        let x =
+            b.leaf(Op::Input { name: "x".into() }, TensorType::new(DType::C64, Shape(vec![B, F(8), F(16)])));
         let w = b.leaf(
             Op::Param { name: "w".into(), init: Init::Zeros },
             TensorType::new(DType::F32, Shape::fixed(&[128, 8])),
         );
-        let step = b.leaf(Op::State { name: "t".into(), init: Init::Zeros }, TensorType::new(DType::I32, Shape::scalar()));
+        let step = b.leaf(
+            Op::State { name: "t".into(), init: Init::Zeros },
+            TensorType::new(DType::I32, Shape::scalar()),
+        );
         let f = b.add(Op::Fft { axis: 2, inverse: false, norm: FftNorm::Ortho }, &[x]).unwrap();
         let p = b.add(Op::Permute { perm: vec![0, 2, 1] }, &[f]).unwrap();
         let padded = b.add(Op::Pad { axis: 2, before: 1, after: 1 }, &[p]).unwrap();
         let s = b.add(Op::Slice { axis: 2, start: 1, len: 8 }, &[padded]).unwrap();
         let flat = b.reshape(s, Shape(vec![Dim::Batch, F(128)])).unwrap();
         let m = b.add(Op::MatMul { trans: [false, false], conj: [false, false] }, &[flat, w]).unwrap();
-        let mask = b.add_shaped(Op::DropoutMask { p: 0.5, salt: 3 }, &[step], Some(&Shape(vec![B, F(8), F(16)]))).unwrap();
+        let mask = b
+            .add_shaped(Op::DropoutMask { p: 0.5, salt: 3 }, &[step], Some(&Shape(vec![B, F(8), F(16)])))
+            .unwrap();
         let y = b.mul(x, mask).unwrap();
         let r = b.sum(y, &[1]).unwrap();
         b.graph.outputs.push(Output { name: "r".into(), value: r });

@@ -469,6 +469,11 @@ fn mutated_sources_never_panic() {
     for i in 0..count {
         let base = &files[rng.below(files.len())];
         let m = mutate(&mut rng, base, &files);
+        if std::env::var_os("CVC_MUTATION_TRACE").is_some() {
+            let dump = std::env::temp_dir().join("cvc-mutation-current.cvnn");
+            let _ = std::fs::write(&dump, &m);
+            eprintln!("mutation {i}: {} bytes", m.len());
+        }
         let result = std::panic::catch_unwind(|| {
             let src = String::from_utf8_lossy(&m).into_owned();
             if let Err(d) = check_bytes("m.cvnn", &m, Mode::Train) {

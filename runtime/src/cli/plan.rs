@@ -310,7 +310,11 @@ pub fn summary(p: &Program, src: &str, model: &str) -> String {
         *counts.entry(kind_name(k.kind)).or_insert(0usize) += 1;
     }
     let per: Vec<String> = counts.iter().map(|(k, n)| format!("{n} {k}")).collect();
-    let _ = writeln!(s, "\nkernels: {} ({})", p.groups.len(), per.join(", "));
+    if per.is_empty() {
+        let _ = writeln!(s, "\nkernels: 0");
+    } else {
+        let _ = writeln!(s, "\nkernels: {} ({})", p.groups.len(), per.join(", "));
+    }
     for (step, &gi) in p.order.iter().enumerate() {
         let k = &p.groups[gi];
         if k.kind == GroupKind::View {

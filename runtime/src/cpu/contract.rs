@@ -32,7 +32,17 @@ pub struct Mat {
 /// # Safety
 /// Pointers must address the extents given; `work` holds [`gemm::WORKSPACE_F32`] floats.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn matmul(m: usize, n: usize, k: usize, a: Mat, b: Mat, c: *mut f32, c_rs: isize, accumulate: bool, work: &mut [f32]) {
+pub unsafe fn matmul(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: Mat,
+    b: Mat,
+    c: *mut f32,
+    c_rs: isize,
+    accumulate: bool,
+    work: &mut [f32],
+) {
     match (a.complex, b.complex) {
         (false, false) => gemm::gemm(
             m,
@@ -116,39 +126,72 @@ impl ConvShape {
     }
 }
 
+/// The output columns `yj` whose input column `yj·stride + off` lies in `0..w`.
+fn valid_cols(wo: usize, w: usize, stride: usize, off: isize) -> (usize, usize) {
+    let s = stride as isize;
+    // Smallest yj with yj·s + off ≥ 0, largest with yj·s + off ≤ w − 1.
+    let lo = if off >= 0 { 0 } else { ((-off) + s - 1) / s };
+    let hi = if (w as isize - 1 - off) < 0 { 0 } else { (w as isize - 1 - off) / s + 1 };
+    let lo = (lo as usize).min(wo);
+    (lo, (hi.max(0) as usize).clamp(lo, wo))
+}
+
 /// Writes `cols[kidx·s0 + p·s1] = x[c, hi, wi]` (zero outside the image) for the input
 /// channels `c0..c0+cg` of one image `x` (`c·h·w` elements of `esize` f32 each).
 ///
 /// # Safety
 /// `x` and `cols` must hold the extents implied by `s`.
-pub unsafe fn im2col(s: &ConvShape, x: *const f32, c0: usize, esize: usize, cols: *mut f32, s0: usize, s1: usize) {
+pub unsafe fn im2col(
+    s: &ConvShape,
+    x: *const f32,
+    c0: usize,
+    esize: usize,
+    cols: *mut f32,
+    s0: usize,
+    s1: usize,
+) {
     let [_, _, h, w] = s.x;
     let [_, cg, kh, kw] = s.w;
     let [ho, wo] = s.out;
     let g = s.geom;
+    let zero_run = |dst: *mut f32, from: usize, to: usize| {
+        for yj in from..to {
+            for e in 0..esize {
+                *dst.add(yj * s1 * esize + e) = 0.0;
+            }
+        }
+    };
     for ci in 0..cg {
         let plane = x.add((c0 + ci) * h * w * esize);
         for ki in 0..kh {
             for kj in 0..kw {
                 let kidx = (ci * kh + ki) * kw + kj;
                 let row = cols.add(kidx * s0 * esize);
+                let off = (kj * g.dilation[1]) as isize - g.pad[1] as isize;
+                let (lo, hi_col) = valid_cols(wo, w, g.stride[1], off);
                 for yi in 0..ho {
                     let hi = (yi * g.stride[0] + ki * g.dilation[0]) as isize - g.pad[0] as isize;
                     let dst = row.add(yi * wo * s1 * esize);
                     if hi < 0 || hi >= h as isize {
-                        for yj in 0..wo {
-                            for e in 0..esize {
-                                *dst.add(yj * s1 * esize + e) = 0.0;
-                            }
-                        }
+                        zero_run(dst, 0, wo);
                         continue;
                     }
                     let src = plane.add(hi as usize * w * esize);
-                    for yj in 0..wo {
-                        let wj = (yj * g.stride[1] + kj * g.dilation[1]) as isize - g.pad[1] as isize;
-                        let inside = wj >= 0 && wj < w as isize;
-                        for e in 0..esize {
-                            *dst.add(yj * s1 * esize + e) = if inside { *src.add(wj as usize * esize + e) } else { 0.0 };
+                    zero_run(dst, 0, lo);
+                    zero_run(dst, hi_col, wo);
+                    if s1 == 1 && g.stride[1] == 1 {
+                        let first = (lo as isize + off) as usize;
+                        std::ptr::copy_nonoverlapping(
+                            src.add(first * esize),
+                            dst.add(lo * esize),
+                            (hi_col - lo) * esize,
+                        );
+                    } else {
+                        for yj in lo..hi_col {
+                            let wj = (yj as isize * g.stride[1] as isize + off) as usize;
+                            for e in 0..esize {
+                                *dst.add(yj * s1 * esize + e) = *src.add(wj * esize + e);
+                            }
                         }
                     }
                 }
@@ -173,6 +216,8 @@ pub unsafe fn col2im(s: &ConvShape, cols: *const f32, esize: usize, dx: *mut f32
             for kj in 0..kw {
                 let kidx = (ci * kh + ki) * kw + kj;
                 let row = cols.add(kidx * p * esize);
+                let off = (kj * g.dilation[1]) as isize - g.pad[1] as isize;
+                let (lo, hi_col) = valid_cols(wo, w, g.stride[1], off);
                 for yi in 0..ho {
                     let hi = (yi * g.stride[0] + ki * g.dilation[0]) as isize - g.pad[0] as isize;
                     if hi < 0 || hi >= h as isize {
@@ -180,11 +225,18 @@ pub unsafe fn col2im(s: &ConvShape, cols: *const f32, esize: usize, dx: *mut f32
                     }
                     let dst = plane.add(hi as usize * w * esize);
                     let src = row.add(yi * wo * esize);
-                    for yj in 0..wo {
-                        let wj = (yj * g.stride[1] + kj * g.dilation[1]) as isize - g.pad[1] as isize;
-                        if wj >= 0 && wj < w as isize {
+                    if g.stride[1] == 1 {
+                        let n = (hi_col - lo) * esize;
+                        let d = dst.add((lo as isize + off) as usize * esize);
+                        let sr = src.add(lo * esize);
+                        for i in 0..n {
+                            *d.add(i) += *sr.add(i);
+                        }
+                    } else {
+                        for yj in lo..hi_col {
+                            let wj = (yj as isize * g.stride[1] as isize + off) as usize;
                             for e in 0..esize {
-                                *dst.add(wj as usize * esize + e) += *src.add(yj * esize + e);
+                                *dst.add(wj * esize + e) += *src.add(yj * esize + e);
                             }
                         }
                     }
@@ -218,7 +270,17 @@ fn es(c: bool) -> usize {
 /// # Safety
 /// Pointers address whole tensors of the shapes in `s`; `cols` holds `k·p` elements of the
 /// input dtype; `work` is gemm workspace.
-pub unsafe fn conv_image(s: &ConvShape, t: ConvTypes, n: usize, x: *const f32, w: *const f32, y: *mut f32, cols: *mut f32, work: &mut [f32]) {
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn conv_image(
+    s: &ConvShape,
+    t: ConvTypes,
+    n: usize,
+    x: *const f32,
+    w: *const f32,
+    y: *mut f32,
+    cols: *mut f32,
+    work: &mut [f32],
+) {
     let [_, c, h, wd] = s.x;
     let (k, p, og) = (s.k(), s.p(), s.og());
     let (ex, ew, ey) = (es(t.x), es(t.w), es(t.x || t.w));
@@ -232,7 +294,8 @@ pub unsafe fn conv_image(s: &ConvShape, t: ConvTypes, n: usize, x: *const f32, w
             im2col(s, xn, c0, ex, cols, p, 1);
             Mat { ptr: cols, rs: p as isize, cs: 1, complex: t.x, conj: t.conj[0] }
         };
-        let amat = Mat { ptr: w.add(grp * og * k * ew), rs: k as isize, cs: 1, complex: t.w, conj: t.conj[1] };
+        let amat =
+            Mat { ptr: w.add(grp * og * k * ew), rs: k as isize, cs: 1, complex: t.w, conj: t.conj[1] };
         matmul(og, p, k, amat, bmat, yn.add(grp * og * p * ey), p as isize, false, work);
     }
 }
@@ -242,7 +305,17 @@ pub unsafe fn conv_image(s: &ConvShape, t: ConvTypes, n: usize, x: *const f32, w
 ///
 /// # Safety
 /// As [`conv_image`]; `cols` holds `k·p` elements of the output dtype.
-pub unsafe fn conv_transpose_image(s: &ConvShape, t: ConvTypes, n: usize, dy: *const f32, w: *const f32, dx: *mut f32, cols: *mut f32, work: &mut [f32]) {
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn conv_transpose_image(
+    s: &ConvShape,
+    t: ConvTypes,
+    n: usize,
+    dy: *const f32,
+    w: *const f32,
+    dx: *mut f32,
+    cols: *mut f32,
+    work: &mut [f32],
+) {
     let [_, c, h, wd] = s.x;
     let (k, p, og) = (s.k(), s.p(), s.og());
     let (edy, ew, eo) = (es(t.x), es(t.w), es(t.x || t.w));
@@ -256,8 +329,10 @@ pub unsafe fn conv_transpose_image(s: &ConvShape, t: ConvTypes, n: usize, dy: *c
     for grp in 0..s.geom.groups {
         let c0 = grp * s.w[1];
         // cols[k, p] = w_gᵀ[k, og] · dy_g[og, p]
-        let amat = Mat { ptr: w.add(grp * og * k * ew), rs: 1, cs: k as isize, complex: t.w, conj: t.conj[1] };
-        let bmat = Mat { ptr: dyn_.add(grp * og * p * edy), rs: p as isize, cs: 1, complex: t.x, conj: t.conj[0] };
+        let amat =
+            Mat { ptr: w.add(grp * og * k * ew), rs: 1, cs: k as isize, complex: t.w, conj: t.conj[1] };
+        let bmat =
+            Mat { ptr: dyn_.add(grp * og * p * edy), rs: p as isize, cs: 1, complex: t.x, conj: t.conj[0] };
         if s.pointwise() {
             matmul(k, p, og, amat, bmat, dxn.add(c0 * h * wd * eo), p as isize, false, work);
         } else {
@@ -272,7 +347,18 @@ pub unsafe fn conv_transpose_image(s: &ConvShape, t: ConvTypes, n: usize, dy: *c
 ///
 /// # Safety
 /// As [`conv_image`]; `cols` holds `p·k` elements of `x`'s dtype (stored transposed).
-pub unsafe fn weight_grad_image(s: &ConvShape, t: ConvTypes, n: usize, x: *const f32, dy: *const f32, dw: *mut f32, accumulate: bool, cols: *mut f32, work: &mut [f32]) {
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn weight_grad_image(
+    s: &ConvShape,
+    t: ConvTypes,
+    n: usize,
+    x: *const f32,
+    dy: *const f32,
+    dw: *mut f32,
+    accumulate: bool,
+    cols: *mut f32,
+    work: &mut [f32],
+) {
     let [_, c, h, wd] = s.x;
     let (k, p, og) = (s.k(), s.p(), s.og());
     let (ex, edy, eo) = (es(t.x), es(t.w), es(t.x || t.w));
@@ -286,7 +372,8 @@ pub unsafe fn weight_grad_image(s: &ConvShape, t: ConvTypes, n: usize, x: *const
             im2col(s, xn, c0, ex, cols, 1, k);
             Mat { ptr: cols, rs: k as isize, cs: 1, complex: t.x, conj: t.conj[0] }
         };
-        let amat = Mat { ptr: dyn_.add(grp * og * p * edy), rs: p as isize, cs: 1, complex: t.w, conj: t.conj[1] };
+        let amat =
+            Mat { ptr: dyn_.add(grp * og * p * edy), rs: p as isize, cs: 1, complex: t.w, conj: t.conj[1] };
         matmul(og, k, p, amat, bmat, dw.add(grp * og * k * eo), k as isize, accumulate, work);
     }
 }

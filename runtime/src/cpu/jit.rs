@@ -9,7 +9,6 @@ use cvc_compiler::back::clif::{is_loop_kernel, lower};
 use cvc_compiler::passes::Program;
 use std::collections::HashMap;
 
-
 /// A compiled loop kernel: `f(arena_base, lo, hi)` runs outer iterations `lo..hi`.
 pub type KernelFn = unsafe extern "C" fn(i64, i64, i64);
 
@@ -40,10 +39,8 @@ impl JitKernels {
     pub fn compile(program: &Program) -> Result<JitKernels, RuntimeError> {
         let mut flags = settings::builder();
         flags.set("opt_level", "speed").map_err(err)?;
-        let isa = cranelift_native::builder()
-            .map_err(err)?
-            .finish(settings::Flags::new(flags))
-            .map_err(err)?;
+        let isa =
+            cranelift_native::builder().map_err(err)?.finish(settings::Flags::new(flags)).map_err(err)?;
         let config = isa.frontend_config();
         let mut jb = JITBuilder::with_isa(isa, default_libcall_names());
         for (_, name, ptr) in helpers() {

@@ -161,7 +161,9 @@ impl CpuBackend {
             let k = match grp.kind {
                 GroupKind::View => continue,
                 GroupKind::Elementwise | GroupKind::Reduce => Kernel::Loop(
-                    *jit.kernels.get(&gid).ok_or_else(|| RuntimeError(format!("group {gid} was not compiled")))?,
+                    *jit.kernels
+                        .get(&gid)
+                        .ok_or_else(|| RuntimeError(format!("group {gid} was not compiled")))?,
                 ),
                 GroupKind::Contraction | GroupKind::Movement => {
                     let v = *grp.nodes.last().ok_or_else(|| RuntimeError(format!("group {gid} is empty")))?;
@@ -184,7 +186,11 @@ impl CpuBackend {
             kernels.push(k);
         }
         let scratch = (0..threads)
-            .map(|_| Scratch { gemm: vec![0.0; gemm::WORKSPACE_F32], cols: vec![0.0; cols_words], dw: vec![0.0; dw_words] })
+            .map(|_| Scratch {
+                gemm: vec![0.0; gemm::WORKSPACE_F32],
+                cols: vec![0.0; cols_words],
+                dw: vec![0.0; dw_words],
+            })
             .collect();
         Ok(CpuBackend { program, arena, kernels, scratch, pool: Pool::new(threads), _jit: jit })
     }
@@ -213,10 +219,9 @@ impl CpuBackend {
 }
 
 fn slot_of(p: &Program, v: Value) -> Result<usize, RuntimeError> {
-    p.plan
-        .slot(v)
-        .map(|s| s.offset)
-        .ok_or_else(|| RuntimeError(format!("value {v} ({}) has no arena slot", p.graph.node(v).op.mnemonic())))
+    p.plan.slot(v).map(|s| s.offset).ok_or_else(|| {
+        RuntimeError(format!("value {v} ({}) has no arena slot", p.graph.node(v).op.mnemonic()))
+    })
 }
 
 fn dims4(s: &[usize]) -> Result<[usize; 4], RuntimeError> {
@@ -343,7 +348,12 @@ fn build_node_kernel(p: &Program, v: Value) -> Result<Kernel, RuntimeError> {
         }
         Op::OneHot { classes } => {
             let x = input(0);
-            Kernel::OneHot { labels: slot_of(p, x)?, out, rows: g.ty(x).shape.numel(batch), classes: *classes }
+            Kernel::OneHot {
+                labels: slot_of(p, x)?,
+                out,
+                rows: g.ty(x).shape.numel(batch),
+                classes: *classes,
+            }
         }
         Op::DropoutMask { p: prob, salt } => Kernel::Dropout {
             step: slot_of(p, input(0))?,
@@ -391,7 +401,8 @@ impl CpuBackend {
                 Kernel::MatMul { m, n, k, a, b, c, c_complex } => {
                     let (m, n, kk, a, b, c, cw) = (*m, *n, *k, *a, *b, *c, if *c_complex { 2 } else { 1 });
                     let split_m = m >= n;
-                    let par = threads > 1 && m * n * kk >= 1 << 16 && (if split_m { m } else { n }) >= threads;
+                    let par =
+                        threads > 1 && m * n * kk >= 1 << 16 && (if split_m { m } else { n }) >= threads;
                     let parts = if par { threads } else { 1 };
                     let job = |t: usize| {
                         let s = &mut *sh.scratch(t);
@@ -400,9 +411,17 @@ impl CpuBackend {
                             return;
                         }
                         let (am, bm, cp) = if split_m {
-                            (a.at(sh.base(), lo, 0), b.at(sh.base(), 0, 0), (sh.base().add(c) as *mut f32).add(lo * n * cw))
+                            (
+                                a.at(sh.base(), lo, 0),
+                                b.at(sh.base(), 0, 0),
+                                (sh.base().add(c) as *mut f32).add(lo * n * cw),
+                            )
                         } else {
-                            (a.at(sh.base(), 0, 0), b.at(sh.base(), 0, lo), (sh.base().add(c) as *mut f32).add(lo * cw))
+                            (
+                                a.at(sh.base(), 0, 0),
+                                b.at(sh.base(), 0, lo),
+                                (sh.base().add(c) as *mut f32).add(lo * cw),
+                            )
                         };
                         let (mm, nn) = if split_m { (hi - lo, n) } else { (m, hi - lo) };
                         contract::matmul(mm, nn, kk, am, bm, cp, n as isize, false, &mut s.gemm);
@@ -415,13 +434,23 @@ impl CpuBackend {
                 }
                 Kernel::Conv { s, t, x, w, y } => {
                     let (s, t) = (*s, *t);
-                    let (x, w, y) = (base.add(*x) as *const f32, base.add(*w) as *const f32, base.add(*y) as *mut f32);
+                    let (x, w, y) =
+                        (base.add(*x) as *const f32, base.add(*w) as *const f32, base.add(*y) as *mut f32);
                     let (x, w, y) = (x as usize, w as usize, y as usize);
                     pool.run(&|th| {
                         let sc = &mut *sh.scratch(th);
                         let (lo, hi) = chunk(s.x[0], threads, th);
                         for img in lo..hi {
-                            contract::conv_image(&s, t, img, x as *const f32, w as *const f32, y as *mut f32, sc.cols.as_mut_ptr(), &mut sc.gemm);
+                            contract::conv_image(
+                                &s,
+                                t,
+                                img,
+                                x as *const f32,
+                                w as *const f32,
+                                y as *mut f32,
+                                sc.cols.as_mut_ptr(),
+                                &mut sc.gemm,
+                            );
                         }
                     });
                 }
@@ -432,7 +461,16 @@ impl CpuBackend {
                         let sc = &mut *sh.scratch(th);
                         let (lo, hi) = chunk(s.x[0], threads, th);
                         for img in lo..hi {
-                            contract::conv_transpose_image(&s, t, img, dy as *const f32, w as *const f32, dx as *mut f32, sc.cols.as_mut_ptr(), &mut sc.gemm);
+                            contract::conv_transpose_image(
+                                &s,
+                                t,
+                                img,
+                                dy as *const f32,
+                                w as *const f32,
+                                dx as *mut f32,
+                                sc.cols.as_mut_ptr(),
+                                &mut sc.gemm,
+                            );
                         }
                     });
                 }
@@ -448,7 +486,17 @@ impl CpuBackend {
                             std::ptr::write_bytes(dst, 0, len);
                         }
                         for img in lo..hi {
-                            contract::weight_grad_image(&s, t, img, x as *const f32, dy as *const f32, dst, img > lo, sc.cols.as_mut_ptr(), &mut sc.gemm);
+                            contract::weight_grad_image(
+                                &s,
+                                t,
+                                img,
+                                x as *const f32,
+                                dy as *const f32,
+                                dst,
+                                img > lo,
+                                sc.cols.as_mut_ptr(),
+                                &mut sc.gemm,
+                            );
                         }
                     });
                     let out = dw as *mut f32;
@@ -469,8 +517,12 @@ impl CpuBackend {
                         c.run(base);
                     }
                 }
-                Kernel::OneHot { labels, out, rows, classes } => movement::one_hot(base, *labels, *out, *rows, *classes),
-                Kernel::Dropout { step, out, n, p, salt } => movement::dropout_mask(base, *step, *out, *n, *p, *salt),
+                Kernel::OneHot { labels, out, rows, classes } => {
+                    movement::one_hot(base, *labels, *out, *rows, *classes)
+                }
+                Kernel::Dropout { step, out, n, p, salt } => {
+                    movement::dropout_mask(base, *step, *out, *n, *p, *salt)
+                }
                 Kernel::Fft(f) => f.run(base),
             }
         }
@@ -494,10 +546,16 @@ impl Backend for CpuBackend {
         }
         let bytes = t.as_bytes();
         if bytes.len() != slot.bytes {
-            return Err(RuntimeError(format!("upload to {v}: {} bytes for a {}-byte buffer", bytes.len(), slot.bytes)));
+            return Err(RuntimeError(format!(
+                "upload to {v}: {} bytes for a {}-byte buffer",
+                bytes.len(),
+                slot.bytes
+            )));
         }
         // SAFETY: the slot lies inside the arena (the plan sized it).
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.arena.ptr.add(slot.offset), bytes.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.arena.ptr.add(slot.offset), bytes.len())
+        };
         Ok(())
     }
 

@@ -52,7 +52,8 @@ impl StridedCopy {
         let mut idx = [0usize; MAX_RANK];
         let (mut so, mut d) = (0isize, 0isize);
         let inner = if rank == 0 { 1 } else { self.shape[rank - 1] };
-        let (sis, dis) = if rank == 0 { (0, 0) } else { (self.src_strides[rank - 1], self.dst_strides[rank - 1]) };
+        let (sis, dis) =
+            if rank == 0 { (0, 0) } else { (self.src_strides[rank - 1], self.dst_strides[rank - 1]) };
         let (sw, dw) = (self.src_words as isize, self.dst_words as isize);
         let mut done = 0;
         while done < total {

@@ -61,7 +61,8 @@ impl Pool {
         }
         // SAFETY: the pointer's lifetime is erased, but we wait below until every worker has
         // finished with it before returning (and so before `f` can be dropped).
-        let job: Job = unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), &'static (dyn Fn(usize) + Sync)>(f) };
+        let job: Job =
+            unsafe { std::mem::transmute::<&(dyn Fn(usize) + Sync), &'static (dyn Fn(usize) + Sync)>(f) };
         {
             let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
             st.job = Some(job);

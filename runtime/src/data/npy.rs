@@ -159,11 +159,13 @@ pub fn npy_bytes(t: &HostTensor) -> Vec<u8> {
     out
 }
 
-/// Writes named tensors as an uncompressed `.npz` archive (NumPy's `np.savez` layout).
+/// Writes named tensors as an uncompressed `.npz` archive (NumPy's `np.savez` layout), with
+/// fixed timestamps so equal arrays give equal files.
 pub fn write_npz(w: impl Write + Seek, arrays: &[(&str, &HostTensor)]) -> io::Result<()> {
     let mut zip = zip::ZipWriter::new(w);
     let opts = zip::write::FileOptions::default()
         .compression_method(zip::CompressionMethod::Stored)
+        .last_modified_time(zip::DateTime::default())
         .large_file(true);
     for (name, t) in arrays {
         zip.start_file(format!("{name}.npy"), opts)?;

@@ -167,17 +167,15 @@ fn shape_pulses(syms: &[C], taps: &[f64], sps: usize, start: usize, n: usize) ->
         .map(|t| {
             // Output sample index in the full convolution.
             let k = t + start + delay + sps * (RRC_SPAN / 2);
+            // Symbol m sits at upsampled index m·sps and meets tap j = k - m·sps; taps in
+            // ascending order (symbols in descending order).
             let mut acc = (0.0, 0.0);
-            for (j, &h) in taps.iter().enumerate() {
-                if k < j {
-                    break;
-                }
-                let u = k - j;
-                if u % sps == 0 {
-                    if let Some(s) = syms.get(u / sps) {
-                        acc.0 += h * s.0;
-                        acc.1 += h * s.1;
-                    }
+            let lowest = (k + 1).saturating_sub(taps.len()).div_ceil(sps);
+            for m in (lowest..=k / sps).rev() {
+                if let Some(s) = syms.get(m) {
+                    let h = taps[k - m * sps];
+                    acc.0 += h * s.0;
+                    acc.1 += h * s.1;
                 }
             }
             acc

@@ -32,15 +32,15 @@ pub enum Helper {
 /// Every helper with its symbol name and address, in a fixed order.
 pub fn helpers() -> [(Helper, &'static str, *const u8); 9] {
     [
-    (Helper::Exp, "cvc_expf", cvc_expf as *const u8),
-    (Helper::Log, "cvc_logf", cvc_logf as *const u8),
-    (Helper::Sin, "cvc_sinf", cvc_sinf as *const u8),
-    (Helper::Cos, "cvc_cosf", cvc_cosf as *const u8),
-    (Helper::Tanh, "cvc_tanhf", cvc_tanhf as *const u8),
-    (Helper::Sigmoid, "cvc_sigmoidf", cvc_sigmoidf as *const u8),
-    (Helper::Gelu, "cvc_geluf", cvc_geluf as *const u8),
-    (Helper::GeluGrad, "cvc_gelu_gradf", cvc_gelu_gradf as *const u8),
-    (Helper::Atan2, "cvc_atan2f", cvc_atan2f as *const u8),
+        (Helper::Exp, "cvc_expf", cvc_expf as *const u8),
+        (Helper::Log, "cvc_logf", cvc_logf as *const u8),
+        (Helper::Sin, "cvc_sinf", cvc_sinf as *const u8),
+        (Helper::Cos, "cvc_cosf", cvc_cosf as *const u8),
+        (Helper::Tanh, "cvc_tanhf", cvc_tanhf as *const u8),
+        (Helper::Sigmoid, "cvc_sigmoidf", cvc_sigmoidf as *const u8),
+        (Helper::Gelu, "cvc_geluf", cvc_geluf as *const u8),
+        (Helper::GeluGrad, "cvc_gelu_gradf", cvc_gelu_gradf as *const u8),
+        (Helper::Atan2, "cvc_atan2f", cvc_atan2f as *const u8),
     ]
 }
 

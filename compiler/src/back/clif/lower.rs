@@ -19,9 +19,11 @@ use crate::ir::*;
 use crate::passes::fusion::{GroupKind, KernelGroup};
 use crate::passes::Program;
 use cranelift_codegen::ir::condcodes::{FloatCC, IntCC};
-use cranelift_codegen::ir::{self, types, AbiParam, Endianness, FuncRef, Function, InstBuilder, MemFlagsData, Signature};
-use cranelift_codegen::isa::TargetFrontendConfig;
+use cranelift_codegen::ir::{
+    self, types, AbiParam, Endianness, FuncRef, Function, InstBuilder, MemFlagsData, Signature,
+};
 use cranelift_codegen::isa::CallConv;
+use cranelift_codegen::isa::TargetFrontendConfig;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext, Variable};
 use std::collections::HashMap;
 
@@ -103,6 +105,10 @@ fn collapse(loops: Vec<Loop>) -> Vec<Loop> {
     }
     out
 }
+
+/// The code emitted once per element (or per vector of elements) of a loop nest, given the
+/// stream pointers of that iteration.
+type ElementBody<'a, E> = dyn FnMut(&mut E, &[ir::Value]) -> Result<(), String> + 'a;
 
 /// Lanes of the vectorised inner loop.
 const LANES: usize = 4;
@@ -202,7 +208,7 @@ impl Emitter<'_, '_> {
         ptrs: &[ir::Value],
         range: Option<(ir::Value, ir::Value)>,
         vector_at: Option<usize>,
-        body: &mut dyn FnMut(&mut Self, &[ir::Value]) -> Result<(), String>,
+        body: &mut ElementBody<Self>,
     ) -> Result<(), String> {
         let Some(l) = loops.first() else {
             return body(self, ptrs);
@@ -317,17 +323,24 @@ impl Emitter<'_, '_> {
                 }
             };
         }
-        let lanes: Vec<V> = (0..LANES).map(|l| self.load_scalar(dtype, ptr, (l as i64 * stride) as i32)).collect();
-        let re: Vec<ir::Value> = lanes.iter().map(|v| match v {
-            V::R(x) | V::C(x, _) => *x,
-        }).collect();
+        let lanes: Vec<V> =
+            (0..LANES).map(|l| self.load_scalar(dtype, ptr, (l as i64 * stride) as i32)).collect();
+        let re: Vec<ir::Value> = lanes
+            .iter()
+            .map(|v| match v {
+                V::R(x) | V::C(x, _) => *x,
+            })
+            .collect();
         let re = self.build(&re);
         match dtype {
             DType::C64 => {
-                let im: Vec<ir::Value> = lanes.iter().map(|v| match v {
-                    V::C(_, i) => *i,
-                    V::R(x) => *x,
-                }).collect();
+                let im: Vec<ir::Value> = lanes
+                    .iter()
+                    .map(|v| match v {
+                        V::C(_, i) => *i,
+                        V::R(x) => *x,
+                    })
+                    .collect();
                 V::C(re, self.build(&im))
             }
             _ => V::R(re),
@@ -557,7 +570,9 @@ impl Body<'_> {
         for &v in &self.nodes {
             let n = self.g.node(v);
             let arg = |i: usize| -> Result<V, String> {
-                vals.get(&n.inputs[i]).copied().ok_or_else(|| format!("{v}: operand {} not available", n.inputs[i]))
+                vals.get(&n.inputs[i])
+                    .copied()
+                    .ok_or_else(|| format!("{v}: operand {} not available", n.inputs[i]))
             };
             let x = match &n.op {
                 Op::Scalar { value, batch_exp } => {
@@ -645,7 +660,10 @@ pub fn lower_group(
         },
     };
 
-    let mut func = Function::with_name_signature(ir::UserFuncName::user(0, gid as u32), kernel_signature(config.default_call_conv));
+    let mut func = Function::with_name_signature(
+        ir::UserFuncName::user(0, gid as u32),
+        kernel_signature(config.default_call_conv),
+    );
     let mut fctx = FunctionBuilderContext::new();
     let b = FunctionBuilder::new(&mut func, &mut fctx);
     let mut em = Emitter { b, import, helpers: HashMap::new(), vec: false, strides: Vec::new() };

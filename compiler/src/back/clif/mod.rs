@@ -49,11 +49,8 @@ pub fn emit_text(program: &Program) -> Result<String, String> {
             continue;
         }
         let k = lower::lower_group(program, gid, config, &mut import_by_symbol)?;
-        let nodes: Vec<String> = grp
-            .nodes
-            .iter()
-            .map(|&v| format!("{v}={}", program.graph.node(v).op.mnemonic()))
-            .collect();
+        let nodes: Vec<String> =
+            grp.nodes.iter().map(|&v| format!("{v}={}", program.graph.node(v).op.mnemonic())).collect();
         let _ = writeln!(out, "; group {gid} ({:?}, {} rows): {}", grp.kind, k.rows, nodes.join(" "));
         let _ = writeln!(out, "{}", k.func.display());
     }

@@ -10,8 +10,8 @@
 use super::*;
 
 const BK: usize = 16;
-/// Blocks that fill an H200 (132 SMs) about twice.
-const FILL: usize = 264;
+/// Blocks that fill an H200 (132 SMs) about eight times (split-K below that).
+const FILL: usize = 1056;
 
 /// What a contraction's GEMM reads and writes, as C code.
 struct Gemm {
@@ -209,7 +209,8 @@ fn tile(extent: usize, max: usize) -> usize {
 
 /// Split of K over blocks: `(splits, chunk)`.
 fn split_k(gm: &Gemm, tiles: usize) -> (usize, usize) {
-    let splits = if tiles < FILL && gm.k >= 4 * 256 { FILL.div_ceil(tiles).min(gm.k / 256).max(1) } else { 1 };
+    let splits =
+        if tiles < FILL && gm.k >= 4 * 1024 { FILL.div_ceil(tiles).min(gm.k / 1024).max(1) } else { 1 };
     let chunk = gm.k.div_ceil(splits).div_ceil(BK) * BK;
     (gm.k.div_ceil(chunk), chunk)
 }
@@ -268,7 +269,11 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, String> {
          #pragma unroll\n      for (int i = 0; i < {tm}; ++i)\n        #pragma unroll\n        for (int j = 0; j < {tn}; ++j) mac(acc[i][j], a[i], b[j]);\n    }}"
     );
     c.push_str("    __syncthreads();\n  }\n");
-    let store = if splits > 1 { format!("atomic_acc(&{}, acc[i][j]);", gm.out) } else { format!("{} = acc[i][j];", gm.out) };
+    let store = if splits > 1 {
+        format!("atomic_acc(&{}, acc[i][j]);", gm.out)
+    } else {
+        format!("{} = acc[i][j];", gm.out)
+    };
     let _ = writeln!(
         c,
         "  #pragma unroll\n  for (int i = 0; i < {tm}; ++i)\n    #pragma unroll\n    for (int j = 0; j < {tn}; ++j) {{\n      \
@@ -276,7 +281,12 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, String> {
         gm.m, gm.n
     );
     let zero = if splits > 1 { vec![(ctx.offset(v)?, ctx.bytes(v))] } else { Vec::new() };
-    Ok(Kernel { code: c, grid: [gx as u32, gy as u32, (gm.groups * splits) as u32], block: [256, 1, 1], zero })
+    Ok(Kernel {
+        code: c,
+        grid: [gx as u32, gy as u32, (gm.groups * splits) as u32],
+        block: [256, 1, 1],
+        zero,
+    })
 }
 
 /// The tensor-core variant (`Precision::Tf32`): the same tiles and gathers, with each warp
@@ -300,7 +310,8 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, Strin
     let mut c = String::new();
     let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__(256) {name}(char* A) {{");
     let _ = writeln!(c, "  const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;");
-    let _ = writeln!(c, "  const u32 wmi = warp % {wm}u, wni = warp / {wm}u, gr = lane >> 2, gc = lane & 3u;");
+    let _ =
+        writeln!(c, "  const u32 wmi = warp % {wm}u, wni = warp / {wm}u, gr = lane >> 2, gc = lane & 3u;");
     let _ = writeln!(c, "  const u32 g = blockIdx.z % {}u, split = blockIdx.z / {}u;", gm.groups, gm.groups);
     let _ = writeln!(c, "  const u32 m0 = blockIdx.y * {bm}u, n0 = blockIdx.x * {bn}u;");
     let _ = writeln!(c, "  const u32 kb = split * {chunk}u, ke = min(kb + {chunk}u, {}u);", gm.k);
@@ -319,10 +330,9 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, Strin
         let _ = writeln!(c, "  float ci[2][2][4] = {{}};");
     }
     let _ = writeln!(c, "  for (u32 k0 = kb; k0 < ke; k0 += {BK}u) {{");
-    for (plane, ext, bx, k_fast, len, lname, cx, ty) in [
-        ("A", gm.m, bm, gm.a_k_fast, "m", "LA", ca, ta),
-        ("B", gm.n, bn, gm.b_k_fast, "n", "LB", cb, tb),
-    ] {
+    for (plane, ext, bx, k_fast, len, lname, cx, ty) in
+        [("A", gm.m, bm, gm.a_k_fast, "m", "LA", ca, ta), ("B", gm.n, bn, gm.b_k_fast, "n", "LB", cb, tb)]
+    {
         let per = BK * bx / 256;
         let (kk, xx) = if k_fast {
             (format!("e % {BK}u"), format!("e / {BK}u"))
@@ -392,7 +402,8 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, Strin
     }
     c.push_str("        }\n    }\n    __syncthreads();\n  }\n");
     let val = if cc { "make_float2(cr[i][j][q], ci[i][j][q])" } else { "cr[i][j][q]" };
-    let store = if splits > 1 { format!("atomic_acc(&{}, {val});", gm.out) } else { format!("{} = {val};", gm.out) };
+    let store =
+        if splits > 1 { format!("atomic_acc(&{}, {val});", gm.out) } else { format!("{} = {val};", gm.out) };
     let _ = writeln!(
         c,
         "  #pragma unroll\n  for (int i = 0; i < 2; ++i)\n    #pragma unroll\n    for (int j = 0; j < 2; ++j)\n      #pragma unroll\n      for (int q = 0; q < 4; ++q) {{\n        \
@@ -401,5 +412,10 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, Strin
         gm.m, gm.n
     );
     let zero = if splits > 1 { vec![(ctx.offset(v)?, ctx.bytes(v))] } else { Vec::new() };
-    Ok(Kernel { code: c, grid: [gx as u32, gy as u32, (gm.groups * splits) as u32], block: [256, 1, 1], zero })
+    Ok(Kernel {
+        code: c,
+        grid: [gx as u32, gy as u32, (gm.groups * splits) as u32],
+        block: [256, 1, 1],
+        zero,
+    })
 }

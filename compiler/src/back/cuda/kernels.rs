@@ -78,7 +78,9 @@ fn emit_values(
         let n = ctx.g.node(v);
         let opnd = |i: usize| -> Result<String, String> {
             let o = n.inputs[i];
-            vars.get(&o).cloned().ok_or_else(|| format!("{v}: operand {o} is neither computed in its kernel nor read by it"))
+            vars.get(&o)
+                .cloned()
+                .ok_or_else(|| format!("{v}: operand {o} is neither computed in its kernel nor read by it"))
         };
         let odt = |i: usize| ctx.dtype(n.inputs[i]);
         let as_f = |i: usize, s: String| if odt(i) == DType::I32 { format!("(float){s}") } else { s };
@@ -135,7 +137,9 @@ fn emit_values(
                 }
             }
             Op::Assign => opnd(1)?,
-            other => return Err(format!("{v}: {} cannot be computed in an elementwise kernel", other.mnemonic())),
+            other => {
+                return Err(format!("{v}: {} cannot be computed in an elementwise kernel", other.mnemonic()))
+            }
         };
         let name = format!("v{}", v.index());
         let _ = writeln!(out, "    const {} {name} = {expr};", ctype(n.ty.dtype));
@@ -211,9 +215,16 @@ impl Acc {
             (ReduceOp::Sum, _) => vec![p("double", "x", "0.0")],
             (ReduceOp::Max, _) => vec![p("float", "x", "-INF")],
             (ReduceOp::MaxMag, DType::C64) => {
-                vec![p("float", "x", "0.0f"), p("float", "y", "0.0f"), p("float", "m", "-1.0f"), p("u32", "i", "0xffffffffu")]
+                vec![
+                    p("float", "x", "0.0f"),
+                    p("float", "y", "0.0f"),
+                    p("float", "m", "-1.0f"),
+                    p("u32", "i", "0xffffffffu"),
+                ]
             }
-            (ReduceOp::MaxMag, _) => vec![p("float", "x", "0.0f"), p("float", "m", "-1.0f"), p("u32", "i", "0xffffffffu")],
+            (ReduceOp::MaxMag, _) => {
+                vec![p("float", "x", "0.0f"), p("float", "m", "-1.0f"), p("u32", "i", "0xffffffffu")]
+            }
         };
         Acc { parts }
     }
@@ -282,7 +293,11 @@ pub(crate) fn reduce(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Kerne
     } else if r_n <= 4096 || o_n >= 2048 {
         (32, 1)
     } else {
-        let s = if op == ReduceOp::Sum && o_n < 528 { 528usize.div_ceil(o_n).min(r_n.div_ceil(8192)).max(1) } else { 1 };
+        let s = if op == ReduceOp::Sum && o_n < 528 {
+            528usize.div_ceil(o_n).min(r_n.div_ceil(8192)).max(1)
+        } else {
+            1
+        };
         (256, s)
     };
     let chunk = r_n.div_ceil(splits);
@@ -308,7 +323,11 @@ pub(crate) fn reduce(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Kerne
     }
     let _ = writeln!(code, "  for (u32 o = first; o < {o_n}u; o += stride) {{");
     acc.decl(&mut code, "a");
-    let _ = writeln!(code, "    const u32 rb = {}u;", if splits > 1 { format!("blockIdx.y * {chunk}") } else { "0".into() });
+    let _ = writeln!(
+        code,
+        "    const u32 rb = {}u;",
+        if splits > 1 { format!("blockIdx.y * {chunk}") } else { "0".into() }
+    );
     let _ = writeln!(code, "    const u32 re_ = min(rb + {chunk}u, {r_n}u);");
     let _ = writeln!(code, "    for (u32 r = rb + lane; r < re_; r += {lanes}u) {{");
     let mut coords = Vec::new();
@@ -321,7 +340,23 @@ pub(crate) fn reduce(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Kerne
         let _ = writeln!(code, "    const u32 c{a} = {e};");
         coords.push(format!("c{a}"));
     }
-    let lin: Vec<String> = (0..domain.len()).map(|a| format!("c{a} * {}u", dstr[a])).collect();
+    // The linear index from runs of adjacent axes that are all kept or all reduced: one
+    // division and one remainder per run instead of per axis.
+    let mut lin: Vec<String> = Vec::new();
+    let mut a = 0;
+    while a < domain.len() {
+        let reduced = axes.contains(&a);
+        let mut b = a;
+        while b + 1 < domain.len() && axes.contains(&(b + 1)) == reduced {
+            b += 1;
+        }
+        let size: usize = domain[a..=b].iter().product();
+        if size > 1 {
+            let (idx, st) = if reduced { ("r", rstr[b]) } else { ("o", ostr[b]) };
+            lin.push(format!("(({idx} / {st}u) % {size}u) * {}u", dstr[b]));
+        }
+        a = b + 1;
+    }
     let linear = if lin.is_empty() { "0u".to_string() } else { lin.join(" + ") };
     let _ = writeln!(code, "    const u32 li = {linear};");
     let vars = emit_values(ctx, prologue, &group.inputs, &domain, &coords, "li", &mut code)?;
@@ -358,7 +393,8 @@ pub(crate) fn reduce(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Kerne
         let _ = writeln!(code, "    if (lane == 0u) {p}[o] = {res};");
     }
     code.push_str("  }\n}\n");
-    let grid_x = if lanes == 256 { o_n.clamp(1, 65535) as u32 } else { grid_for(o_n * lanes, BLOCK as usize) };
+    let grid_x =
+        if lanes == 256 { o_n.clamp(1, 65535) as u32 } else { grid_for(o_n * lanes, BLOCK as usize) };
     let zero = if splits > 1 { vec![(ctx.offset(red)?, ctx.bytes(red))] } else { Vec::new() };
     Ok(Kernel { code, grid: [grid_x, splits as u32, 1], block: [BLOCK, 1, 1], zero })
 }
@@ -378,11 +414,21 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Ker
     }
     grid_stride_open(on, &mut code);
     let coords = emit_coords(&oshape, "i", &mut code);
-    let promote = |x: String, from: DType| if odt == DType::C64 && from != DType::C64 { format!("cpx({x})") } else { x };
+    let promote = |x: String, from: DType| {
+        if odt == DType::C64 && from != DType::C64 {
+            format!("cpx({x})")
+        } else {
+            x
+        }
+    };
     let linear_of = |shape: &[usize], cs: &[String]| -> String {
         let st = strides(shape);
         let t: Vec<String> = cs.iter().zip(&st).map(|(c, s)| format!("{c} * {s}u")).collect();
-        if t.is_empty() { "0u".into() } else { t.join(" + ") }
+        if t.is_empty() {
+            "0u".into()
+        } else {
+            t.join(" + ")
+        }
     };
     let body = match &n.op {
         Op::Expand => {
@@ -394,7 +440,8 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Ker
             let x = n.inputs[0];
             let ish = ctx.shape(x);
             let ist = strides(&ish);
-            let t: Vec<String> = perm.iter().enumerate().map(|(a, &p)| format!("c{a} * {}u", ist[p])).collect();
+            let t: Vec<String> =
+                perm.iter().enumerate().map(|(a, &p)| format!("c{a} * {}u", ist[p])).collect();
             let idx = if t.is_empty() { "0u".into() } else { t.join(" + ") };
             format!("{out}[i] = {}[{idx}];", ctx.ptr(x)?)
         }
@@ -455,10 +502,7 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Ker
         }
         Op::OneHot { classes } => {
             let x = n.inputs[0];
-            format!(
-                "{out}[i] = ({}[i / {classes}u] == (int)(i % {classes}u)) ? 1.0f : 0.0f;",
-                ctx.ptr(x)?
-            )
+            format!("{out}[i] = ({}[i / {classes}u] == (int)(i % {classes}u)) ? 1.0f : 0.0f;", ctx.ptr(x)?)
         }
         Op::DropoutMask { p, salt } => {
             let threshold = ((1.0 - p) * 16_777_216.0) as u32;

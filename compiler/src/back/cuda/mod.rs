@@ -91,7 +91,10 @@ pub fn generate(program: &Program, precision: Precision) -> Result<CudaModule, S
     let mut steps = Vec::new();
     let mut kernels = Vec::new();
     for &gi in &program.order {
-        let group = program.groups.get(gi).ok_or_else(|| format!("schedule names group {gi}, which does not exist"))?;
+        let group = program
+            .groups
+            .get(gi)
+            .ok_or_else(|| format!("schedule names group {gi}, which does not exist"))?;
         let name = format!("k{gi}_{}", kind_tag(group));
         let out = match group.kind {
             GroupKind::View => continue,
@@ -127,7 +130,8 @@ fn kind_tag(g: &KernelGroup) -> &'static str {
 }
 
 fn describe(ctx: &Ctx, group: &KernelGroup) -> String {
-    let ops: Vec<String> = group.nodes.iter().map(|&v| format!("{v}={}", ctx.g.node(v).op.mnemonic())).collect();
+    let ops: Vec<String> =
+        group.nodes.iter().map(|&v| format!("{v}={}", ctx.g.node(v).op.mnemonic())).collect();
     let mut s = ops.join(" ");
     if let Some(&last) = group.nodes.last() {
         let label = &ctx.g.node(last).origin.label;
@@ -165,13 +169,12 @@ impl Ctx<'_> {
     }
     /// Byte offset of `v`'s buffer in the arena.
     pub fn offset(&self, v: Value) -> Result<usize, String> {
-        self.plan
-            .slots
-            .get(v.index())
-            .copied()
-            .flatten()
-            .map(|s| s.offset)
-            .ok_or_else(|| format!("{v} ({}) is used by a kernel but has no buffer in the memory plan", self.g.node(v).op.mnemonic()))
+        self.plan.slots.get(v.index()).copied().flatten().map(|s| s.offset).ok_or_else(|| {
+            format!(
+                "{v} ({}) is used by a kernel but has no buffer in the memory plan",
+                self.g.node(v).op.mnemonic()
+            )
+        })
     }
     /// A typed pointer expression to `v`'s buffer.
     pub fn ptr(&self, v: Value) -> Result<String, String> {
@@ -207,7 +210,11 @@ pub(crate) fn flit(x: f64) -> String {
     if f.is_nan() {
         "__int_as_float(0x7fc00000)".into()
     } else if f.is_infinite() {
-        if f > 0.0 { "__int_as_float(0x7f800000)".into() } else { "__int_as_float(0xff800000)".into() }
+        if f > 0.0 {
+            "__int_as_float(0x7f800000)".into()
+        } else {
+            "__int_as_float(0xff800000)".into()
+        }
     } else {
         format!("{f:?}f")
     }
