@@ -598,3 +598,41 @@ proptest! {
         assert_same(&format!("views, ops {ops:?}"), &trained, &results(&g, 2, &named).map_err(TestCaseError::fail)?);
     }
 }
+
+/// Every example and fixture network plans soundly (arena simulation), fused and unfused,
+/// with and without a tight budget, and fused plans never copy a real/imag combine.
+#[test]
+fn every_network_plans_soundly() {
+    let root = format!("{}/..", env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["examples", "tests/fixtures/ok"] {
+        let mut v: Vec<_> = std::fs::read_dir(format!("{root}/{dir}"))
+            .expect("dir")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.extension().is_some_and(|e| e == "cvnn"))
+            .collect();
+        v.sort();
+        files.extend(v);
+    }
+    assert!(files.len() >= 4);
+    for path in files {
+        let name = path.display().to_string();
+        let src = std::fs::read_to_string(&path).expect("reads");
+        let mut checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+        if checked.graph.loss.is_none() {
+            checked = check_source(&name, &src, Mode::Eval).expect("checks");
+        }
+        for (fuse, budget) in [(true, None), (false, None), (true, Some(1u64))] {
+            let opts =
+                Options { batch: 3, optimizer: checked.train.optimizer.clone(), memory_budget: budget, fuse };
+            let p = compile(checked.graph.clone(), &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+            check_written_before_read(&p)
+                .unwrap_or_else(|e| panic!("{name} (fuse {fuse}, budget {budget:?}): {e}"));
+            assert!(p.plan.arena_bytes >= p.plan.lower_bound_bytes, "{name}");
+            if fuse {
+                assert_eq!(p.facts.combines_materialized, 0, "{name}");
+                assert!(p.plan.fragmentation_pct() <= 5.0, "{name}: {}%", p.plan.fragmentation_pct());
+            }
+        }
+    }
+}

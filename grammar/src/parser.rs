@@ -98,8 +98,7 @@ fn rule_word(rule: Rule) -> Option<&'static str> {
         | Rule::sum
         | Rule::product
         | Rule::call
-        | Rule::tuple
-        | Rule::paren
+        | Rule::group
         | Rule::range
         | Rule::string
         | Rule::str_body
@@ -120,7 +119,9 @@ fn found_at(src: &str, pos: usize) -> (String, Span) {
         return ("end of file".into(), Span::new(pos, pos));
     };
     if c.is_ascii_alphanumeric() || c == '_' {
-        let len = rest.find(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_' || ch == '.')).unwrap_or(rest.len());
+        let len = rest
+            .find(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_' || ch == '.'))
+            .unwrap_or(rest.len());
         let word = rest[..len].trim_end_matches('.');
         return (format!("`{word}`"), Span::new(pos, pos + word.len()));
     }
@@ -191,7 +192,8 @@ fn expected_words(rules: &[Rule], tokens: &[String]) -> Vec<String> {
     }
     // `(` also starts a parenthesised expression or an optional argument list: only worth
     // naming when nothing else explains it.
-    let optional_args = rules.contains(&Rule::call_args) || rules.iter().any(|r| rule_word(*r) == Some("an expression"));
+    let optional_args =
+        rules.contains(&Rule::call_args) || rules.iter().any(|r| rule_word(*r) == Some("an expression"));
     for p in PUNCT {
         if tokens.iter().any(|t| t == p) && !(p == "(" && optional_args) {
             push(&mut words, format!("`{p}`"));
@@ -226,7 +228,9 @@ fn expected_words(rules: &[Rule], tokens: &[String]) -> Vec<String> {
 /// Hints for common slips, keyed on what the parser wanted and what is there.
 fn suggest(src: &str, pos: usize, words: &[String]) -> Option<String> {
     let rest = &src[pos.min(src.len())..];
-    let at_word = |w: &str| rest.starts_with(w) && !rest[w.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+    let at_word = |w: &str| {
+        rest.starts_with(w) && !rest[w.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+    };
     if src.trim().is_empty() {
         return Some("a .cvnn file holds `model Name { ... }` and optionally `train Name { ... }`".into());
     }
@@ -236,7 +240,9 @@ fn suggest(src: &str, pos: usize, words: &[String]) -> Option<String> {
     if rest.starts_with(':') && words.iter().any(|w| w == "`=`") {
         return Some("settings and keyword arguments use `=`, e.g. `batch = 64`".into());
     }
-    if ["model", "block", "input", "output", "loss", "train", "of"].iter().any(|k| at_word(k)) && words.iter().any(|w| w == "an expression") {
+    if ["model", "block", "input", "output", "loss", "train", "of"].iter().any(|k| at_word(k))
+        && words.iter().any(|w| w == "an expression")
+    {
         return Some("this word is reserved by the language; choose another name".into());
     }
     let before = src[..pos.min(src.len())].trim_end();
@@ -479,16 +485,21 @@ fn build_expr(p: Pair<Rule>) -> Result<Expr, ParseError> {
             Ok(Expr { kind: ExprKind::Range(number(&a)?, number(&b)?), span })
         }
         Rule::name => Ok(Expr { kind: ExprKind::Name(p.as_str().to_string()), span }),
-        Rule::tuple => {
+        Rule::group => {
             let mut items = Vec::new();
+            let mut commas = 0;
             for c in p.into_inner() {
-                items.push(build_expr(c)?);
+                if c.as_rule() == Rule::comma {
+                    commas += 1;
+                } else {
+                    items.push(build_expr(c)?);
+                }
+            }
+            if items.len() == 1 && commas == 0 {
+                let inner = items.pop().expect("one item");
+                return Ok(Expr { kind: inner.kind, span });
             }
             Ok(Expr { kind: ExprKind::Tuple(items), span })
-        }
-        Rule::paren => {
-            let inner = build_expr(p.into_inner().next().expect("grammar: paren"))?;
-            Ok(Expr { kind: inner.kind, span })
         }
         Rule::call => {
             let mut it = p.into_inner();

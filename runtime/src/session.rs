@@ -309,6 +309,28 @@ fn backend_for(device: Device, program: &Program, precision: Precision) -> Resul
 }
 
 /// A model's parameters and state on one device, with its training and inference programs.
+///
+/// ```
+/// use cvc_runtime::data::Dataset;
+/// use cvc_runtime::session::{Device, Model};
+///
+/// let src = "model Tiny {\n  input x: c64[B, 4]\n  input label: class[B] of 2\n  \
+///            logits = x |> linear(2) |> abs\n  output logits\n  \
+///            loss cross_entropy(logits, label)\n}\n\
+///            train Tiny {\n  batch = 8\n  optimizer = adam(lr = 0.05)\n}\n";
+/// let model = Model::from_source("tiny.cvnn", src).unwrap();
+/// let mut session = model.session(Device::Cpu).unwrap();
+/// let data = Dataset::synthetic_random(8, 0, model.inputs()).unwrap();
+/// let batch = data.gather(&(0..8).collect::<Vec<_>>());
+/// let first = session.train_step(&batch).unwrap().loss;
+/// for _ in 0..30 {
+///     session.train_step(&batch).unwrap();
+/// }
+/// assert!(session.train_step(&batch).unwrap().loss < first); // it fits the batch
+/// let outputs = session.infer(&batch).unwrap();
+/// assert_eq!((outputs[0].0.as_str(), outputs[0].1.shape.clone()), ("logits", vec![8, 2]));
+/// assert!(session.plan().arena_bytes > 0);
+/// ```
 pub struct Session {
     model: Model,
     device: Device,

@@ -40,7 +40,12 @@ fn cvc() -> &'static Path {
 
 fn run(args: &[&str]) -> Output {
     let out = Command::new(cvc()).current_dir(root()).args(args).output().expect("run cvc");
-    assert_ne!(out.status.code(), Some(101), "cvc panicked on {args:?}:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_ne!(
+        out.status.code(),
+        Some(101),
+        "cvc panicked on {args:?}:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out
 }
 

@@ -32,10 +32,15 @@ fn expr_text(e: &Expr, top: bool) -> String {
         ExprKind::Size(n) if *n > 0 && n % 1024 == 0 => format!("{}KiB", n / 1024),
         ExprKind::Size(n) => n.to_string(),
         ExprKind::Bool(b) => b.to_string(),
-        ExprKind::Str(s) => format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n").replace('\t', "\\t")),
+        ExprKind::Str(s) => format!(
+            "\"{}\"",
+            s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n").replace('\t', "\\t")
+        ),
         ExprKind::Range(a, b) => format!("{a:?}..{b:?}"),
         ExprKind::Name(n) => n.clone(),
-        ExprKind::Tuple(items) => format!("({})", items.iter().map(|i| expr_text(i, true)).collect::<Vec<_>>().join(", ")),
+        ExprKind::Tuple(items) => {
+            format!("({})", items.iter().map(|i| expr_text(i, true)).collect::<Vec<_>>().join(", "))
+        }
         ExprKind::Call { callee, args } => format!("{}({})", callee.text(), args_text(args)),
         ExprKind::Arith { first, rest } => {
             let mut s = expr_text(first, false);
@@ -88,27 +93,43 @@ fn outline(f: &File, src: &str) -> String {
                 for it in &m.items {
                     let (text, span) = match it {
                         ModelItem::Input(i) => {
-                            let dims: Vec<String> = i
-                                .ty
-                                .dims
-                                .iter()
-                                .map(|d| match &d.kind {
-                                    DimKind::Int(n) => n.to_string(),
-                                    DimKind::Name(n) => n.clone(),
-                                })
-                                .collect();
+                            let dims: Vec<String> =
+                                i.ty.dims
+                                    .iter()
+                                    .map(|d| match &d.kind {
+                                        DimKind::Int(n) => n.to_string(),
+                                        DimKind::Name(n) => n.clone(),
+                                    })
+                                    .collect();
                             let of = i.ty.classes.map(|(n, _)| format!(" of {n}")).unwrap_or_default();
-                            (format!("input {}: {}[{}]{of}", i.name.name, i.ty.elem.name, dims.join(", ")), i.span)
+                            (
+                                format!("input {}: {}[{}]{of}", i.name.name, i.ty.elem.name, dims.join(", ")),
+                                i.span,
+                            )
                         }
                         ModelItem::Block(b) => {
                             let params: Vec<&str> = b.params.iter().map(|p| p.name.as_str()).collect();
                             let body: Vec<String> = b.body.iter().map(stage_text).collect();
-                            (format!("block {}({}) {{ {} }}", b.name.name, params.join(", "), body.join(" |> ")), b.span)
+                            (
+                                format!(
+                                    "block {}({}) {{ {} }}",
+                                    b.name.name,
+                                    params.join(", "),
+                                    body.join(" |> ")
+                                ),
+                                b.span,
+                            )
                         }
-                        ModelItem::Binding(b) => (format!("{} = {}", b.name.name, expr_text(&b.value, true)), b.span),
-                        ModelItem::Output(o) => {
-                            (format!("output {}", o.names.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", ")), o.span)
+                        ModelItem::Binding(b) => {
+                            (format!("{} = {}", b.name.name, expr_text(&b.value, true)), b.span)
                         }
+                        ModelItem::Output(o) => (
+                            format!(
+                                "output {}",
+                                o.names.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join(", ")
+                            ),
+                            o.span,
+                        ),
                         ModelItem::Loss(l) => (format!("loss {}", expr_text(&l.value, true)), l.span),
                     };
                     writeln!(out, "    {text}  # line {}", line(span)).unwrap();
@@ -118,7 +139,14 @@ fn outline(f: &File, src: &str) -> String {
             Item::Train(t) => {
                 writeln!(out, "train {} {{  # line {}", t.model.name, line(t.span)).unwrap();
                 for s in &t.settings {
-                    writeln!(out, "    {} = {}  # line {}", s.key.name, expr_text(&s.value, true), line(s.span)).unwrap();
+                    writeln!(
+                        out,
+                        "    {} = {}  # line {}",
+                        s.key.name,
+                        expr_text(&s.value, true),
+                        line(s.span)
+                    )
+                    .unwrap();
                 }
                 out.push_str("}\n");
             }
@@ -188,7 +216,8 @@ fn print_parse_round_trip() {
     for (name, src) in all_sources() {
         let a = cvc_grammar::parse(&src).unwrap();
         let printed = outline(&a, &src);
-        let b = cvc_grammar::parse(&printed).unwrap_or_else(|e| panic!("{name}: reprint does not parse: {}\n{printed}", e.message));
+        let b = cvc_grammar::parse(&printed)
+            .unwrap_or_else(|e| panic!("{name}: reprint does not parse: {}\n{printed}", e.message));
         let reprinted = outline(&b, &printed);
         assert_eq!(strip_line_comments(&printed), strip_line_comments(&reprinted), "{name}");
     }
@@ -298,9 +327,14 @@ train M { memory_budget = 4GiB  split = 0.25  data = npz("a \"b\".npz")  optimiz
     assert_eq!(c.train.memory_budget, Some(4 * 1024 * 1024 * 1024));
     assert_eq!(c.train.split, 0.25);
     assert_eq!(c.train.optimizer.lr, 1e-3);
-    for (text, bytes) in [("512MiB", 512u64 << 20), ("2GB", 2_000_000_000), ("1.5KiB", 1536), ("1000", 1000)] {
+    for (text, bytes) in [("512MiB", 512u64 << 20), ("2GB", 2_000_000_000), ("1.5KiB", 1536), ("1000", 1000)]
+    {
         let s = format!("model M {{ input x: c64[B, 4] }}\ntrain M {{ memory_budget = {text} }}");
-        assert_eq!(check_source("m.cvnn", &s, Mode::Train).unwrap().train.memory_budget, Some(bytes), "{text}");
+        assert_eq!(
+            check_source("m.cvnn", &s, Mode::Train).unwrap().train.memory_budget,
+            Some(bytes),
+            "{text}"
+        );
     }
 }
 
@@ -350,7 +384,8 @@ fn seed_cnn_contract() {
     assert_eq!(c.graph.ty(c.graph.outputs[0].value).to_string(), "f32[B, 10]");
     // Parameter counts derived by hand: conv weights O·C·3·3 complex, no bias; naive
     // batchnorm has real γ, β for re and im (4 per channel); linear 16384·10 + 10 complex.
-    let convs: Vec<usize> = c.table.iter().filter(|r| r.label == "logits/conv2d").map(|r| r.params_complex).collect();
+    let convs: Vec<usize> =
+        c.table.iter().filter(|r| r.label == "logits/conv2d").map(|r| r.params_complex).collect();
     assert_eq!(convs, vec![32 * 9, 64 * 32 * 9, 64 * 64 * 9]);
     let lin = c.table.iter().find(|r| r.label == "logits/linear").unwrap();
     assert_eq!(lin.params_complex, 64 * 16 * 16 * 10 + 10);
@@ -408,8 +443,8 @@ impl Rng {
 }
 
 const TOKENS: [&str; 24] = [
-    "|>", "(", ")", "{", "}", "[", "]", ",", "=", "+", "-", "*", "/", "..", "0", "-1", "1e9", "B", "x", "crelu", "block", "\n",
-    "\"", "#",
+    "|>", "(", ")", "{", "}", "[", "]", ",", "=", "+", "-", "*", "/", "..", "0", "-1", "1e9", "B", "x",
+    "crelu", "block", "\n", "\"", "#",
 ];
 
 fn mutate(rng: &mut Rng, src: &[u8], all: &[Vec<u8>]) -> Vec<u8> {
@@ -460,8 +495,9 @@ fn mutate(rng: &mut Rng, src: &[u8], all: &[Vec<u8>]) -> Vec<u8> {
 /// result or diagnostics, never panic, and every diagnostic must render.
 #[test]
 fn mutated_sources_never_panic() {
-    let seed = std::env::var("CVC_MUTATION_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5EED_CAFE_u64);
-    let count: usize = std::env::var("CVC_MUTATIONS").ok().and_then(|s| s.parse().ok()).unwrap_or(1500);
+    let seed =
+        std::env::var("CVC_MUTATION_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5EED_CAFE_u64);
+    let count: usize = std::env::var("CVC_MUTATIONS").ok().and_then(|s| s.parse().ok()).unwrap_or(5000);
     eprintln!("mutation seed {seed:#x}, {count} mutations (CVC_MUTATION_SEED / CVC_MUTATIONS to change)");
     let mut files: Vec<Vec<u8>> = all_sources().into_iter().map(|(_, s)| s.into_bytes()).collect();
     files.extend(cvnn_in(&root().join("tests/fixtures/err")).iter().map(|p| std::fs::read(p).unwrap()));

@@ -64,14 +64,18 @@ fn every_generated_kernel_compiles_with_nvrtc_for_sm90() {
             }
             let opts = Options { batch: 3, optimizer: checked.train.optimizer.clone(), ..Options::default() };
             let program = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name} ({mode:?}): {e}"));
-            let module = cuda::generate(&program, Precision::Fp32).unwrap_or_else(|e| panic!("{name} ({mode:?}): {e}"));
+            let module = cuda::generate(&program, Precision::Fp32)
+                .unwrap_or_else(|e| panic!("{name} ({mode:?}): {e}"));
             assert!(!module.kernels.is_empty(), "{name}: no kernels generated");
             let cubin = cvc_runtime::cuda::compile_cubin(&module.source, "sm_90")
                 .unwrap_or_else(|e| panic!("{name} ({mode:?}): {e}"));
             assert!(cubin.starts_with(b"\x7fELF"), "{name}: NVRTC's cubin is not an ELF image");
             for k in &module.kernels {
                 let needle = format!("{k}\0");
-                assert!(cubin.windows(needle.len()).any(|w| w == needle.as_bytes()), "{name}: kernel {k} missing from the cubin");
+                assert!(
+                    cubin.windows(needle.len()).any(|w| w == needle.as_bytes()),
+                    "{name}: kernel {k} missing from the cubin"
+                );
             }
             eprintln!("{name} ({mode:?}): {} kernels, {} bytes of cubin", module.kernels.len(), cubin.len());
             compiled += 1;
@@ -94,7 +98,8 @@ fn tf32_kernels_compile_with_nvrtc_for_sm90() {
         let program = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
         let module = cuda::generate(&program, Precision::Tf32).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(module.source.contains("mma.sync"), "{name}: no tensor-core kernel generated");
-        let cubin = cvc_runtime::cuda::compile_cubin(&module.source, "sm_90").unwrap_or_else(|e| panic!("{name}: {e}"));
+        let cubin = cvc_runtime::cuda::compile_cubin(&module.source, "sm_90")
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(cubin.starts_with(b"\x7fELF"), "{name}: NVRTC's cubin is not an ELF image");
     }
 }
@@ -112,9 +117,41 @@ fn unfused_kernels_compile_with_nvrtc() {
         if checked.graph.loss.is_none() {
             checked = check_source(&name, &src, Mode::Eval).unwrap_or_else(|d| panic!("{name}: {d:?}"));
         }
-        let opts = Options { batch: 2, fuse: false, optimizer: checked.train.optimizer.clone(), ..Options::default() };
+        let opts = Options {
+            batch: 2,
+            fuse: false,
+            optimizer: checked.train.optimizer.clone(),
+            ..Options::default()
+        };
         let program = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
         let source = cuda::emit_source(&program).unwrap_or_else(|e| panic!("{name}: {e}"));
         cvc_runtime::cuda::compile_ptx(&source, "sm_90").unwrap_or_else(|e| panic!("{name}: {e}"));
     }
+}
+
+/// The on-disk cache: the first start compiles, a second start with the same source, arch
+/// and NVRTC version reads the cubin back instead of compiling.
+#[test]
+fn second_start_is_a_cache_hit() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("cvc-cache-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // Only this test reads CVC_CACHE_DIR in this binary.
+    std::env::set_var("CVC_CACHE_DIR", &dir);
+    let nonce =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let src = format!("// {nonce}\nextern \"C\" __global__ void k(float* x) {{ x[threadIdx.x] *= 2.0f; }}\n");
+    let (first, info1) = cvc_runtime::cuda::cached_cubin(&src, "sm_90", 1).expect("compile");
+    assert!(!info1.cache_hit, "a fresh cache directory cannot hit");
+    let (second, info2) = cvc_runtime::cuda::cached_cubin(&src, "sm_90", 1).expect("cache read");
+    assert!(info2.cache_hit, "the second start recompiled: {info2}");
+    assert_eq!(first, second);
+    assert_eq!(info1.cache_path, info2.cache_path);
+    let (_, info3) =
+        cvc_runtime::cuda::cached_cubin(&format!("{src}// changed\n"), "sm_90", 1).expect("compile");
+    assert!(!info3.cache_hit, "a changed source must not hit");
+    eprintln!("{info1}\n{info2}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

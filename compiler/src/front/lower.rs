@@ -139,7 +139,9 @@ impl<'m> Lowerer<'m, '_> {
                         Ok((ty, classes)) => {
                             self.ctx.b.at(decl.span, Role::Input, decl.name.name.clone());
                             let v = self.ctx.b.leaf(Op::Input { name: decl.name.name.clone() }, ty.clone());
-                            scope.names.insert(decl.name.name.clone(), Entry::Val(Val::Tensor(v), decl.name.span));
+                            scope
+                                .names
+                                .insert(decl.name.name.clone(), Entry::Val(Val::Tensor(v), decl.name.span));
                             self.table.push(TableRow {
                                 label: decl.name.name.clone(),
                                 op: "input".into(),
@@ -149,7 +151,13 @@ impl<'m> Lowerer<'m, '_> {
                                 params_real: 0,
                                 line: decl.span.line_col(self.src).0,
                             });
-                            inputs.push(ModelInput { name: decl.name.name.clone(), ty, classes, span: decl.span, value: v });
+                            inputs.push(ModelInput {
+                                name: decl.name.name.clone(),
+                                ty,
+                                classes,
+                                span: decl.span,
+                                value: v,
+                            });
                         }
                         Err(d) => {
                             diags.push(d);
@@ -183,8 +191,12 @@ impl<'m> Lowerer<'m, '_> {
         self.lower_loss(model, &scope, diags);
         if inputs.is_empty() && diags.is_empty() {
             diags.push(
-                Diagnostic::error(format!("model `{}` has no input", model.name.name), model.name.span, "no `input` line")
-                    .with_help("declare one, e.g. `input x: c64[B, 1, 64, 64]`"),
+                Diagnostic::error(
+                    format!("model `{}` has no input", model.name.name),
+                    model.name.span,
+                    "no `input` line",
+                )
+                .with_help("declare one, e.g. `input x: c64[B, 1, 64, 64]`"),
             );
         }
         inputs
@@ -207,16 +219,26 @@ impl<'m> Lowerer<'m, '_> {
             for n in &o.names {
                 if let Some(first) = seen.insert(&n.name, n.span) {
                     diags.push(
-                        Diagnostic::error(format!("`{}` is an output twice", n.name), n.span, "repeated output")
-                            .with_label(first, "first listed here"),
+                        Diagnostic::error(
+                            format!("`{}` is an output twice", n.name),
+                            n.span,
+                            "repeated output",
+                        )
+                        .with_label(first, "first listed here"),
                     );
                     continue;
                 }
                 match self.lookup(&n.name, n.span, scope) {
-                    Ok(Val::Tensor(v)) => self.ctx.b.graph.outputs.push(Output { name: n.name.clone(), value: v }),
+                    Ok(Val::Tensor(v)) => {
+                        self.ctx.b.graph.outputs.push(Output { name: n.name.clone(), value: v })
+                    }
                     Ok(Val::Const(_)) => diags.push(
-                        Diagnostic::error(format!("`{}` is a constant, not a tensor", n.name), n.span, "not a tensor")
-                            .with_help("outputs name tensors computed by the model"),
+                        Diagnostic::error(
+                            format!("`{}` is a constant, not a tensor", n.name),
+                            n.span,
+                            "not a tensor",
+                        )
+                        .with_help("outputs name tensors computed by the model"),
                     ),
                     Err(f) => push_fail(diags, f),
                 }
@@ -268,7 +290,11 @@ impl<'m> Lowerer<'m, '_> {
             None => {}
         }
         if let Some(block) = scope.block {
-            let mut d = Diagnostic::error(format!("unknown name `{name}` in block `{block}`"), span, "not a parameter of this block");
+            let mut d = Diagnostic::error(
+                format!("unknown name `{name}` in block `{block}`"),
+                span,
+                "not a parameter of this block",
+            );
             let params: Vec<&str> = scope.names.keys().map(String::as_str).collect();
             if let Some(s) = did_you_mean(name, params.iter().copied()) {
                 d = d.with_help(format!("did you mean `{s}`?"));
@@ -281,10 +307,14 @@ impl<'m> Lowerer<'m, '_> {
         }
         if let Some(&def) = self.defs.get(name) {
             if def.start > span.start {
-                return Err(Diagnostic::error(format!("`{name}` is used before it is defined"), span, "used here")
-                    .with_label(def, "defined later here")
-                    .with_help(format!("move the definition of `{name}` above this line"))
-                    .into());
+                return Err(Diagnostic::error(
+                    format!("`{name}` is used before it is defined"),
+                    span,
+                    "used here",
+                )
+                .with_label(def, "defined later here")
+                .with_help(format!("move the definition of `{name}` above this line"))
+                .into());
             }
         }
         let mut d = Diagnostic::error(format!("unknown name `{name}`"), span, "not defined");
@@ -320,9 +350,13 @@ impl<'m> Lowerer<'m, '_> {
                     match self.eval(it, scope, false)? {
                         Val::Const(ArgValue::Int(n)) => out.push(n),
                         other => {
-                            return Err(Diagnostic::error("tuples hold integers", it.span, format!("this is {}", describe(&other)))
-                                .with_help("write e.g. `kernel = (3, 5)`")
-                                .into())
+                            return Err(Diagnostic::error(
+                                "tuples hold integers",
+                                it.span,
+                                format!("this is {}", describe(&other)),
+                            )
+                            .with_help("write e.g. `kernel = (3, 5)`")
+                            .into())
                         }
                     }
                 }
@@ -333,9 +367,13 @@ impl<'m> Lowerer<'m, '_> {
                 let mut cur = match self.eval(head, scope, false)? {
                     Val::Tensor(v) => Operand { value: v, span: head.span },
                     Val::Const(c) => {
-                        return Err(Diagnostic::error("only tensors can be piped", head.span, format!("this is {}", describe(&Val::Const(c))))
-                            .with_help("start a pipeline with an input or a binding: `x |> crelu`")
-                            .into())
+                        return Err(Diagnostic::error(
+                            "only tensors can be piped",
+                            head.span,
+                            format!("this is {}", describe(&Val::Const(c))),
+                        )
+                        .with_help("start a pipeline with an input or a binding: `x |> crelu`")
+                        .into())
                     }
                 };
                 for s in stages {
@@ -360,7 +398,14 @@ impl<'m> Lowerer<'m, '_> {
     }
 
     /// `a op b` on constants (folded) or tensors (lowered as the layer `+`, `-`, `*`, `/`).
-    fn arith(&mut self, op: ArithOp, op_span: Span, (a, sa): (Val, Span), (b, sb): (Val, Span), span: Span) -> Res<Val> {
+    fn arith(
+        &mut self,
+        op: ArithOp,
+        op_span: Span,
+        (a, sa): (Val, Span),
+        (b, sb): (Val, Span),
+        span: Span,
+    ) -> Res<Val> {
         let shown = format!("{} {} {}", self.excerpt(sa), op.symbol(), self.excerpt(sb));
         match (a, b) {
             (Val::Const(x), Val::Const(y)) => fold(op, op_span, (&x, sa), (&y, sb)).map(Val::Const),
@@ -371,7 +416,8 @@ impl<'m> Lowerer<'m, '_> {
             (Val::Tensor(x), Val::Const(c)) => {
                 let c = numeric(c, sb)?;
                 let arg = Arg { name: None, value: c, span: sb };
-                self.layer(op.symbol(), span, &[arg], &[Operand { value: x, span: sa }], Some(shown)).map(Val::Tensor)
+                self.layer(op.symbol(), span, &[arg], &[Operand { value: x, span: sa }], Some(shown))
+                    .map(Val::Tensor)
             }
             (Val::Const(c), Val::Tensor(x)) => {
                 let c = numeric(c, sa)?;
@@ -404,7 +450,14 @@ impl<'m> Lowerer<'m, '_> {
     }
 
     /// Applies operator or block `callee` to `piped` (if any) and the call's arguments.
-    fn apply(&mut self, callee: &ast::Path, args: &[ast::Arg], piped: Option<Operand>, span: Span, scope: &Scope) -> Res<Val> {
+    fn apply(
+        &mut self,
+        callee: &ast::Path,
+        args: &[ast::Arg],
+        piped: Option<Operand>,
+        span: Span,
+        scope: &Scope,
+    ) -> Res<Val> {
         let name = callee.text();
         if let Some(block) = self.blocks.get(name.as_str()).copied() {
             return self.expand_block(block, args, piped, span, scope);
@@ -413,7 +466,9 @@ impl<'m> Lowerer<'m, '_> {
             let blocks: Vec<&str> = self.blocks.keys().copied().collect();
             let mut d = resolve::unknown_op(&name, callee.span, &blocks);
             if matches!(scope.names.get(&name), Some(Entry::Val(Val::Tensor(_), _))) {
-                d = d.with_help(format!("`{name}` is a tensor, not an operator; combine tensors with `+`, `*` or `concat(a, b)`"));
+                d = d.with_help(format!(
+                    "`{name}` is a tensor, not an operator; combine tensors with `+`, `*` or `concat(a, b)`"
+                ));
             }
             return Err(d.into());
         }
@@ -424,11 +479,17 @@ impl<'m> Lowerer<'m, '_> {
             match (v, &a.name) {
                 (Val::Tensor(t), None) => operands.push(Operand { value: t, span: a.value.span }),
                 (Val::Tensor(_), Some(k)) => {
-                    return Err(Diagnostic::error(format!("argument `{}` must be a compile-time value, not a tensor", k.name), a.value.span, "a tensor")
-                        .with_help(format!("pass tensors positionally: `{name}(a, b)`"))
-                        .into())
+                    return Err(Diagnostic::error(
+                        format!("argument `{}` must be a compile-time value, not a tensor", k.name),
+                        a.value.span,
+                        "a tensor",
+                    )
+                    .with_help(format!("pass tensors positionally: `{name}(a, b)`"))
+                    .into())
                 }
-                (Val::Const(c), k) => cargs.push(Arg { name: k.as_ref().map(|k| k.name.clone()), value: c, span: a.span }),
+                (Val::Const(c), k) => {
+                    cargs.push(Arg { name: k.as_ref().map(|k| k.name.clone()), value: c, span: a.span })
+                }
             }
         }
         self.layer(&name, span, &cargs, &operands, None).map(Val::Tensor)
@@ -436,12 +497,23 @@ impl<'m> Lowerer<'m, '_> {
 
     /// Lowers one operator application and records its table row (`shown` replaces the
     /// call text in the table, for arithmetic).
-    fn layer(&mut self, op: &str, span: Span, args: &[Arg], operands: &[Operand], shown: Option<String>) -> Res<Value> {
+    fn layer(
+        &mut self,
+        op: &str,
+        span: Span,
+        args: &[Arg],
+        operands: &[Operand],
+        shown: Option<String>,
+    ) -> Res<Value> {
         self.layers += 1;
         if self.layers > MAX_LAYERS {
-            return Err(Diagnostic::error(format!("the model expands to more than {MAX_LAYERS} layers"), span, "while expanding this")
-                .with_help("check for blocks that nest many times")
-                .into());
+            return Err(Diagnostic::error(
+                format!("the model expands to more than {MAX_LAYERS} layers"),
+                span,
+                "while expanding this",
+            )
+            .with_help("check for blocks that nest many times")
+            .into());
         }
         let word = op_word(op);
         let label = format!("{}/{word}", self.binding);
@@ -476,7 +548,14 @@ impl<'m> Lowerer<'m, '_> {
     }
 
     /// Expands `block` applied to the piped tensor (or its one tensor argument).
-    fn expand_block(&mut self, block: &'m ast::BlockDef, args: &[ast::Arg], piped: Option<Operand>, span: Span, scope: &Scope) -> Res<Val> {
+    fn expand_block(
+        &mut self,
+        block: &'m ast::BlockDef,
+        args: &[ast::Arg],
+        piped: Option<Operand>,
+        span: Span,
+        scope: &Scope,
+    ) -> Res<Val> {
         let bname = block.name.name.as_str();
         if self.expanding.contains(&bname) {
             // Reported once by resolve::collect_blocks.
@@ -490,28 +569,44 @@ impl<'m> Lowerer<'m, '_> {
             // or positionally) is a word unless it names a tensor.
             let v = self.eval(&a.value, scope, true)?;
             match (v, &a.name) {
-                (Val::Tensor(t), None) if input.is_none() => input = Some(Operand { value: t, span: a.value.span }),
+                (Val::Tensor(t), None) if input.is_none() => {
+                    input = Some(Operand { value: t, span: a.value.span })
+                }
                 (Val::Tensor(_), _) => {
-                    return Err(Diagnostic::error(format!("block `{bname}` takes one tensor"), a.value.span, "a second tensor")
-                        .with_label(block.name.span, "block defined here")
-                        .with_help("block parameters are compile-time values; join tensors with `+` or `concat` first")
-                        .into())
+                    return Err(Diagnostic::error(
+                        format!("block `{bname}` takes one tensor"),
+                        a.value.span,
+                        "a second tensor",
+                    )
+                    .with_label(block.name.span, "block defined here")
+                    .with_help(
+                        "block parameters are compile-time values; join tensors with `+` or `concat` first",
+                    )
+                    .into())
                 }
                 (Val::Const(c), None) => positional.push((c, a.span)),
                 (Val::Const(c), Some(k)) => named.push((k, c, a.span)),
             }
         }
         let Some(input) = input else {
-            return Err(Diagnostic::error(format!("block `{bname}` needs a tensor to apply to"), span, "no input")
-                .with_help(format!("pipe a tensor into it: `x |> {bname}(...)`"))
-                .into());
+            return Err(Diagnostic::error(
+                format!("block `{bname}` needs a tensor to apply to"),
+                span,
+                "no input",
+            )
+            .with_help(format!("pipe a tensor into it: `x |> {bname}(...)`"))
+            .into());
         };
         let params = &block.params;
         let arity = |got: usize| {
             let list = params.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", ");
             let s = if params.len() == 1 { "" } else { "s" };
-            Diagnostic::error(format!("block `{bname}` takes {} argument{s}, got {got}", params.len()), span, format!("{got} given"))
-                .with_label(block.span.join(block.name.span), format!("defined here as `{bname}({list})`"))
+            Diagnostic::error(
+                format!("block `{bname}` takes {} argument{s}, got {got}", params.len()),
+                span,
+                format!("{got} given"),
+            )
+            .with_label(block.span.join(block.name.span), format!("defined here as `{bname}({list})`"))
         };
         if positional.len() > params.len() {
             return Err(arity(positional.len() + named.len()).into());
@@ -522,22 +617,35 @@ impl<'m> Lowerer<'m, '_> {
         }
         for (k, c, aspan) in named {
             let Some(i) = params.iter().position(|p| p.name == k.name) else {
-                let mut d = Diagnostic::error(format!("block `{bname}` has no parameter `{}`", k.name), k.span, "unknown argument")
-                    .with_label(block.name.span, "block defined here");
+                let mut d = Diagnostic::error(
+                    format!("block `{bname}` has no parameter `{}`", k.name),
+                    k.span,
+                    "unknown argument",
+                )
+                .with_label(block.name.span, "block defined here");
                 if let Some(s) = did_you_mean(&k.name, params.iter().map(|p| p.name.as_str())) {
                     d = d.with_help(format!("did you mean `{s}`?"));
                 }
                 return Err(d.into());
             };
             if values[i].is_some() {
-                return Err(Diagnostic::error(format!("parameter `{}` of block `{bname}` is given twice", k.name), aspan, "given again")
-                    .into());
+                return Err(Diagnostic::error(
+                    format!("parameter `{}` of block `{bname}` is given twice", k.name),
+                    aspan,
+                    "given again",
+                )
+                .into());
             }
             values[i] = Some(c);
         }
         let given = values.iter().filter(|v| v.is_some()).count();
         if given != params.len() {
-            let missing: Vec<&str> = params.iter().zip(&values).filter(|(_, v)| v.is_none()).map(|(p, _)| p.name.as_str()).collect();
+            let missing: Vec<&str> = params
+                .iter()
+                .zip(&values)
+                .filter(|(_, v)| v.is_none())
+                .map(|(p, _)| p.name.as_str())
+                .collect();
             return Err(arity(given).with_help(format!("missing: {}", missing.join(", "))).into());
         }
         let mut inner = Scope { names: HashMap::new(), block: Some(bname) };
@@ -567,7 +675,9 @@ impl<'m> Lowerer<'m, '_> {
                     break;
                 }
                 Err(Fail::Diag(d)) => {
-                    result = Err(Fail::Diag(Box::new(d.with_label(span, format!("in this use of block `{bname}`")))));
+                    result = Err(Fail::Diag(Box::new(
+                        d.with_label(span, format!("in this use of block `{bname}`")),
+                    )));
                     break;
                 }
                 Err(f) => {
@@ -665,7 +775,12 @@ fn fold(op: ArithOp, op_span: Span, (a, sa): (&ArgValue, Span), (b, sb): (&ArgVa
                 ArithOp::Div => x / y,
             };
             if !r.is_finite() {
-                return Err(Diagnostic::error("compile-time arithmetic gives a non-finite number", sa.join(sb), "not finite").into());
+                return Err(Diagnostic::error(
+                    "compile-time arithmetic gives a non-finite number",
+                    sa.join(sb),
+                    "not finite",
+                )
+                .into());
             }
             Ok(ArgValue::Float(r))
         }

@@ -41,9 +41,13 @@ pub fn choose_model<'f>(file: &'f ast::File, src: &str) -> Result<&'f ast::Model
     for m in file.models() {
         if let Some(first) = seen.insert(&m.name.name, m.name.span) {
             diags.push(
-                Diagnostic::error(format!("model `{}` is defined twice", m.name.name), m.name.span, "second definition")
-                    .with_label(first, "first defined here")
-                    .with_help("rename one of the models"),
+                Diagnostic::error(
+                    format!("model `{}` is defined twice", m.name.name),
+                    m.name.span,
+                    "second definition",
+                )
+                .with_label(first, "first defined here")
+                .with_help("rename one of the models"),
             );
         }
     }
@@ -57,7 +61,11 @@ pub fn choose_model<'f>(file: &'f ast::File, src: &str) -> Result<&'f ast::Model
     }
     let models: Vec<&ast::Model> = file.models().collect();
     if models.is_empty() {
-        let (msg, label) = if src.trim().is_empty() { ("empty file", "nothing here") } else { ("no model in this file", "expected a model") };
+        let (msg, label) = if src.trim().is_empty() {
+            ("empty file", "nothing here")
+        } else {
+            ("no model in this file", "expected a model")
+        };
         diags.push(
             Diagnostic::error(msg, trains.first().map_or(Span::new(0, 0), |t| t.span), label)
                 .with_help("a .cvnn file defines `model Name { input x: c64[B, 16] ... }`"),
@@ -108,8 +116,12 @@ pub fn input_type(decl: &ast::InputDecl) -> Result<(TensorType, Option<usize>), 
         "f32" => DType::F32,
         "class" => DType::I32,
         other => {
-            let mut d = Diagnostic::error(format!("unknown element type `{other}`"), t.elem.span, "not an element type")
-                .with_note("inputs are `c64[...]` (complex), `f32[...]` (real) or `class[B] of N` (labels)");
+            let mut d = Diagnostic::error(
+                format!("unknown element type `{other}`"),
+                t.elem.span,
+                "not an element type",
+            )
+            .with_note("inputs are `c64[...]` (complex), `f32[...]` (real) or `class[B] of N` (labels)");
             if let Some(s) = did_you_mean(other, ["c64", "f32", "class"]) {
                 d = d.with_help(format!("did you mean `{s}`?"));
             } else if other.starts_with('c') {
@@ -125,8 +137,12 @@ pub fn input_type(decl: &ast::InputDecl) -> Result<(TensorType, Option<usize>), 
         let dim = match &d.kind {
             DimKind::Name(n) if n == "B" => {
                 if i != 0 {
-                    return Err(Diagnostic::error("the batch `B` must be the first dimension", d.span, "batch here")
-                        .with_help("inputs are batched along their first axis: write `[B, ...]`"));
+                    return Err(Diagnostic::error(
+                        "the batch `B` must be the first dimension",
+                        d.span,
+                        "batch here",
+                    )
+                    .with_help("inputs are batched along their first axis: write `[B, ...]`"));
                 }
                 Dim::Batch
             }
@@ -136,13 +152,29 @@ pub fn input_type(decl: &ast::InputDecl) -> Result<(TensorType, Option<usize>), 
             }
             DimKind::Int(n) if *n >= 1 => {
                 if i == 0 {
-                    return Err(Diagnostic::error("the first dimension of an input must be the batch `B`", d.span, "expected `B`")
-                        .with_help(format!("write `[B, {}]`", t.dims.iter().filter(|d| !matches!(&d.kind, DimKind::Name(n) if n == "B")).map(|d| dim_text(&d.kind)).collect::<Vec<_>>().join(", "))));
+                    return Err(Diagnostic::error(
+                        "the first dimension of an input must be the batch `B`",
+                        d.span,
+                        "expected `B`",
+                    )
+                    .with_help(format!(
+                        "write `[B, {}]`",
+                        t.dims
+                            .iter()
+                            .filter(|d| !matches!(&d.kind, DimKind::Name(n) if n == "B"))
+                            .map(|d| dim_text(&d.kind))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
                 }
                 Dim::Fixed(usize::try_from(*n).unwrap_or(usize::MAX))
             }
             DimKind::Int(n) => {
-                return Err(Diagnostic::error(format!("dimension {n} is not positive"), d.span, "must be at least 1"));
+                return Err(Diagnostic::error(
+                    format!("dimension {n} is not positive"),
+                    d.span,
+                    "must be at least 1",
+                ));
             }
         };
         dims.push(dim);
@@ -154,7 +186,11 @@ pub fn input_type(decl: &ast::InputDecl) -> Result<(TensorType, Option<usize>), 
     let classes = match (dtype, t.classes) {
         (DType::I32, Some((n, _))) if n >= 2 => Some(n as usize),
         (DType::I32, Some((n, span))) => {
-            return Err(Diagnostic::error(format!("a classifier needs at least 2 classes, got {n}"), span, "too few classes"));
+            return Err(Diagnostic::error(
+                format!("a classifier needs at least 2 classes, got {n}"),
+                span,
+                "too few classes",
+            ));
         }
         (DType::I32, None) => {
             return Err(Diagnostic::error("class labels need a class count", t.span, "missing `of N`")
@@ -182,21 +218,32 @@ fn src_text(t: &ast::InputType) -> String {
 
 /// Collects a model's blocks, reporting duplicates, blocks that shadow operators, duplicate
 /// parameters, unknown operators in bodies and blocks that use themselves.
-pub fn collect_blocks<'m>(model: &'m ast::Model, diags: &mut Vec<Diagnostic>) -> HashMap<&'m str, &'m ast::BlockDef> {
+pub fn collect_blocks<'m>(
+    model: &'m ast::Model,
+    diags: &mut Vec<Diagnostic>,
+) -> HashMap<&'m str, &'m ast::BlockDef> {
     let mut blocks: HashMap<&str, &ast::BlockDef> = HashMap::new();
     for item in &model.items {
         let ModelItem::Block(b) = item else { continue };
         if layers::known_ops().contains(&b.name.name.as_str()) {
             diags.push(
-                Diagnostic::error(format!("block `{}` has the name of an operator", b.name.name), b.name.span, "shadows the operator")
-                    .with_help("choose another name for the block"),
+                Diagnostic::error(
+                    format!("block `{}` has the name of an operator", b.name.name),
+                    b.name.span,
+                    "shadows the operator",
+                )
+                .with_help("choose another name for the block"),
             );
             continue;
         }
         if let Some(first) = blocks.get(b.name.name.as_str()) {
             diags.push(
-                Diagnostic::error(format!("block `{}` is defined twice", b.name.name), b.name.span, "second definition")
-                    .with_label(first.name.span, "first defined here"),
+                Diagnostic::error(
+                    format!("block `{}` is defined twice", b.name.name),
+                    b.name.span,
+                    "second definition",
+                )
+                .with_label(first.name.span, "first defined here"),
             );
             continue;
         }
@@ -204,8 +251,12 @@ pub fn collect_blocks<'m>(model: &'m ast::Model, diags: &mut Vec<Diagnostic>) ->
         for p in &b.params {
             if let Some(first) = params.insert(&p.name, p.span) {
                 diags.push(
-                    Diagnostic::error(format!("parameter `{}` appears twice in block `{}`", p.name, b.name.name), p.span, "repeated")
-                        .with_label(first, "first here"),
+                    Diagnostic::error(
+                        format!("parameter `{}` appears twice in block `{}`", p.name, b.name.name),
+                        p.span,
+                        "repeated",
+                    )
+                    .with_label(first, "first here"),
                 );
             }
         }
@@ -223,9 +274,15 @@ pub fn collect_blocks<'m>(model: &'m ast::Model, diags: &mut Vec<Diagnostic>) ->
         }
         if let Some(cycle) = find_cycle(b, &blocks) {
             diags.push(
-                Diagnostic::error(format!("block `{}` uses itself", b.name.name), b.name.span, "recursive block")
-                    .with_note(format!("the chain is {cycle}"))
-                    .with_help("blocks expand inline, so they cannot recurse; repeat the block in the pipeline instead"),
+                Diagnostic::error(
+                    format!("block `{}` uses itself", b.name.name),
+                    b.name.span,
+                    "recursive block",
+                )
+                .with_note(format!("the chain is {cycle}"))
+                .with_help(
+                    "blocks expand inline, so they cannot recurse; repeat the block in the pipeline instead",
+                ),
             );
         }
     }
@@ -234,7 +291,12 @@ pub fn collect_blocks<'m>(model: &'m ast::Model, diags: &mut Vec<Diagnostic>) ->
 
 /// The chain `a → b → a` when block `start` reaches itself.
 fn find_cycle(start: &ast::BlockDef, blocks: &HashMap<&str, &ast::BlockDef>) -> Option<String> {
-    fn walk<'a>(b: &'a ast::BlockDef, target: &str, blocks: &HashMap<&str, &'a ast::BlockDef>, path: &mut Vec<&'a str>) -> bool {
+    fn walk<'a>(
+        b: &'a ast::BlockDef,
+        target: &str,
+        blocks: &HashMap<&str, &'a ast::BlockDef>,
+        path: &mut Vec<&'a str>,
+    ) -> bool {
         for s in &b.body {
             let c = s.callee.text();
             if c == target {

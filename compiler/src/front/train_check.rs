@@ -10,8 +10,18 @@ use cvc_grammar::Span;
 use std::collections::HashMap;
 
 /// The keys a train section accepts.
-pub const TRAIN_KEYS: [&str; 10] =
-    ["data", "split", "batch", "epochs", "optimizer", "schedule", "seed", "device", "memory_budget", "precision"];
+pub const TRAIN_KEYS: [&str; 10] = [
+    "data",
+    "split",
+    "batch",
+    "epochs",
+    "optimizer",
+    "schedule",
+    "seed",
+    "device",
+    "memory_budget",
+    "precision",
+];
 
 /// A compile-time value of a train setting.
 #[derive(Clone, Debug)]
@@ -89,7 +99,11 @@ fn eval(e: &Expr) -> Result<TVal, Diagnostic> {
             }
         }
         ExprKind::Pipe { .. } => {
-            return Err(Diagnostic::error("pipelines belong in a model, not a train section", e.span, "not a setting value"))
+            return Err(Diagnostic::error(
+                "pipelines belong in a model, not a train section",
+                e.span,
+                "not a setting value",
+            ))
         }
     })
 }
@@ -98,15 +112,25 @@ fn number(v: &TVal, span: Span, what: &str) -> Result<f64, Diagnostic> {
     match v {
         TVal::Int(n) => Ok(*n as f64),
         TVal::Float(x) => Ok(*x),
-        other => Err(Diagnostic::error(format!("{what} needs a number, got {}", describe(other)), span, "not a number")),
+        other => Err(Diagnostic::error(
+            format!("{what} needs a number, got {}", describe(other)),
+            span,
+            "not a number",
+        )),
     }
 }
 
 fn int_at_least(v: &TVal, span: Span, what: &str, min: i64) -> Result<i64, Diagnostic> {
     match v {
         TVal::Int(n) if *n >= min => Ok(*n),
-        TVal::Int(n) => Err(Diagnostic::error(format!("`{what}` must be at least {min}, got {n}"), span, "too small")),
-        other => Err(Diagnostic::error(format!("`{what}` must be an integer, got {}", describe(other)), span, "not an integer")),
+        TVal::Int(n) => {
+            Err(Diagnostic::error(format!("`{what}` must be at least {min}, got {n}"), span, "too small"))
+        }
+        other => Err(Diagnostic::error(
+            format!("`{what}` must be an integer, got {}", describe(other)),
+            span,
+            "not an integer",
+        )),
     }
 }
 
@@ -117,7 +141,11 @@ fn positive(v: &TVal, span: Span, what: &str) -> Result<usize, Diagnostic> {
 fn real_in(v: &TVal, span: Span, what: &str, lo: f64, hi: f64) -> Result<f64, Diagnostic> {
     let x = number(v, span, &format!("`{what}`"))?;
     if x < lo || x > hi {
-        return Err(Diagnostic::error(format!("`{what}` must lie in [{lo}, {hi}], got {x}"), span, "out of range"));
+        return Err(Diagnostic::error(
+            format!("`{what}` must lie in [{lo}, {hi}], got {x}"),
+            span,
+            "out of range",
+        ));
     }
     Ok(x)
 }
@@ -137,8 +165,12 @@ fn bind<'a>(
             Some(k) => match statics.iter().find(|p| **p == k.name) {
                 Some(p) => *p,
                 None => {
-                    let mut d = Diagnostic::error(format!("`{what}` has no argument `{}`", k.name), k.span, "unknown argument")
-                        .with_note(format!("`{what}` takes {}", params.join(", ")));
+                    let mut d = Diagnostic::error(
+                        format!("`{what}` has no argument `{}`", k.name),
+                        k.span,
+                        "unknown argument",
+                    )
+                    .with_note(format!("`{what}` takes {}", params.join(", ")));
                     if let Some(s) = did_you_mean(&k.name, params.iter().copied()) {
                         d = d.with_help(format!("did you mean `{s}`?"));
                     }
@@ -147,15 +179,23 @@ fn bind<'a>(
             },
             None => {
                 let Some(p) = statics.get(pos) else {
-                    return Err(Diagnostic::error(format!("`{what}` takes at most {} arguments", params.len()), a.span, "extra argument")
-                        .with_label(call_span, format!("`{what}` takes {}", params.join(", "))));
+                    return Err(Diagnostic::error(
+                        format!("`{what}` takes at most {} arguments", params.len()),
+                        a.span,
+                        "extra argument",
+                    )
+                    .with_label(call_span, format!("`{what}` takes {}", params.join(", "))));
                 };
                 pos += 1;
                 p
             }
         };
         if out.insert(key, (&a.value, a.span)).is_some() {
-            return Err(Diagnostic::error(format!("argument `{key}` of `{what}` is given twice"), a.span, "given again"));
+            return Err(Diagnostic::error(
+                format!("argument `{key}` of `{what}` is given twice"),
+                a.span,
+                "given again",
+            ));
         }
     }
     Ok(out)
@@ -171,8 +211,9 @@ fn call_parts(v: &TVal) -> Option<(&str, &[TArg])> {
 }
 
 fn unknown_choice(key: &str, got: &str, choices: &[&str], span: Span) -> Diagnostic {
-    let d = Diagnostic::error(format!("unknown {key} `{got}`"), span, format!("unknown {key}"))
-        .with_note(format!("{key}s: {}", choices.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")));
+    let d = Diagnostic::error(format!("unknown {key} `{got}`"), span, format!("unknown {key}")).with_note(
+        format!("{key}s: {}", choices.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")),
+    );
     match did_you_mean(got, choices.iter().copied()) {
         Some(s) => d.with_help(format!("did you mean `{s}`?")),
         None => d,
@@ -180,15 +221,20 @@ fn unknown_choice(key: &str, got: &str, choices: &[&str], span: Span) -> Diagnos
 }
 
 /// Checks `train` (whose model is `model`, with `inputs`) and returns its configuration.
-pub fn check_train(train: &ast::Train, model: &str, inputs: &[ModelInput]) -> Result<TrainConfig, Vec<Diagnostic>> {
+pub fn check_train(
+    train: &ast::Train,
+    model: &str,
+    inputs: &[ModelInput],
+) -> Result<TrainConfig, Vec<Diagnostic>> {
     let mut cfg = TrainConfig::defaults(model);
     let mut diags = Vec::new();
     let mut seen: HashMap<&str, Span> = HashMap::new();
     for s in &train.settings {
         let key = s.key.name.as_str();
         if !TRAIN_KEYS.contains(&key) {
-            let mut d = Diagnostic::error(format!("unknown train setting `{key}`"), s.key.span, "not a setting")
-                .with_note(format!("settings: {}", TRAIN_KEYS.join(", ")));
+            let mut d =
+                Diagnostic::error(format!("unknown train setting `{key}`"), s.key.span, "not a setting")
+                    .with_note(format!("settings: {}", TRAIN_KEYS.join(", ")));
             if let Some(sug) = did_you_mean(key, TRAIN_KEYS.iter().copied()) {
                 d = d.with_help(format!("did you mean `{sug}`?"));
             }
@@ -209,10 +255,18 @@ pub fn check_train(train: &ast::Train, model: &str, inputs: &[ModelInput]) -> Re
     }
     if let Optimizer { kind: OptimizerKind::Sgd { momentum, nesterov: true }, .. } = cfg.optimizer {
         if momentum <= 0.0 {
-            let span = train.settings.iter().find(|s| s.key.name == "optimizer").map_or(train.span, |s| s.value.span);
+            let span = train
+                .settings
+                .iter()
+                .find(|s| s.key.name == "optimizer")
+                .map_or(train.span, |s| s.value.span);
             diags.push(
-                Diagnostic::error("Nesterov momentum needs a momentum above 0", span, "nesterov = true with momentum 0")
-                    .with_help("add e.g. `momentum = 0.9`"),
+                Diagnostic::error(
+                    "Nesterov momentum needs a momentum above 0",
+                    span,
+                    "nesterov = true with momentum 0",
+                )
+                .with_help("add e.g. `momentum = 0.9`"),
             );
         }
     }
@@ -223,14 +277,24 @@ pub fn check_train(train: &ast::Train, model: &str, inputs: &[ModelInput]) -> Re
     }
 }
 
-fn apply(cfg: &mut TrainConfig, key: &str, v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<(), Diagnostic> {
+fn apply(
+    cfg: &mut TrainConfig,
+    key: &str,
+    v: &TVal,
+    span: Span,
+    inputs: &[ModelInput],
+) -> Result<(), Diagnostic> {
     match key {
         "data" => cfg.data = data_source(v, span, inputs)?,
         "split" => {
             let x = number(v, span, "`split`")?;
             if !(x > 0.0 && x <= 1.0) {
-                return Err(Diagnostic::error(format!("`split` must lie in (0, 1], got {x}"), span, "out of range")
-                    .with_help("`split` is the fraction of samples used for training, e.g. `split = 0.9`"));
+                return Err(Diagnostic::error(
+                    format!("`split` must lie in (0, 1], got {x}"),
+                    span,
+                    "out of range",
+                )
+                .with_help("`split` is the fraction of samples used for training, e.g. `split = 0.9`"));
             }
             cfg.split = x;
         }
@@ -245,11 +309,16 @@ fn apply(cfg: &mut TrainConfig, key: &str, v: &TVal, span: Span, inputs: &[Model
                 TVal::Word(w) if w == "cpu" => DeviceChoice::Cpu,
                 TVal::Word(w) if w == "cuda" => DeviceChoice::Cuda,
                 TVal::Word(w) if w == "gpu" => {
-                    return Err(unknown_choice("device", w, &["auto", "cpu", "cuda"], span).with_help("write `device = cuda`"))
+                    return Err(unknown_choice("device", w, &["auto", "cpu", "cuda"], span)
+                        .with_help("write `device = cuda`"))
                 }
                 TVal::Word(w) => return Err(unknown_choice("device", w, &["auto", "cpu", "cuda"], span)),
                 other => {
-                    return Err(Diagnostic::error(format!("`device` is `auto`, `cpu` or `cuda`, got {}", describe(other)), span, "not a device"))
+                    return Err(Diagnostic::error(
+                        format!("`device` is `auto`, `cpu` or `cuda`, got {}", describe(other)),
+                        span,
+                        "not a device",
+                    ))
                 }
             }
         }
@@ -259,7 +328,11 @@ fn apply(cfg: &mut TrainConfig, key: &str, v: &TVal, span: Span, inputs: &[Model
                 TVal::Word(w) if w == "tf32" => Precision::Tf32,
                 TVal::Word(w) => return Err(unknown_choice("precision", w, &["fp32", "tf32"], span)),
                 other => {
-                    return Err(Diagnostic::error(format!("`precision` is `fp32` or `tf32`, got {}", describe(other)), span, "not a precision"))
+                    return Err(Diagnostic::error(
+                        format!("`precision` is `fp32` or `tf32`, got {}", describe(other)),
+                        span,
+                        "not a precision",
+                    ))
                 }
             }
         }
@@ -269,8 +342,12 @@ fn apply(cfg: &mut TrainConfig, key: &str, v: &TVal, span: Span, inputs: &[Model
                 TVal::Size(n) => *n,
                 TVal::Int(n) if *n > 0 => *n as u64,
                 other => {
-                    return Err(Diagnostic::error(format!("`memory_budget` must be a size such as `4GiB`, got {}", describe(other)), span, "not a size")
-                        .with_help("write `memory_budget = 4GiB`, `512MiB`, or a number of bytes"))
+                    return Err(Diagnostic::error(
+                        format!("`memory_budget` must be a size such as `4GiB`, got {}", describe(other)),
+                        span,
+                        "not a size",
+                    )
+                    .with_help("write `memory_budget = 4GiB`, `512MiB`, or a number of bytes"))
                 }
             };
             if bytes == 0 {
@@ -285,8 +362,12 @@ fn apply(cfg: &mut TrainConfig, key: &str, v: &TVal, span: Span, inputs: &[Model
 fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource, Diagnostic> {
     const SOURCES: [&str; 3] = ["synthetic.rf", "synthetic.random", "npz"];
     let Some((name, args)) = call_parts(v) else {
-        return Err(Diagnostic::error(format!("`data` names a data source, got {}", describe(v)), span, "not a data source")
-            .with_help("write `synthetic.rf(...)`, `synthetic.random(count = 1024)` or `npz(\"data.npz\")`"));
+        return Err(Diagnostic::error(
+            format!("`data` names a data source, got {}", describe(v)),
+            span,
+            "not a data source",
+        )
+        .with_help("write `synthetic.rf(...)`, `synthetic.random(count = 1024)` or `npz(\"data.npz\")`"));
     };
     match name {
         "synthetic.rf" => {
@@ -300,20 +381,32 @@ fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource
                 None => (0.0, 20.0),
                 Some((TVal::Range(lo, hi), s)) => {
                     if lo > hi {
-                        return Err(Diagnostic::error(format!("empty SNR range {lo}..{hi}"), *s, "low end above high end"));
+                        return Err(Diagnostic::error(
+                            format!("empty SNR range {lo}..{hi}"),
+                            *s,
+                            "low end above high end",
+                        ));
                     }
                     (*lo, *hi)
                 }
                 Some((TVal::Int(n), _)) => (*n as f64, *n as f64),
                 Some((TVal::Float(x), _)) => (*x, *x),
                 Some((other, s)) => {
-                    return Err(Diagnostic::error(format!("`snr_db` is a range such as `0..20`, got {}", describe(other)), *s, "not a range"))
+                    return Err(Diagnostic::error(
+                        format!("`snr_db` is a range such as `0..20`, got {}", describe(other)),
+                        *s,
+                        "not a range",
+                    ))
                 }
             };
             const MAX_CLASSES: usize = 8;
             if classes > MAX_CLASSES || classes < 2 {
                 let s = a.get("classes").map_or(span, |(_, s)| *s);
-                return Err(Diagnostic::error(format!("synthetic.rf has 2 to {MAX_CLASSES} modulation classes, got {classes}"), s, "out of range"));
+                return Err(Diagnostic::error(
+                    format!("synthetic.rf has 2 to {MAX_CLASSES} modulation classes, got {classes}"),
+                    s,
+                    "out of range",
+                ));
             }
             check_rf_inputs(inputs, classes, length, span)?;
             Ok(DataSource::SyntheticRf { classes, length, snr_db, count, seed })
@@ -328,9 +421,14 @@ fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource
             let a = bind(name, &["path"], args, span)?;
             match a.get("path") {
                 Some((TVal::Str(p), _)) if !p.is_empty() => Ok(DataSource::Npz { path: p.clone() }),
-                Some((other, s)) => Err(Diagnostic::error(format!("`npz` takes a file path string, got {}", describe(other)), *s, "not a path")
+                Some((other, s)) => Err(Diagnostic::error(
+                    format!("`npz` takes a file path string, got {}", describe(other)),
+                    *s,
+                    "not a path",
+                )
+                .with_help("write `npz(\"data.npz\")`")),
+                None => Err(Diagnostic::error("`npz` needs a file path", span, "no path")
                     .with_help("write `npz(\"data.npz\")`")),
-                None => Err(Diagnostic::error("`npz` needs a file path", span, "no path").with_help("write `npz(\"data.npz\")`")),
             }
         }
         other => Err(unknown_choice("data source", other, &SOURCES, span)),
@@ -339,16 +437,29 @@ fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource
 
 /// synthetic.rf yields bursts of `length` complex samples and labels of `classes` classes:
 /// the model needs one complex input of that many samples and one matching label input.
-fn check_rf_inputs(inputs: &[ModelInput], classes: usize, length: usize, span: Span) -> Result<(), Diagnostic> {
+fn check_rf_inputs(
+    inputs: &[ModelInput],
+    classes: usize,
+    length: usize,
+    span: Span,
+) -> Result<(), Diagnostic> {
     let labels: Vec<&ModelInput> = inputs.iter().filter(|i| i.ty.dtype == DType::I32).collect();
     let signals: Vec<&ModelInput> = inputs.iter().filter(|i| i.ty.dtype != DType::I32).collect();
     let Some(label) = labels.first() else {
-        return Err(Diagnostic::error("synthetic.rf provides class labels, but the model has no label input", span, "labels have nowhere to go")
-            .with_help(format!("declare `input label: class[B] of {classes}` in the model")));
+        return Err(Diagnostic::error(
+            "synthetic.rf provides class labels, but the model has no label input",
+            span,
+            "labels have nowhere to go",
+        )
+        .with_help(format!("declare `input label: class[B] of {classes}` in the model")));
     };
     if label.classes != Some(classes) {
         return Err(Diagnostic::error(
-            format!("synthetic.rf makes {classes} classes, but input `{}` has {}", label.name, label.classes.unwrap_or(0)),
+            format!(
+                "synthetic.rf makes {classes} classes, but input `{}` has {}",
+                label.name,
+                label.classes.unwrap_or(0)
+            ),
             span,
             format!("{classes} classes"),
         )
@@ -356,8 +467,12 @@ fn check_rf_inputs(inputs: &[ModelInput], classes: usize, length: usize, span: S
         .with_help(format!("make both the same, e.g. `classes = {}`", label.classes.unwrap_or(0))));
     }
     let Some(sig) = signals.first() else {
-        return Err(Diagnostic::error("synthetic.rf provides IQ bursts, but the model has no complex input", span, "no input to feed")
-            .with_help(format!("declare `input iq: c64[B, 1, {length}]` in the model")));
+        return Err(Diagnostic::error(
+            "synthetic.rf provides IQ bursts, but the model has no complex input",
+            span,
+            "no input to feed",
+        )
+        .with_help(format!("declare `input iq: c64[B, 1, {length}]` in the model")));
     };
     let per_sample = sig.ty.shape.fixed_numel();
     if sig.ty.dtype != DType::C64 || per_sample != length || signals.len() != 1 {
@@ -378,9 +493,10 @@ fn optimizer(v: &TVal, span: Span) -> Result<Optimizer, Diagnostic> {
         return Err(Diagnostic::error(format!("`optimizer` names an optimizer, got {}", describe(v)), span, "not an optimizer")
             .with_help("write `sgd(lr = 0.01, momentum = 0.9)`, `adam(lr = 1e-3)` or `adamw(lr = 1e-3, weight_decay = 0.01)`"));
     };
-    let num = |a: &HashMap<&str, (&TVal, Span)>, k: &str, d: f64, lo: f64, hi: f64| -> Result<f64, Diagnostic> {
-        a.get(k).map_or(Ok(d), |(v, s)| real_in(v, *s, k, lo, hi))
-    };
+    let num =
+        |a: &HashMap<&str, (&TVal, Span)>, k: &str, d: f64, lo: f64, hi: f64| -> Result<f64, Diagnostic> {
+            a.get(k).map_or(Ok(d), |(v, s)| real_in(v, *s, k, lo, hi))
+        };
     match name {
         "sgd" => {
             let a = bind(name, &["lr", "momentum", "nesterov", "weight_decay"], args, span)?;
@@ -388,7 +504,11 @@ fn optimizer(v: &TVal, span: Span) -> Result<Optimizer, Diagnostic> {
                 None => false,
                 Some((TVal::Bool(b), _)) => *b,
                 Some((other, s)) => {
-                    return Err(Diagnostic::error(format!("`nesterov` is `true` or `false`, got {}", describe(other)), *s, "not a boolean"))
+                    return Err(Diagnostic::error(
+                        format!("`nesterov` is `true` or `false`, got {}", describe(other)),
+                        *s,
+                        "not a boolean",
+                    ))
                 }
             };
             Ok(Optimizer {
@@ -402,8 +522,16 @@ fn optimizer(v: &TVal, span: Span) -> Result<Optimizer, Diagnostic> {
             let (beta1, beta2) = (num(&a, "beta1", 0.9, 0.0, 1.0)?, num(&a, "beta2", 0.999, 0.0, 1.0)?);
             let eps = num(&a, "eps", 1e-8, 0.0, 1.0)?;
             let wd_default = if name == "adamw" { 1e-2 } else { 0.0 };
-            let kind = if name == "adam" { OptimizerKind::Adam { beta1, beta2, eps } } else { OptimizerKind::AdamW { beta1, beta2, eps } };
-            Ok(Optimizer { kind, lr: num(&a, "lr", 1e-3, 0.0, 1e3)?, weight_decay: num(&a, "weight_decay", wd_default, 0.0, 1e3)? })
+            let kind = if name == "adam" {
+                OptimizerKind::Adam { beta1, beta2, eps }
+            } else {
+                OptimizerKind::AdamW { beta1, beta2, eps }
+            };
+            Ok(Optimizer {
+                kind,
+                lr: num(&a, "lr", 1e-3, 0.0, 1e3)?,
+                weight_decay: num(&a, "weight_decay", wd_default, 0.0, 1e3)?,
+            })
         }
         other => Err(unknown_choice("optimizer", other, &OPTS, span)),
     }
@@ -412,8 +540,12 @@ fn optimizer(v: &TVal, span: Span) -> Result<Optimizer, Diagnostic> {
 fn schedule(v: &TVal, span: Span) -> Result<Schedule, Diagnostic> {
     const SCHEDULES: [&str; 3] = ["constant", "cosine", "step"];
     let Some((name, args)) = call_parts(v) else {
-        return Err(Diagnostic::error(format!("`schedule` names a schedule, got {}", describe(v)), span, "not a schedule")
-            .with_help("write `constant`, `cosine(min_lr = 1e-5)` or `step(every = 2, gamma = 0.5)`"));
+        return Err(Diagnostic::error(
+            format!("`schedule` names a schedule, got {}", describe(v)),
+            span,
+            "not a schedule",
+        )
+        .with_help("write `constant`, `cosine(min_lr = 1e-5)` or `step(every = 2, gamma = 0.5)`"));
     };
     match name {
         "constant" => {
@@ -422,18 +554,27 @@ fn schedule(v: &TVal, span: Span) -> Result<Schedule, Diagnostic> {
         }
         "cosine" => {
             let a = bind(name, &["min_lr"], args, span)?;
-            Ok(Schedule::Cosine { min_lr: a.get("min_lr").map_or(Ok(0.0), |(v, s)| real_in(v, *s, "min_lr", 0.0, 1e3))? })
+            Ok(Schedule::Cosine {
+                min_lr: a.get("min_lr").map_or(Ok(0.0), |(v, s)| real_in(v, *s, "min_lr", 0.0, 1e3))?,
+            })
         }
         "step" => {
             let a = bind(name, &["every", "gamma"], args, span)?;
             let every = match a.get("every") {
                 Some((v, s)) => positive(v, *s, "every")?,
                 None => {
-                    return Err(Diagnostic::error("`step` needs `every` (epochs between decays)", span, "missing `every`")
-                        .with_help("write `step(every = 2, gamma = 0.5)`"))
+                    return Err(Diagnostic::error(
+                        "`step` needs `every` (epochs between decays)",
+                        span,
+                        "missing `every`",
+                    )
+                    .with_help("write `step(every = 2, gamma = 0.5)`"))
                 }
             };
-            Ok(Schedule::Step { every, gamma: a.get("gamma").map_or(Ok(0.1), |(v, s)| real_in(v, *s, "gamma", 0.0, 1.0))? })
+            Ok(Schedule::Step {
+                every,
+                gamma: a.get("gamma").map_or(Ok(0.1), |(v, s)| real_in(v, *s, "gamma", 0.0, 1.0))?,
+            })
         }
         other => Err(unknown_choice("schedule", other, &SCHEDULES, span)),
     }

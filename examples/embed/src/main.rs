@@ -18,14 +18,14 @@ model Burst {
         |> conv1d(8, kernel = 5, pad = 2) |> batchnorm(kind = naive) |> modrelu
         |> maxpool1d(2)
         |> conv1d(16, kernel = 3, pad = 1) |> modrelu
-        |> global_avgpool |> linear(4) |> abs
+        |> abs |> global_avgpool |> linear(4) |> real
     output logits
     loss cross_entropy(logits, label)
 }
 
 train Burst {
     batch     = 32
-    optimizer = adam(lr = 3e-3)
+    optimizer = adam(lr = 1e-2)
     seed      = 1
 }
 ";
@@ -38,11 +38,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cfg = RfConfig { classes: 4, length: 128, snr_db: (5.0, 20.0), count: 1024, seed: 3 };
     let data = Dataset::synthetic_rf(&cfg, model.inputs())?;
     let batch = session.batch();
-    for step in 0..60 {
+    for step in 0..100 {
         let start = (step * batch) % (data.len - batch);
         let idx: Vec<usize> = (start..start + batch).collect();
         let report = session.train_step(&data.gather(&idx))?;
-        if step % 10 == 0 || step == 59 {
+        if step % 20 == 0 || step == 99 {
             println!("step {step:>3}  loss {:.4}", report.loss);
         }
     }
@@ -52,6 +52,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let logits = outputs[0].1.f32s();
     let names: Vec<&str> = logits.chunks_exact(4).map(|row| MODULATIONS[argmax(row)]).collect();
     println!("predictions for bursts 0..8: {}", names.join(" "));
+    if let Some(cvc_runtime::backend::HostData::I32(labels)) = data.array("label").map(|t| &t.data) {
+        let truth: Vec<&str> = labels[..8].iter().map(|&l| MODULATIONS[l as usize]).collect();
+        println!("true classes:                {}", truth.join(" "));
+    }
 
     let path = std::env::temp_dir().join("cvc-embed-burst.safetensors");
     session.save_weights(&path)?;

@@ -23,7 +23,8 @@ pub fn run(args: &CheckArgs) -> CliResult {
     match front::check_file(&args.file, Mode::Train) {
         Ok(c) => {
             if args.json {
-                let text = serde_json::to_string_pretty(&to_json(&c)).map_err(|e| CliError::Message(e.to_string()))?;
+                let text = serde_json::to_string_pretty(&to_json(&c))
+                    .map_err(|e| CliError::Message(e.to_string()))?;
                 println!("{text}");
             } else {
                 print!("{}", table_text(&c));
@@ -34,7 +35,11 @@ pub fn run(args: &CheckArgs) -> CliResult {
             let color = std::io::stderr().is_terminal();
             eprint!("{}", front::render_all(&args.file.display().to_string(), &src, &diags, color));
             let n = diags.len();
-            eprintln!("error: could not check `{}` ({n} error{})", args.file.display(), if n == 1 { "" } else { "s" });
+            eprintln!(
+                "error: could not check `{}` ({n} error{})",
+                args.file.display(),
+                if n == 1 { "" } else { "s" }
+            );
             Err(CliError::Reported)
         }
     }
@@ -159,7 +164,9 @@ fn train_text(t: &train::TrainConfig) -> String {
         train::DataSource::SyntheticRf { classes, length, snr_db, count, seed } => {
             format!("synthetic.rf(classes = {classes}, length = {length}, snr_db = {}..{}, count = {count}, seed = {seed})", snr_db.0, snr_db.1)
         }
-        train::DataSource::SyntheticRandom { count, seed } => format!("synthetic.random(count = {count}, seed = {seed})"),
+        train::DataSource::SyntheticRandom { count, seed } => {
+            format!("synthetic.random(count = {count}, seed = {seed})")
+        }
         train::DataSource::Npz { path } => format!("npz({path:?})"),
     };
     let opt = match &t.optimizer.kind {
@@ -167,7 +174,9 @@ fn train_text(t: &train::TrainConfig) -> String {
             format!("sgd(lr = {}, momentum = {momentum}, nesterov = {nesterov})", t.optimizer.lr)
         }
         train::OptimizerKind::Adam { .. } => format!("adam(lr = {})", t.optimizer.lr),
-        train::OptimizerKind::AdamW { .. } => format!("adamw(lr = {}, weight_decay = {})", t.optimizer.lr, t.optimizer.weight_decay),
+        train::OptimizerKind::AdamW { .. } => {
+            format!("adamw(lr = {}, weight_decay = {})", t.optimizer.lr, t.optimizer.weight_decay)
+        }
     };
     let sched = match &t.schedule {
         train::Schedule::Constant => "constant lr".to_string(),

@@ -85,7 +85,9 @@ fn nvrtc_compile(source: &str, arch: &str, output: Output) -> Result<Vec<u8>, St
         if nv::nvrtcGetProgramLogSize(prog, &mut log_size).result().is_ok() && log_size > 1 {
             let mut buf = vec![0u8; log_size];
             if nv::nvrtcGetProgramLog(prog, buf.as_mut_ptr() as *mut _).result().is_ok() {
-                log = CStr::from_bytes_until_nul(&buf).map(|c| c.to_string_lossy().into_owned()).unwrap_or_default();
+                log = CStr::from_bytes_until_nul(&buf)
+                    .map(|c| c.to_string_lossy().into_owned())
+                    .unwrap_or_default();
             }
         }
         if compiled.result().is_err() {
@@ -95,15 +97,23 @@ fn nvrtc_compile(source: &str, arch: &str, output: Output) -> Result<Vec<u8>, St
         let mut size = 0usize;
         let bytes = match output {
             Output::Ptx => {
-                nv::nvrtcGetPTXSize(prog, &mut size).result().map_err(|e| format!("nvrtcGetPTXSize: {e:?}"))?;
+                nv::nvrtcGetPTXSize(prog, &mut size)
+                    .result()
+                    .map_err(|e| format!("nvrtcGetPTXSize: {e:?}"))?;
                 let mut buf = vec![0u8; size];
-                nv::nvrtcGetPTX(prog, buf.as_mut_ptr() as *mut _).result().map_err(|e| format!("nvrtcGetPTX: {e:?}"))?;
+                nv::nvrtcGetPTX(prog, buf.as_mut_ptr() as *mut _)
+                    .result()
+                    .map_err(|e| format!("nvrtcGetPTX: {e:?}"))?;
                 buf
             }
             Output::Cubin => {
-                nv::nvrtcGetCUBINSize(prog, &mut size).result().map_err(|e| format!("nvrtcGetCUBINSize: {e:?}"))?;
+                nv::nvrtcGetCUBINSize(prog, &mut size)
+                    .result()
+                    .map_err(|e| format!("nvrtcGetCUBINSize: {e:?}"))?;
                 let mut buf = vec![0u8; size];
-                nv::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut _).result().map_err(|e| format!("nvrtcGetCUBIN: {e:?}"))?;
+                nv::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut _)
+                    .result()
+                    .map_err(|e| format!("nvrtcGetCUBIN: {e:?}"))?;
                 buf
             }
         };
@@ -204,7 +214,10 @@ pub fn cached_cubin(source: &str, arch: &str, kernels: usize) -> Result<(Vec<u8>
             }
         }
     }
-    Ok((cubin, CompileInfo { arch: arch.into(), kernels, seconds, cache_hit: false, cache_path: path, nvrtc }))
+    Ok((
+        cubin,
+        CompileInfo { arch: arch.into(), kernels, seconds, cache_hit: false, cache_path: path, nvrtc },
+    ))
 }
 
 enum Action {
@@ -231,10 +244,12 @@ pub struct CudaBackend {
 
 impl CudaBackend {
     /// Generates, compiles (or loads from the cache) and loads `program`'s kernels on device
-    /// 0, and allocates its arena: the only device allocation the back end makes.
+    /// 0, and allocates its arena: the only device allocation the back end makes. Prints one
+    /// `cuda: ...` line to stderr saying how the module was obtained (see [`CompileInfo`]).
     pub fn new(program: &Program, precision: Precision) -> Result<CudaBackend, RuntimeError> {
         let name = available().map_err(RuntimeError)?;
-        let generated = cuda::generate(program, precision).map_err(|e| RuntimeError(format!("CUDA code generation: {e}")))?;
+        let generated = cuda::generate(program, precision)
+            .map_err(|e| RuntimeError(format!("CUDA code generation: {e}")))?;
         unsafe {
             let device = result::device::get(0).map_err(driver_err("device lookup"))?;
             let ctx = result::primary_ctx::retain(device).map_err(driver_err("context creation"))?;
@@ -272,8 +287,11 @@ impl CudaBackend {
                 },
                 generated,
             };
-            let (cubin, info) = cached_cubin(&backend.generated.source, &arch, backend.generated.kernels.len())
-                .map_err(RuntimeError)?;
+            let (cubin, info) =
+                cached_cubin(&backend.generated.source, &arch, backend.generated.kernels.len())
+                    .map_err(RuntimeError)?;
+            // One line on stderr so every start reports compile time or the cache hit.
+            eprintln!("cuda: {info}");
             backend.compile = info;
             backend.module = result::module::load_data(cubin.as_ptr() as *const c_void)
                 .map_err(driver_err("module load"))?;
@@ -283,13 +301,20 @@ impl CudaBackend {
                         let cname = CString::new(l.name.as_str()).expect("kernel names have no NUL");
                         let f = result::module::get_function(backend.module, cname)
                             .map_err(driver_err(&format!("lookup of kernel {}", l.name)))?;
-                        Action::Launch { f, grid: l.grid, block: l.block, shared: l.shared_bytes, name: l.name.clone() }
+                        Action::Launch {
+                            f,
+                            grid: l.grid,
+                            block: l.block,
+                            shared: l.shared_bytes,
+                            name: l.name.clone(),
+                        }
                     }
                     CudaStep::Zero { offset, bytes } => Action::Zero { offset: *offset, bytes: *bytes },
                 });
             }
             backend.arena_bytes = program.plan.arena_bytes;
-            backend.arena = result::malloc_sync(program.plan.arena_bytes.max(256)).map_err(driver_err("arena allocation"))?;
+            backend.arena = result::malloc_sync(program.plan.arena_bytes.max(256))
+                .map_err(driver_err("arena allocation"))?;
             let g = &program.graph;
             backend.values = g
                 .nodes
@@ -344,7 +369,8 @@ impl CudaBackend {
     pub fn profile_step(&mut self) -> Result<Vec<(String, f64)>, RuntimeError> {
         self.bind()?;
         let stream: sys::CUstream = std::ptr::null_mut();
-        let start = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(driver_err("event"))?;
+        let start =
+            result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(driver_err("event"))?;
         let end = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(driver_err("event"))?;
         let mut times = Vec::new();
         let mut outcome = Ok(());
@@ -353,7 +379,8 @@ impl CudaBackend {
                 unsafe { result::event::record(start, stream) }.map_err(driver_err("event record"))?;
                 run_action(self.arena, a)?;
                 unsafe { result::event::record(end, stream) }.map_err(driver_err("event record"))?;
-                unsafe { result::event::synchronize(end) }.map_err(|e| RuntimeError(format!("kernel failed: {e}")))?;
+                unsafe { result::event::synchronize(end) }
+                    .map_err(|e| RuntimeError(format!("kernel failed: {e}")))?;
                 unsafe { result::event::elapsed(start, end) }.map_err(driver_err("event timing"))
             })();
             match r {
@@ -422,9 +449,14 @@ impl Backend for CudaBackend {
         }
         let bytes = t.as_bytes();
         if bytes.len() > slot.bytes {
-            return Err(RuntimeError(format!("upload to {v}: {} bytes into a {}-byte buffer", bytes.len(), slot.bytes)));
+            return Err(RuntimeError(format!(
+                "upload to {v}: {} bytes into a {}-byte buffer",
+                bytes.len(),
+                slot.bytes
+            )));
         }
-        unsafe { result::memcpy_htod_sync(self.arena + slot.offset as u64, &bytes) }.map_err(driver_err("upload"))
+        unsafe { result::memcpy_htod_sync(self.arena + slot.offset as u64, &bytes) }
+            .map_err(driver_err("upload"))
     }
 
     fn download(&mut self, v: Value) -> Result<HostTensor, RuntimeError> {
@@ -432,7 +464,8 @@ impl Backend for CudaBackend {
         let (dt, shape, slot) = self.slot(v)?;
         let n: usize = shape.iter().product::<usize>() * dt.bytes();
         let mut bytes = vec![0u8; n.min(slot.bytes)];
-        unsafe { result::memcpy_dtoh_sync(&mut bytes, self.arena + slot.offset as u64) }.map_err(driver_err("download"))?;
+        unsafe { result::memcpy_dtoh_sync(&mut bytes, self.arena + slot.offset as u64) }
+            .map_err(driver_err("download"))?;
         Ok(HostTensor::from_bytes(dt, &shape, &bytes))
     }
 
@@ -441,7 +474,8 @@ impl Backend for CudaBackend {
         for a in &self.actions {
             run_action(self.arena, a)?;
         }
-        result::ctx::synchronize().map_err(|e| RuntimeError(format!("a CUDA kernel failed during the step: {e}")))?;
+        result::ctx::synchronize()
+            .map_err(|e| RuntimeError(format!("a CUDA kernel failed during the step: {e}")))?;
         self.sample_memory();
         Ok(())
     }
