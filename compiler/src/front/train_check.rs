@@ -400,7 +400,7 @@ fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource
                 }
             };
             const MAX_CLASSES: usize = 8;
-            if classes > MAX_CLASSES || classes < 2 {
+            if !(2..=MAX_CLASSES).contains(&classes) {
                 let s = a.get("classes").map_or(span, |(_, s)| *s);
                 return Err(Diagnostic::error(
                     format!("synthetic.rf has 2 to {MAX_CLASSES} modulation classes, got {classes}"),

@@ -13,6 +13,8 @@ struct State {
     job: Option<Job>,
     generation: u64,
     finished: usize,
+    /// Whether a worker's part of the current job panicked.
+    panicked: bool,
     quit: bool,
 }
 
@@ -35,7 +37,7 @@ impl Pool {
     /// A pool running jobs on `threads` threads in total (the caller plus `threads - 1`).
     pub fn new(threads: usize) -> Pool {
         let shared = Arc::new(Shared {
-            state: Mutex::new(State { job: None, generation: 0, finished: 0, quit: false }),
+            state: Mutex::new(State { job: None, generation: 0, finished: 0, panicked: false, quit: false }),
             start: Condvar::new(),
             done: Condvar::new(),
         });
@@ -54,6 +56,9 @@ impl Pool {
     }
 
     /// Runs `f(i)` for every thread index `i` in `0..threads()`, returning when all are done.
+    ///
+    /// # Panics
+    /// When `f` panics on any thread (after every thread has finished its part).
     pub fn run(&self, f: &(dyn Fn(usize) + Sync)) {
         if self.workers.is_empty() {
             f(0);
@@ -76,6 +81,10 @@ impl Pool {
             st = self.shared.done.wait(st).unwrap_or_else(|e| e.into_inner());
         }
         st.job = None;
+        if std::mem::take(&mut st.panicked) {
+            drop(st);
+            panic!("a CPU kernel panicked on a worker thread");
+        }
     }
 }
 
@@ -93,11 +102,14 @@ fn worker(sh: &Shared, id: usize) {
             seen = st.generation;
             st.job
         };
+        let mut ok = true;
         if let Some(job) = job {
             // SAFETY: `Pool::run` keeps the closure alive until `finished` counts us.
-            unsafe { (*job)(id) };
+            let part = std::panic::AssertUnwindSafe(|| unsafe { (*job)(id) });
+            ok = std::panic::catch_unwind(part).is_ok();
         }
         let mut st = sh.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.panicked |= !ok;
         st.finished += 1;
         sh.done.notify_all();
     }
