@@ -42,7 +42,10 @@ impl Checkpoint {
 }
 
 /// Serialises tensors and metadata to safetensors bytes (complex as `[..., 2]` f32).
-pub fn to_bytes(tensors: &[(String, HostTensor)], metadata: &BTreeMap<String, String>) -> Result<Vec<u8>, String> {
+pub fn to_bytes(
+    tensors: &[(String, HostTensor)],
+    metadata: &BTreeMap<String, String>,
+) -> Result<Vec<u8>, String> {
     let raw: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = tensors
         .iter()
         .map(|(name, t)| {
@@ -70,7 +73,8 @@ pub fn to_bytes(tensors: &[(String, HostTensor)], metadata: &BTreeMap<String, St
 
 /// Parses safetensors bytes. `file` names the source in errors.
 pub fn from_bytes(bytes: &[u8], file: &Path) -> Result<Checkpoint, String> {
-    let what = |e: safetensors::SafeTensorError| format!("{}: not a valid safetensors file: {e}", file.display());
+    let what =
+        |e: safetensors::SafeTensorError| format!("{}: not a valid safetensors file: {e}", file.display());
     let (_, meta) = safetensors::SafeTensors::read_metadata(bytes).map_err(what)?;
     let st = safetensors::SafeTensors::deserialize(bytes).map_err(what)?;
     let mut metadata: BTreeMap<String, String> =
@@ -112,7 +116,11 @@ pub fn from_bytes(bytes: &[u8], file: &Path) -> Result<Checkpoint, String> {
 
 /// Writes a checkpoint atomically: a temporary file in the same folder, flushed and synced,
 /// then renamed over `path` (readers see the old or the new file, never a torn one).
-pub fn save(path: &Path, tensors: &[(String, HostTensor)], metadata: &BTreeMap<String, String>) -> Result<(), String> {
+pub fn save(
+    path: &Path,
+    tensors: &[(String, HostTensor)],
+    metadata: &BTreeMap<String, String>,
+) -> Result<(), String> {
     let bytes = to_bytes(tensors, metadata)?;
     write_atomic(path, &bytes)
 }
@@ -123,7 +131,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => Path::new(".").to_path_buf(),
     };
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "checkpoint".into());
+    let name =
+        path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "checkpoint".into());
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
     let err = |e: std::io::Error| format!("{}: {e}", tmp.display());
     let result = (|| {
@@ -153,18 +162,33 @@ pub fn load(path: &Path) -> Result<Checkpoint, String> {
 /// Converts a checkpoint tensor to the type a model leaf expects, with an error naming the
 /// file, the tensor, and both shapes. A complex leaf also accepts an f32 tensor of shape
 /// `shape + [2]` written by another tool without the `cvc.complex` marker.
-pub fn conform(t: &HostTensor, dtype: DType, shape: &[usize], name: &str, file: &Path) -> Result<HostTensor, String> {
+pub fn conform(
+    t: &HostTensor,
+    dtype: DType,
+    shape: &[usize],
+    name: &str,
+    file: &Path,
+) -> Result<HostTensor, String> {
     if t.dtype == dtype && t.shape == shape {
         return Ok(t.clone());
     }
-    if dtype == DType::C64 && t.dtype == DType::F32 && t.shape.len() == shape.len() + 1 && t.shape[..shape.len()] == *shape
+    if dtype == DType::C64
+        && t.dtype == DType::F32
+        && t.shape.len() == shape.len() + 1
+        && t.shape[..shape.len()] == *shape
         && t.shape.last() == Some(&2)
     {
         if let HostData::F32(v) = &t.data {
             return Ok(HostTensor { dtype, shape: shape.to_vec(), data: HostData::F32(v.clone()) });
         }
     }
-    let show = |d: DType, s: &[usize]| if d == DType::C64 { format!("c64 {s:?} (stored f32 {s:?}+[2])") } else { format!("{d} {s:?}") };
+    let show = |d: DType, s: &[usize]| {
+        if d == DType::C64 {
+            format!("c64 {s:?} (stored f32 {s:?}+[2])")
+        } else {
+            format!("{d} {s:?}")
+        }
+    };
     Err(format!(
         "{}: tensor '{name}' is {}, the model expects {}",
         file.display(),

@@ -32,9 +32,10 @@ pub fn from_interp(t: &Tensor) -> HostTensor {
         TensorData::Complex(v) => {
             (DType::C64, HostData::F32(v.iter().flat_map(|z| [z.re as f32, z.im as f32]).collect()))
         }
-        TensorData::Int(v) => {
-            (DType::I32, HostData::I32(v.iter().map(|&x| x.clamp(i32::MIN as i64, i32::MAX as i64) as i32).collect()))
-        }
+        TensorData::Int(v) => (
+            DType::I32,
+            HostData::I32(v.iter().map(|&x| x.clamp(i32::MIN as i64, i32::MAX as i64) as i32).collect()),
+        ),
     };
     HostTensor { dtype, shape: t.shape.clone(), data }
 }
@@ -102,7 +103,9 @@ impl Backend for InterpBackend {
         for (h, n) in self.graph.nodes.iter() {
             if matches!(n.op, Op::Assign) {
                 let target = n.inputs[0];
-                let new = values[h.index()].as_ref().ok_or_else(|| RuntimeError(format!("{h} was not computed")))?;
+                let new = values[h.index()]
+                    .as_ref()
+                    .ok_or_else(|| RuntimeError(format!("{h} was not computed")))?;
                 // Persistent buffers are f32 in every back end: round as storing them would.
                 self.leaves.insert(target, to_interp(&from_interp(new)));
             }

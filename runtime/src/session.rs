@@ -205,13 +205,19 @@ impl Model {
     }
 
     /// Compiles the training (`Mode::Train`) or inference graph at a batch size.
-    pub fn compile(&self, mode: Mode, batch: usize, memory_budget: Option<u64>) -> Result<Program, RuntimeError> {
+    pub fn compile(
+        &self,
+        mode: Mode,
+        batch: usize,
+        memory_budget: Option<u64>,
+    ) -> Result<Program, RuntimeError> {
         let graph = match mode {
             Mode::Train => self.train_graph.clone(),
             Mode::Eval => self.eval_graph.clone(),
         };
         let opts = Options { batch, optimizer: self.config.optimizer.clone(), memory_budget, fuse: true };
-        pipeline::compile(graph, &opts).map_err(|e| RuntimeError(format!("{}: compiling {}: {e}", self.file, self.name())))
+        pipeline::compile(graph, &opts)
+            .map_err(|e| RuntimeError(format!("{}: compiling {}: {e}", self.file, self.name())))
     }
 
     /// A session on `device` with the `train` section's batch, seed and memory budget.
@@ -300,7 +306,11 @@ pub fn resolve_device(request: Device) -> Result<(Device, Option<String>), Runti
     }
 }
 
-fn backend_for(device: Device, program: &Program, precision: Precision) -> Result<Box<dyn Backend>, RuntimeError> {
+fn backend_for(
+    device: Device,
+    program: &Program,
+    precision: Precision,
+) -> Result<Box<dyn Backend>, RuntimeError> {
     Ok(match device {
         Device::Cpu | Device::Auto => Box::new(crate::cpu::CpuBackend::new(program)?),
         Device::Cuda => Box::new(crate::cuda::CudaBackend::new(program, precision)?),
@@ -348,7 +358,10 @@ pub struct Session {
 impl Session {
     fn new(model: &Model, opts: &SessionOptions) -> Result<Session, RuntimeError> {
         let (device, note) = resolve_device(opts.device)?;
-        let program = model.compile(Mode::Train, opts.batch, opts.memory_budget)?;
+        // A model without a loss has no training step: its parameters live in an inference
+        // program, so weights can still be loaded and `infer` run.
+        let mode = if model.train_graph.loss.is_some() { Mode::Train } else { Mode::Eval };
+        let program = model.compile(mode, opts.batch, opts.memory_budget)?;
         let backend = backend_for(device, &program, opts.precision)?;
         let mut train = Exec { program, backend, synced: 0 };
         let counters = unassigned_counters(&train.program.graph);
@@ -429,7 +442,8 @@ impl Session {
         }
         self.version += 1;
         let g = &self.train.program.graph;
-        let loss_v = g.loss.ok_or_else(|| RuntimeError(format!("model {} declares no loss to train", g.name)))?;
+        let loss_v =
+            g.loss.ok_or_else(|| RuntimeError(format!("model {} declares no loss to train", g.name)))?;
         let loss = scalar(&self.train.backend.download(loss_v)?)?;
         let outputs = download_outputs(&mut self.train)?;
         Ok(StepReport { loss, outputs })
@@ -457,7 +471,10 @@ impl Session {
     }
 
     /// The model's outputs for a batch (inference mode: running statistics, no dropout).
-    pub fn infer(&mut self, inputs: &[(String, HostTensor)]) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+    pub fn infer(
+        &mut self,
+        inputs: &[(String, HostTensor)],
+    ) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
         Ok(self.evaluate(inputs)?.outputs)
     }
 
@@ -468,8 +485,11 @@ impl Session {
         let mut out = Vec::new();
         for &(p, dp) in &self.train.program.facts.grads {
             let name = g.leaf_name(p).unwrap_or("?").to_string();
-            if matches!(self.device, Device::Cpu | Device::Cuda) && self.train.program.plan.slot(dp).is_none() {
-                return Err(RuntimeError(format!("the gradient of {name} is not kept in memory by the compiled program")));
+            if matches!(self.device, Device::Cpu | Device::Cuda) && self.train.program.plan.slot(dp).is_none()
+            {
+                return Err(RuntimeError(format!(
+                    "the gradient of {name} is not kept in memory by the compiled program"
+                )));
             }
             out.push((name, self.train.backend.download(dp)?));
         }
@@ -484,7 +504,9 @@ impl Session {
         let mut out = Vec::new();
         for (v, name) in leaves {
             let t = match self.counters.iter().find(|c| c.0 == v) {
-                Some((_, _, c)) => HostTensor { dtype: DType::I32, shape: vec![], data: HostData::I32(vec![*c]) },
+                Some((_, _, c)) => {
+                    HostTensor { dtype: DType::I32, shape: vec![], data: HostData::I32(vec![*c]) }
+                }
                 None => self.train.backend.download(v)?,
             };
             out.push((name, t));
@@ -493,7 +515,11 @@ impl Session {
     }
 
     /// Writes parameters and state to a safetensors file (atomically), with metadata.
-    pub fn save_checkpoint(&mut self, path: &Path, metadata: &BTreeMap<String, String>) -> Result<(), RuntimeError> {
+    pub fn save_checkpoint(
+        &mut self,
+        path: &Path,
+        metadata: &BTreeMap<String, String>,
+    ) -> Result<(), RuntimeError> {
         let tensors = self.state_tensors()?;
         let mut meta = metadata.clone();
         meta.insert("model".into(), self.model.name().to_string());
@@ -540,7 +566,8 @@ impl Session {
         let mut converted = Vec::new();
         for (v, name, _, dtype, shape) in &leaves {
             if let Some(t) = ck.tensors.get(name) {
-                converted.push((*v, checkpoint::conform(t, *dtype, shape, name, file).map_err(RuntimeError)?));
+                converted
+                    .push((*v, checkpoint::conform(t, *dtype, shape, name, file).map_err(RuntimeError)?));
             }
         }
         for (v, t) in converted {
@@ -577,11 +604,14 @@ impl Session {
             return Ok(());
         }
         let eg = &self.evals[idx].program.graph;
-        let names: Vec<(Value, String)> = eg.persistent().map(|v| (v, eg.leaf_name(v).unwrap_or_default().to_string())).collect();
+        let names: Vec<(Value, String)> =
+            eg.persistent().map(|v| (v, eg.leaf_name(v).unwrap_or_default().to_string())).collect();
         for (ev, name) in names {
             let Some(tv) = self.train.program.graph.find_leaf(&name) else { continue };
             let t = match self.counters.iter().find(|c| c.0 == tv) {
-                Some((_, _, c)) => HostTensor { dtype: DType::I32, shape: vec![], data: HostData::I32(vec![*c]) },
+                Some((_, _, c)) => {
+                    HostTensor { dtype: DType::I32, shape: vec![], data: HostData::I32(vec![*c]) }
+                }
                 None => self.train.backend.download(tv)?,
             };
             self.evals[idx].backend.upload(ev, &t)?;
@@ -625,12 +655,18 @@ fn initialise(exec: &mut Exec, seed: u64) -> Result<(), RuntimeError> {
 
 /// Uploads every input leaf of the program from `inputs` by name. With `require`, a missing
 /// input is an error; otherwise it is zero-filled and the function returns `false`.
-fn upload_inputs(exec: &mut Exec, inputs: &[(String, HostTensor)], require: bool) -> Result<bool, RuntimeError> {
+fn upload_inputs(
+    exec: &mut Exec,
+    inputs: &[(String, HostTensor)],
+    require: bool,
+) -> Result<bool, RuntimeError> {
     let g = &exec.program.graph;
     let batch = exec.program.plan.batch;
     let leaves: Vec<(Value, String, DType, Vec<usize>)> = g
         .inputs()
-        .map(|v| (v, g.leaf_name(v).unwrap_or_default().to_string(), g.ty(v).dtype, g.ty(v).shape.resolve(batch)))
+        .map(|v| {
+            (v, g.leaf_name(v).unwrap_or_default().to_string(), g.ty(v).dtype, g.ty(v).shape.resolve(batch))
+        })
         .collect();
     let mut complete = true;
     for (v, name, dtype, shape) in leaves {
@@ -655,7 +691,8 @@ fn upload_inputs(exec: &mut Exec, inputs: &[(String, HostTensor)], require: bool
 }
 
 fn download_outputs(exec: &mut Exec) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
-    let outs: Vec<(String, Value)> = exec.program.graph.outputs.iter().map(|o| (o.name.clone(), o.value)).collect();
+    let outs: Vec<(String, Value)> =
+        exec.program.graph.outputs.iter().map(|o| (o.name.clone(), o.value)).collect();
     outs.into_iter().map(|(n, v)| Ok((n, exec.backend.download(v)?))).collect()
 }
 

@@ -199,7 +199,8 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
         best = meta.get("best").and_then(|s| s.parse().ok());
         truncate_metrics(&metrics_path, start)?;
     } else if metrics_path.exists() {
-        fs::remove_file(&metrics_path).map_err(|e| RuntimeError(format!("{}: {e}", metrics_path.display())))?;
+        fs::remove_file(&metrics_path)
+            .map_err(|e| RuntimeError(format!("{}: {e}", metrics_path.display())))?;
     }
 
     let steps = split.train.len() / opts.batch;
@@ -232,7 +233,8 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
                 c.add(cm, &r.outputs, &inputs);
             }
             let rate = ((i + 1) * opts.batch) as f64 / t_epoch.elapsed().as_secs_f64().max(1e-9);
-            let acc = train_cm.as_ref().map(|c| format!(" acc {:.1}%", 100.0 * c.accuracy())).unwrap_or_default();
+            let acc =
+                train_cm.as_ref().map(|c| format!(" acc {:.1}%", 100.0 * c.accuracy())).unwrap_or_default();
             bar.set_message(format!("loss {:.4}{acc} {rate:.0} samples/s", loss_sum / (i + 1) as f64));
             bar.inc(1);
         }
@@ -279,9 +281,9 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
 }
 
 fn meta_usize(meta: &BTreeMap<String, String>, key: &str, file: &Path) -> Result<usize, RuntimeError> {
-    meta.get(key)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| RuntimeError(format!("{}: metadata '{key}' is missing or not a number", file.display())))
+    meta.get(key).and_then(|s| s.parse().ok()).ok_or_else(|| {
+        RuntimeError(format!("{}: metadata '{key}' is missing or not a number", file.display()))
+    })
 }
 
 /// Keeps the first `epochs` records of a `metrics.jsonl` (a resumed run rewrites the rest).
@@ -348,7 +350,11 @@ pub fn memory_report(session: &Session) -> String {
     ));
     s.push_str(&format!("  parameters+state{:>12}\n", metrics::human_bytes(plan.persistent_bytes)));
     match session.measured_peak_bytes() {
-        Some(b) => s.push_str(&format!("  measured peak   {:>12}  ({})\n", metrics::human_bytes(b), peak_kind(session))),
+        Some(b) => s.push_str(&format!(
+            "  measured peak   {:>12}  ({})\n",
+            metrics::human_bytes(b),
+            peak_kind(session)
+        )),
         None => s.push_str("  measured peak   unknown\n"),
     }
     let mut live: Vec<(usize, String)> = plan
@@ -359,7 +365,10 @@ pub fn memory_report(session: &Session) -> String {
             let n = g.node(v);
             let line = model.line_of(g.span(v));
             let ty = format!("{}{:?}", n.ty.dtype, n.ty.shape.resolve(plan.batch));
-            (bytes, format!("{:>10}  {ty:<22} {:<34} line {line}", metrics::human_bytes(bytes), n.origin.label))
+            (
+                bytes,
+                format!("{:>10}  {ty:<22} {:<34} line {line}", metrics::human_bytes(bytes), n.origin.label),
+            )
         })
         .collect();
     live.sort_by_key(|x| std::cmp::Reverse(x.0));

@@ -20,9 +20,16 @@ fn sample() -> Vec<(String, HostTensor)> {
     vec![
         (
             "dense.weight".into(),
-            HostTensor { dtype: DType::C64, shape: vec![2, 2], data: HostData::F32(vec![1.0, -1.0, 2.0, 0.5, 3.0, 0.0, -4.0, 8.0]) },
+            HostTensor {
+                dtype: DType::C64,
+                shape: vec![2, 2],
+                data: HostData::F32(vec![1.0, -1.0, 2.0, 0.5, 3.0, 0.0, -4.0, 8.0]),
+            },
         ),
-        ("norm.running_var".into(), HostTensor { dtype: DType::F32, shape: vec![3], data: HostData::F32(vec![0.1, 0.2, 0.3]) }),
+        (
+            "norm.running_var".into(),
+            HostTensor { dtype: DType::F32, shape: vec![3], data: HostData::F32(vec![0.1, 0.2, 0.3]) },
+        ),
         ("step".into(), HostTensor { dtype: DType::I32, shape: vec![], data: HostData::I32(vec![17]) }),
     ]
 }
@@ -51,7 +58,8 @@ fn complex_tensors_use_the_view_as_real_layout() {
     let w = st.tensor("dense.weight").unwrap();
     assert_eq!(w.dtype(), safetensors::Dtype::F32);
     assert_eq!(w.shape(), &[2, 2, 2]);
-    let vals: Vec<f32> = w.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let vals: Vec<f32> =
+        w.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
     // [i, j, 0] is the real part and [i, j, 1] the imaginary part of element (i, j).
     assert_eq!(vals, vec![1.0, -1.0, 2.0, 0.5, 3.0, 0.0, -4.0, 8.0]);
     let s = st.tensor("step").unwrap();
@@ -61,7 +69,8 @@ fn complex_tensors_use_the_view_as_real_layout() {
 #[test]
 fn foreign_real_layout_conforms_to_a_complex_leaf() {
     let path = PathBuf::from("torch.safetensors");
-    let t = HostTensor { dtype: DType::F32, shape: vec![2, 2], data: HostData::F32(vec![1.0, 2.0, 3.0, 4.0]) };
+    let t =
+        HostTensor { dtype: DType::F32, shape: vec![2, 2], data: HostData::F32(vec![1.0, 2.0, 3.0, 4.0]) };
     let c = conform(&t, DType::C64, &[2], "w", &path).unwrap();
     assert_eq!((c.dtype, c.shape.clone()), (DType::C64, vec![2]));
     assert_eq!(c.data, t.data);
@@ -76,7 +85,10 @@ fn atomic_write_replaces_and_leaves_no_temporaries() {
     std::fs::write(&path, b"old contents").unwrap();
     checkpoint::save(&path, &sample(), &BTreeMap::new()).unwrap();
     assert!(checkpoint::load(&path).is_ok());
-    let names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     assert_eq!(names, vec!["last.safetensors".to_string()]);
     // A failed write (missing folder) reports the path and leaves the old file alone.
     let bad = dir.join("missing").join("x.safetensors");

@@ -64,14 +64,18 @@ fn train_one_epoch_on_the_cpu_writes_metrics_and_checkpoints() {
     let o = cvc(&dir, &["train", "tiny.cvnn", "--device", "cpu", "--out", "run"]);
     assert!(o.status.success(), "{}", text(&o));
     let out = text(&o);
-    assert!(out.contains("planned arena") && out.contains("lower bound") && out.contains("measured peak"), "{out}");
+    assert!(
+        out.contains("planned arena") && out.contains("lower bound") && out.contains("measured peak"),
+        "{out}"
+    );
     assert!(out.contains("alive at the peak") && out.contains("line "), "{out}");
     let metrics = std::fs::read_to_string(dir.join("run/metrics.jsonl")).unwrap();
     let lines: Vec<&str> = metrics.lines().collect();
     assert_eq!(lines.len(), 1);
     let m: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
     assert_eq!(m["epoch"], 1);
-    for key in ["train_loss", "val_loss", "val_acc", "step_ms", "planned_arena_bytes", "measured_peak_bytes"] {
+    for key in ["train_loss", "val_loss", "val_acc", "step_ms", "planned_arena_bytes", "measured_peak_bytes"]
+    {
         let v = m[key].as_f64().unwrap_or_else(|| panic!("{key} missing in {m}"));
         assert!(v.is_finite() && v >= 0.0, "{key} = {v}");
     }
@@ -87,7 +91,11 @@ fn train_one_epoch_on_the_cpu_writes_metrics_and_checkpoints() {
 fn bad_flags_and_inputs_exit_with_1_and_say_why() {
     let dir = tmp("flags");
     std::fs::write(dir.join("tiny.cvnn"), TINY).unwrap();
-    std::fs::write(dir.join("npz.cvnn"), TINY.replace("synthetic.random(count = 64, seed = 1)", "npz(\"missing.npz\")")).unwrap();
+    std::fs::write(
+        dir.join("npz.cvnn"),
+        TINY.replace("synthetic.random(count = 64, seed = 1)", "npz(\"missing.npz\")"),
+    )
+    .unwrap();
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["train", "tiny.cvnn", "--epochs", "0"], "epochs"),
         (vec!["train", "tiny.cvnn", "--device", "gpu"], "gpu"),
@@ -118,16 +126,46 @@ fn bad_flags_and_inputs_exit_with_1_and_say_why() {
 fn data_run_and_eval_work_together() {
     let dir = tmp("rf");
     std::fs::write(dir.join("rf.cvnn"), RF).unwrap();
-    let o = cvc(&dir, &["data", "rf", "--out", "d.npz", "--classes", "3", "--length", "32", "--count", "20", "--seed", "4"]);
+    let o = cvc(
+        &dir,
+        &["data", "rf", "--out", "d.npz", "--classes", "3", "--length", "32", "--count", "20", "--seed", "4"],
+    );
     assert!(o.status.success(), "{}", text(&o));
     let o = cvc(&dir, &["train", "rf.cvnn", "--device", "cpu", "--out", "run", "-q"]);
     assert!(o.status.success(), "{}", text(&o));
-    let o = cvc(&dir, &["eval", "rf.cvnn", "--weights", "run/best.safetensors", "--data", "d.npz", "--device", "cpu", "--batch", "8"]);
+    let o = cvc(
+        &dir,
+        &[
+            "eval",
+            "rf.cvnn",
+            "--weights",
+            "run/best.safetensors",
+            "--data",
+            "d.npz",
+            "--device",
+            "cpu",
+            "--batch",
+            "8",
+        ],
+    );
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("accuracy") && text(&o).contains("BPSK"), "{}", text(&o));
     let o = cvc(
         &dir,
-        &["run", "rf.cvnn", "--weights", "run/last.safetensors", "--data", "d.npz", "--device", "cpu", "--grads", "g.safetensors", "--out", "o.npz"],
+        &[
+            "run",
+            "rf.cvnn",
+            "--weights",
+            "run/last.safetensors",
+            "--data",
+            "d.npz",
+            "--device",
+            "cpu",
+            "--grads",
+            "g.safetensors",
+            "--out",
+            "o.npz",
+        ],
     );
     assert!(o.status.success(), "{}", text(&o));
     let grads = cvc_runtime::checkpoint::load(&dir.join("g.safetensors")).unwrap();
@@ -142,14 +180,25 @@ fn data_run_and_eval_work_together() {
     assert_eq!(names, ["logits", "loss"]);
     assert_eq!(outs[0].1.tensor.shape, vec![20, 3]);
     // Data that does not match the model: the error names the array and both shapes.
-    let o = cvc(&dir, &["data", "rf", "--out", "long.npz", "--classes", "3", "--length", "64", "--count", "4"]);
+    let o =
+        cvc(&dir, &["data", "rf", "--out", "long.npz", "--classes", "3", "--length", "64", "--count", "4"]);
     assert!(o.status.success(), "{}", text(&o));
-    let o = cvc(&dir, &["eval", "rf.cvnn", "--weights", "run/best.safetensors", "--data", "long.npz", "--device", "cpu"]);
+    let o = cvc(
+        &dir,
+        &["eval", "rf.cvnn", "--weights", "run/best.safetensors", "--data", "long.npz", "--device", "cpu"],
+    );
     assert_eq!(o.status.code(), Some(1));
-    assert!(text(&o).contains("'iq'") && text(&o).contains("[N, 1, 32]") && text(&o).contains("[4, 1, 64]"), "{}", text(&o));
+    assert!(
+        text(&o).contains("'iq'") && text(&o).contains("[N, 1, 32]") && text(&o).contains("[4, 1, 64]"),
+        "{}",
+        text(&o)
+    );
     // Weights of another model.
     std::fs::write(dir.join("tiny.cvnn"), TINY).unwrap();
-    let o = cvc(&dir, &["eval", "tiny.cvnn", "--weights", "run/best.safetensors", "--data", "d.npz", "--device", "cpu"]);
+    let o = cvc(
+        &dir,
+        &["eval", "tiny.cvnn", "--weights", "run/best.safetensors", "--data", "d.npz", "--device", "cpu"],
+    );
     assert_eq!(o.status.code(), Some(1));
     assert!(!text(&o).contains("panicked"), "{}", text(&o));
 }

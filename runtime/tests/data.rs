@@ -35,7 +35,11 @@ fn arr(name: &str, numpy: &str, t: HostTensor) -> (String, NpyArray) {
 
 #[test]
 fn npz_round_trip_keeps_dtypes_shapes_and_values() {
-    let c = HostTensor { dtype: DType::C64, shape: vec![2, 3], data: HostData::F32((0..12).map(|i| i as f32 * 0.5 - 1.0).collect()) };
+    let c = HostTensor {
+        dtype: DType::C64,
+        shape: vec![2, 3],
+        data: HostData::F32((0..12).map(|i| i as f32 * 0.5 - 1.0).collect()),
+    };
     let f = HostTensor { dtype: DType::F32, shape: vec![4], data: HostData::F32(vec![1.5, -2.0, 3.25, 0.0]) };
     let i = HostTensor { dtype: DType::I32, shape: vec![3], data: HostData::I32(vec![0, 7, -3]) };
     let s = HostTensor { dtype: DType::F32, shape: vec![], data: HostData::F32(vec![42.0]) };
@@ -135,7 +139,10 @@ fn validation_names_array_expected_and_found() {
     let mut a = rf_arrays(4, 16);
     a[0] = arr("iq", "float32", HostTensor::zeros(DType::F32, &[4, 1, 16]));
     let e = Dataset::from_arrays(a, &specs(16, 3), "d.npz").unwrap_err();
-    assert!(e.contains("'iq'") && e.contains("complex64 [N, 1, 16]") && e.contains("found float32 [4, 1, 16]"), "{e}");
+    assert!(
+        e.contains("'iq'") && e.contains("complex64 [N, 1, 16]") && e.contains("found float32 [4, 1, 16]"),
+        "{e}"
+    );
     // Wrong shape.
     let mut a = rf_arrays(4, 16);
     a[0] = arr("iq", "complex64", HostTensor::zeros(DType::C64, &[4, 2, 16]));
@@ -148,7 +155,11 @@ fn validation_names_array_expected_and_found() {
     assert!(e.contains("5 samples") && e.contains("4"), "{e}");
     // A label outside the classes.
     let mut a = rf_arrays(4, 16);
-    a[1] = arr("label", "int64", HostTensor { dtype: DType::I32, shape: vec![4], data: HostData::I32(vec![0, 1, 3, 2]) });
+    a[1] = arr(
+        "label",
+        "int64",
+        HostTensor { dtype: DType::I32, shape: vec![4], data: HostData::I32(vec![0, 1, 3, 2]) },
+    );
     let e = Dataset::from_arrays(a, &specs(16, 3), "d.npz").unwrap_err();
     assert!(e.contains("label 3 at index 2") && e.contains("0..3"), "{e}");
 }

@@ -71,7 +71,8 @@ fn session_steps_match_the_reference_interpreter() {
             let idx: Vec<usize> = (step * 8..step * 8 + 8).collect();
             let inputs = d.gather(&idx);
             let got = s.train_step(&inputs).unwrap();
-            let ins: HashMap<String, Tensor> = inputs.iter().map(|(n, t)| (n.clone(), to_interp(t))).collect();
+            let ins: HashMap<String, Tensor> =
+                inputs.iter().map(|(n, t)| (n.clone(), to_interp(t))).collect();
             let want = reference.step(&g, &ins).unwrap().loss.unwrap();
             let rel = (got.loss as f64 - want).abs() / want.abs().max(1e-6);
             assert!(rel < 1e-4, "{device:?} step {step}: loss {} vs reference {want}", got.loss);
@@ -88,10 +89,13 @@ fn same_seed_same_losses_and_resume_is_exact() {
         let full = train(&m, &d, &opts(&m, device, dir.join("full"))).unwrap();
         assert_eq!(full.epochs.len(), 2);
         let again = train(&m, &d, &opts(&m, device, dir.join("again"))).unwrap();
-        let first = train(&m, &d, &TrainOptions { epochs: 1, ..opts(&m, device, dir.join("split")) }).unwrap();
-        let rest = train(&m, &d, &TrainOptions { resume: true, ..opts(&m, device, dir.join("split")) }).unwrap();
+        let first =
+            train(&m, &d, &TrainOptions { epochs: 1, ..opts(&m, device, dir.join("split")) }).unwrap();
+        let rest =
+            train(&m, &d, &TrainOptions { resume: true, ..opts(&m, device, dir.join("split")) }).unwrap();
         assert_eq!((first.epochs.len(), rest.epochs.len()), (1, 1));
-        let pick = |e: &cvc_runtime::metrics::EpochMetrics| (e.epoch, e.train_loss, e.val_loss, e.val_acc, e.lr);
+        let pick =
+            |e: &cvc_runtime::metrics::EpochMetrics| (e.epoch, e.train_loss, e.val_loss, e.val_acc, e.lr);
         let a: Vec<_> = full.epochs.iter().map(pick).collect();
         let b: Vec<_> = again.epochs.iter().map(pick).collect();
         let c: Vec<_> = first.epochs.iter().chain(&rest.epochs).map(pick).collect();
@@ -124,7 +128,10 @@ fn weights_round_trip_and_inference_uses_them() {
         let want = a.infer(&d.gather(&eval_idx)).unwrap();
         let mut b = m.session_with(&SessionOptions { seed: 99, ..sopts.clone() }).unwrap();
         let fresh = b.infer(&d.gather(&eval_idx)).unwrap();
-        assert!(max_rel(&fresh[0].1, &want[0].1) > 1e-3, "{device:?}: a different seed gives different outputs");
+        assert!(
+            max_rel(&fresh[0].1, &want[0].1) > 1e-3,
+            "{device:?}: a different seed gives different outputs"
+        );
         b.load_weights(&path).unwrap();
         let got = b.infer(&d.gather(&eval_idx)).unwrap();
         assert_eq!(got[0].1.shape, vec![5, 3]);
@@ -143,7 +150,8 @@ fn zero_learning_rate_freezes_parameters() {
     let sopts = SessionOptions { device: Device::Cpu, ..SessionOptions::from_config(m.config()) };
     let mut s = m.session_with(&sopts).unwrap();
     let params = |s: &mut cvc_runtime::session::Session| -> Vec<(String, HostTensor)> {
-        let names: Vec<String> = s.program().graph.params().map(|v| s.program().graph.leaf_name(v).unwrap().to_string()).collect();
+        let names: Vec<String> =
+            s.program().graph.params().map(|v| s.program().graph.leaf_name(v).unwrap().to_string()).collect();
         s.state_tensors().unwrap().into_iter().filter(|(n, _)| names.contains(n)).collect()
     };
     let before = params(&mut s);
@@ -165,7 +173,13 @@ fn bad_weights_name_the_file_and_the_tensor() {
     s.save_weights(&path).unwrap();
     // Drop one parameter and reshape another.
     let mut tensors: Vec<(String, HostTensor)> = s.state_tensors().unwrap();
-    let first = s.program().graph.params().next().map(|v| s.program().graph.leaf_name(v).unwrap().to_string()).unwrap();
+    let first = s
+        .program()
+        .graph
+        .params()
+        .next()
+        .map(|v| s.program().graph.leaf_name(v).unwrap().to_string())
+        .unwrap();
     tensors.retain(|(n, _)| n != &first);
     let partial = dir.join("partial.safetensors");
     cvc_runtime::checkpoint::save(&partial, &tensors, &Default::default()).unwrap();
@@ -185,7 +199,9 @@ fn bad_weights_name_the_file_and_the_tensor() {
 #[test]
 fn inputs_are_checked_before_a_step() {
     let m = model();
-    let mut s = m.session_with(&SessionOptions { device: Device::Interp, ..SessionOptions::from_config(m.config()) }).unwrap();
+    let mut s = m
+        .session_with(&SessionOptions { device: Device::Interp, ..SessionOptions::from_config(m.config()) })
+        .unwrap();
     let d = data(&m);
     let mut inputs = d.gather(&(0..8).collect::<Vec<_>>());
     inputs.pop();
@@ -194,4 +210,55 @@ fn inputs_are_checked_before_a_step() {
     let wrong = d.gather(&(0..4).collect::<Vec<_>>());
     let e = s.train_step(&wrong).unwrap_err().0;
     assert!(e.contains("input 'x'") && e.contains("[4, 1, 16]"), "{e}");
+}
+
+#[test]
+fn gradients_match_the_reference_interpreter() {
+    let m = model();
+    let d = data(&m);
+    let sopts = SessionOptions { device: Device::Cpu, ..SessionOptions::from_config(m.config()) };
+    let mut s = m.session_with(&sopts).unwrap();
+    let g = s.program().graph.clone();
+    let grads = s.program().facts.grads.clone();
+    let mut reference = interp::Session::new(&g, s.batch(), sopts.seed);
+    let inputs = d.gather(&(8..16).collect::<Vec<_>>());
+    s.train_step(&inputs).unwrap();
+    let ins: HashMap<String, Tensor> = inputs.iter().map(|(n, t)| (n.clone(), to_interp(t))).collect();
+    let want = reference.step(&g, &ins).unwrap();
+    let got = s.gradients().unwrap();
+    assert_eq!(got.len(), grads.len());
+    let refs: Vec<HostTensor> = grads
+        .iter()
+        .map(|(_, dp)| cvc_runtime::interp_backend::from_interp(want.values[dp.index()].as_ref().unwrap()))
+        .collect();
+    let amax = |t: &HostTensor| t.f32s().iter().fold(0f32, |m, x| m.max(x.abs())) as f64;
+    let global = refs.iter().map(amax).fold(0.0, f64::max);
+    for (((name, t), (p, _)), r) in got.iter().zip(&grads).zip(&refs) {
+        assert_eq!(g.leaf_name(*p), Some(name.as_str()));
+        // Relative to the tensor's largest element; gradients that vanish analytically (a
+        // bias before batchnorm: a sum of terms that cancel in f32) are compared against 1%
+        // of the largest gradient instead.
+        let scale = amax(r).max(1e-2 * global);
+        let err = t.f32s().iter().zip(r.f32s()).map(|(a, b)| (a - b).abs() as f64).fold(0.0, f64::max);
+        assert!(err <= 1e-4 * scale, "gradient of {name}: max error {err:e}, scale {scale:e}");
+    }
+}
+
+#[test]
+fn inference_only_models_load_weights_and_infer() {
+    let src = "model M {\n    input x: c64[B, 8]\n    y = x |> linear(4) |> crelu\n    output y\n}\n";
+    let m = Model::from_source("m.cvnn", src).unwrap();
+    let sopts = SessionOptions { device: Device::Cpu, batch: 3, ..SessionOptions::from_config(m.config()) };
+    let mut s = m.session_with(&sopts).unwrap();
+    let d = Dataset::synthetic_random(3, 4, m.eval_inputs()).unwrap();
+    let inputs = d.gather(&[0, 1, 2]);
+    let e = s.train_step(&inputs).unwrap_err().0;
+    assert!(e.contains("no loss"), "{e}");
+    let y = s.infer(&inputs).unwrap();
+    assert_eq!((y[0].0.as_str(), y[0].1.shape.clone()), ("y", vec![3, 4]));
+    let dir = tmp("noloss");
+    s.save_weights(dir.join("w.safetensors")).unwrap();
+    let mut t = m.session_with(&SessionOptions { seed: 5, ..sopts }).unwrap();
+    t.load_weights(dir.join("w.safetensors")).unwrap();
+    assert_eq!(t.infer(&inputs).unwrap(), y);
 }

@@ -61,7 +61,13 @@ pub fn parse_range(s: &str) -> Result<(f64, f64), String> {
 pub fn run(args: &DataArgs) -> CliResult {
     match &args.dataset {
         Dataset::Rf(a) => {
-            let cfg = RfConfig { classes: a.classes, length: a.length, snr_db: a.snr_db, count: a.count, seed: a.seed };
+            let cfg = RfConfig {
+                classes: a.classes,
+                length: a.length,
+                snr_db: a.snr_db,
+                count: a.count,
+                seed: a.seed,
+            };
             let d = synthetic_rf::generate(&cfg).map_err(CliError::Message)?;
             npy::save_npz(&a.out, &[("iq", &d.iq), ("label", &d.label)]).map_err(CliError::Message)?;
             println!(

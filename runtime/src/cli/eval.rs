@@ -57,7 +57,12 @@ pub fn run(args: &EvalArgs) -> CliResult {
 }
 
 fn print_confusion(cm: &Confusion, model: &crate::session::Model, classes: usize) {
-    println!("accuracy  {:.2}%  ({} of {})", 100.0 * cm.accuracy(), (cm.accuracy() * cm.total() as f64).round(), cm.total());
+    println!(
+        "accuracy  {:.2}%  ({} of {})",
+        100.0 * cm.accuracy(),
+        (cm.accuracy() * cm.total() as f64).round(),
+        cm.total()
+    );
     let rf = matches!(model.config().data, DataSource::SyntheticRf { .. }) && classes <= MODULATIONS.len();
     let names: Vec<String> =
         (0..classes).map(|i| if rf { MODULATIONS[i].to_string() } else { i.to_string() }).collect();

@@ -60,12 +60,17 @@ pub fn run(args: &RunArgs) -> CliResult {
     }
     if let Some(path) = &args.out {
         let loss = HostTensor { dtype: DType::F32, shape: vec![], data: HostData::F32(vec![report.loss]) };
-        let mut arrays: Vec<(&str, &HostTensor)> = report.outputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let mut arrays: Vec<(&str, &HostTensor)> =
+            report.outputs.iter().map(|(n, t)| (n.as_str(), t)).collect();
         if !report.outputs.iter().any(|(n, _)| n == "loss") {
             arrays.push(("loss", &loss));
         }
         npy::save_npz(path, &arrays).map_err(CliError::Message)?;
-        println!("wrote outputs {} to {}", arrays.iter().map(|a| a.0).collect::<Vec<_>>().join(", "), path.display());
+        println!(
+            "wrote outputs {} to {}",
+            arrays.iter().map(|a| a.0).collect::<Vec<_>>().join(", "),
+            path.display()
+        );
     }
     Ok(())
 }

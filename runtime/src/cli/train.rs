@@ -101,7 +101,11 @@ pub fn run(args: &TrainArgs) -> CliResult {
     let model = load_model(&args.file)?;
     let cfg = model.config().clone();
     if !model.has_train_section() {
-        eprintln!("note: {} has no train section for {}; using the defaults (synthetic random data)", args.file.display(), model.name());
+        eprintln!(
+            "note: {} has no train section for {}; using the defaults (synthetic random data)",
+            args.file.display(),
+            model.name()
+        );
     }
     let out = args.out.clone().unwrap_or_else(|| PathBuf::from("runs").join(model.name()));
     let mut opts = TrainOptions::from_model(&model, out);
@@ -138,7 +142,11 @@ pub fn run(args: &TrainArgs) -> CliResult {
     let summary = train::train(&model, &data, &opts).map_err(|e| CliError::Message(e.0))?;
     if opts.verbose {
         print!("{}", summary.memory_report);
-        println!("checkpoints: {}/last.safetensors, {}/best.safetensors", opts.out.display(), opts.out.display());
+        println!(
+            "checkpoints: {}/last.safetensors, {}/best.safetensors",
+            opts.out.display(),
+            opts.out.display()
+        );
     }
     Ok(())
 }

@@ -75,14 +75,19 @@ impl Pool {
             st.generation += 1;
         }
         self.shared.start.notify_all();
-        f(0);
+        // Our own part must not unwind past the wait below: the workers still hold `f`.
+        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(0)));
         let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
         while st.finished < self.workers.len() {
             st = self.shared.done.wait(st).unwrap_or_else(|e| e.into_inner());
         }
         st.job = None;
-        if std::mem::take(&mut st.panicked) {
-            drop(st);
+        let theirs = std::mem::take(&mut st.panicked);
+        drop(st);
+        if let Err(p) = mine {
+            std::panic::resume_unwind(p);
+        }
+        if theirs {
             panic!("a CPU kernel panicked on a worker thread");
         }
     }

@@ -44,11 +44,17 @@ impl InputSpec {
     pub fn sample_shape(&self) -> Result<Vec<usize>, String> {
         let dims = &self.ty.shape.0;
         if dims.first() != Some(&Dim::Batch) {
-            return Err(format!("input '{}' ({}) has no leading batch dimension B", self.name, self.describe()));
+            return Err(format!(
+                "input '{}' ({}) has no leading batch dimension B",
+                self.name,
+                self.describe()
+            ));
         }
         dims[1..]
             .iter()
-            .map(|d| d.fixed().ok_or_else(|| format!("input '{}' uses B outside the first dimension", self.name)))
+            .map(|d| {
+                d.fixed().ok_or_else(|| format!("input '{}' uses B outside the first dimension", self.name))
+            })
             .collect()
     }
 }
@@ -174,7 +180,9 @@ impl Dataset {
             let n: usize = shape.iter().product();
             let data = match spec.ty.dtype {
                 DType::F32 => HostData::F32((0..n).map(|_| rng.normal() as f32).collect()),
-                DType::C64 => HostData::F32((0..2 * n).map(|_| (rng.normal() / 2f64.sqrt()) as f32).collect()),
+                DType::C64 => {
+                    HostData::F32((0..2 * n).map(|_| (rng.normal() / 2f64.sqrt()) as f32).collect())
+                }
                 DType::I32 => {
                     let c = spec.classes.unwrap_or(2).max(1) as u64;
                     HostData::I32((0..n).map(|_| (rng.next_u64() % c) as i32).collect())
@@ -272,7 +280,8 @@ pub fn split(len: usize, fraction: f64, seed: u64) -> Split {
 /// depends only on `(seed, epoch)`, so a resumed run sees the same batches.
 pub fn epoch_order(train: &[usize], seed: u64, epoch: usize) -> Vec<usize> {
     let mut idx = train.to_vec();
-    let mut rng = SplitMix64::new(seed ^ 0x6570_6F63_6800_0000 ^ (epoch as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut rng =
+        SplitMix64::new(seed ^ 0x6570_6F63_6800_0000 ^ (epoch as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     shuffle(&mut idx, &mut rng);
     idx
 }
@@ -284,4 +293,3 @@ pub fn shuffle<T>(v: &mut [T], rng: &mut SplitMix64) {
         v.swap(i, j);
     }
 }
-

@@ -57,7 +57,10 @@ pub fn read_npy(r: impl Read) -> Result<NpyArray, String> {
         _ => return Err(format!("unsupported dtype {numpy_dtype}")),
     };
     if bytes.len() < n * per {
-        return Err(format!("the file is truncated: {} data bytes for {n} elements of {numpy_dtype}", bytes.len()));
+        return Err(format!(
+            "the file is truncated: {} data bytes for {n} elements of {numpy_dtype}",
+            bytes.len()
+        ));
     }
     let word = |i: usize, w: usize| -> u64 {
         let mut b = [0u8; 8];

@@ -194,7 +194,8 @@ pub fn rrc_taps(beta: f64, sps: usize, span: usize) -> Vec<f64> {
                 1.0 - beta + 4.0 * beta / PI
             } else if (t.abs() - 1.0 / (4.0 * beta)).abs() < 1e-9 {
                 beta / 2f64.sqrt()
-                    * ((1.0 + 2.0 / PI) * (PI / (4.0 * beta)).sin() + (1.0 - 2.0 / PI) * (PI / (4.0 * beta)).cos())
+                    * ((1.0 + 2.0 / PI) * (PI / (4.0 * beta)).sin()
+                        + (1.0 - 2.0 / PI) * (PI / (4.0 * beta)).cos())
             } else {
                 let num = (PI * t * (1.0 - beta)).sin() + 4.0 * beta * t * (PI * t * (1.0 + beta)).cos();
                 let den = PI * t * (1.0 - (4.0 * beta * t).powi(2));
