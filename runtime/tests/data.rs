@@ -228,3 +228,28 @@ fn synthetic_random_follows_the_inputs() {
     assert!(l.iter().all(|&x| (0..4).contains(&x)));
     assert_eq!(d, Dataset::synthetic_random(20, 9, &specs(8, 4)).unwrap());
 }
+
+#[test]
+fn synthetic_rf_bursts_are_independent() {
+    // Noise-dominated bursts of one class: a burst must not be a shifted copy of another.
+    let cfg = RfConfig { classes: 2, length: 256, snr_db: (-40.0, -40.0), count: 12, seed: 3 };
+    let d = generate(&cfg).unwrap();
+    let v = d.iq.f32s();
+    let burst = |i: usize| &v[i * 512..(i + 1) * 512];
+    for i in 0..10 {
+        for j in [i + 2, i + 1] {
+            if j >= 12 {
+                continue;
+            }
+            let (a, b) = (burst(i), burst(j));
+            for shift in 0..128 {
+                let n = 512 - shift;
+                let dot: f64 = (0..n).map(|k| a[k + shift] as f64 * b[k] as f64).sum();
+                let na: f64 = (0..n).map(|k| (a[k + shift] as f64).powi(2)).sum();
+                let nb: f64 = (0..n).map(|k| (b[k] as f64).powi(2)).sum();
+                let c = dot / (na * nb).sqrt();
+                assert!(c.abs() < 0.5, "bursts {i} and {j} correlate ({c:.3}) at shift {shift}");
+            }
+        }
+    }
+}

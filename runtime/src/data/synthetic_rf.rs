@@ -95,9 +95,12 @@ pub fn generate(cfg: &RfConfig) -> Result<RfData, String> {
     })
 }
 
+/// The generator state of burst `i`: a hash of `(seed, i)`. (Consecutive SplitMix64 states
+/// would make burst `i + 1` a copy of burst `i` shifted by one draw; hashed states start the
+/// bursts at unrelated points of the sequence.)
 fn burst_seed(seed: u64, i: u64) -> u64 {
-    let mut r = SplitMix64::new(seed ^ 0x5246_5F44_4154_4131);
-    r.next_u64().wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    let base = SplitMix64::new(seed ^ 0x5246_5F44_4154_4131).next_u64();
+    SplitMix64::new(base ^ i.wrapping_mul(0xD1B5_4A32_D192_ED03)).next_u64()
 }
 
 type C = (f64, f64);
