@@ -98,17 +98,21 @@ impl Shape {
     pub fn resolve(&self, batch: usize) -> Vec<usize> {
         self.0.iter().map(|d| d.resolve(batch)).collect()
     }
-    /// Element count with `B = batch`.
+    /// Element count with `B = batch`, saturating at `usize::MAX` (see [`Shape::checked_numel`]).
     pub fn numel(&self, batch: usize) -> usize {
-        self.0.iter().map(|d| d.resolve(batch)).product()
+        self.checked_numel(batch).unwrap_or(usize::MAX)
+    }
+    /// Element count with `B = batch`, `None` when it overflows `usize`.
+    pub fn checked_numel(&self, batch: usize) -> Option<usize> {
+        self.0.iter().try_fold(1usize, |acc, d| acc.checked_mul(d.resolve(batch)))
     }
     /// How many times `B` occurs (element count is `fixed_numel * B^batch_power`).
     pub fn batch_power(&self) -> u32 {
         self.0.iter().filter(|d| **d == Dim::Batch).count() as u32
     }
-    /// Product of the constant extents.
+    /// Product of the constant extents, saturating at `usize::MAX`.
     pub fn fixed_numel(&self) -> usize {
-        self.0.iter().filter_map(|d| d.fixed()).product()
+        self.0.iter().filter_map(|d| d.fixed()).fold(1usize, |acc, n| acc.saturating_mul(n))
     }
 }
 
@@ -139,9 +143,13 @@ impl TensorType {
     pub fn new(dtype: DType, shape: Shape) -> Self {
         TensorType { dtype, shape }
     }
-    /// Bytes at a given batch size.
+    /// Bytes at a given batch size, saturating at `usize::MAX` (see [`TensorType::checked_bytes`]).
     pub fn bytes(&self, batch: usize) -> usize {
-        self.shape.numel(batch) * self.dtype.bytes()
+        self.checked_bytes(batch).unwrap_or(usize::MAX)
+    }
+    /// Bytes at a given batch size, `None` when the count overflows `usize`.
+    pub fn checked_bytes(&self, batch: usize) -> Option<usize> {
+        self.shape.checked_numel(batch)?.checked_mul(self.dtype.bytes())
     }
 }
 

@@ -38,6 +38,31 @@ pub fn compile(graph: Graph, opts: &Options) -> Result<Program, String> {
     compile_traced(graph, opts, &mut |_, _| {})
 }
 
+/// The most bytes all of a program's values may take together at the planned batch (1 PiB):
+/// beyond it no plan is meaningful, and the planner's byte arithmetic stays far from overflow.
+pub const MAX_PROGRAM_BYTES: u64 = 1 << 50;
+
+/// Checks that the values of `g` at batch `batch` take at most [`MAX_PROGRAM_BYTES`] together.
+pub fn check_size(g: &Graph, batch: usize) -> Result<(), String> {
+    let mut total: u64 = 0;
+    for (_, n) in g.nodes.iter() {
+        let bytes = n.ty.checked_bytes(batch).and_then(|b| u64::try_from(b).ok());
+        match bytes.and_then(|b| total.checked_add(b)) {
+            Some(t) if t <= MAX_PROGRAM_BYTES => total = t,
+            _ => {
+                return Err(format!(
+                    "at batch {batch} the values of model `{}` need more than {} TiB together \
+                     (one of them is {}): lower --batch",
+                    g.name,
+                    MAX_PROGRAM_BYTES >> 40,
+                    n.ty
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn check(pass: &str, g: &Graph) -> Result<(), String> {
     if cfg!(debug_assertions) {
         crate::ir::verify::verify(g).map_err(|e| format!("internal error: invalid IR after {pass}: {e}"))?;
@@ -55,9 +80,11 @@ pub fn compile_traced(
     if opts.batch == 0 {
         return Err("the batch size must be at least 1".into());
     }
+    let batch = opts.batch;
     let mut facts = PipelineFacts::default();
     let mut done = |pass: &str, g: &Graph, facts: &mut PipelineFacts| -> Result<(), String> {
         check(pass, g)?;
+        check_size(g, batch)?;
         facts.passes.push(pass.to_string());
         trace(pass, g);
         Ok(())

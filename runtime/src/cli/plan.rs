@@ -162,6 +162,9 @@ pub fn run(args: &PlanArgs) -> CliResult {
 /// then bisection over plans.
 pub fn largest_batch(c: &Checked, budget: u64, fuse: bool) -> Result<Option<(usize, Program)>, String> {
     let fits = |b: usize| -> Result<Option<Program>, String> {
+        if cvc_compiler::passes::pipeline::check_size(&c.graph, b).is_err() {
+            return Ok(None);
+        }
         let p = compile(c.graph.clone(), &options(c, Some(b), Some(budget), fuse))?;
         Ok((p.plan.arena_bytes as u64 <= budget).then_some(p))
     };
@@ -209,8 +212,10 @@ fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool) -> CliResult {
                 });
                 print_out(&format!("{}\n", serde_json::to_string_pretty(&v).expect("serialises")));
             } else {
+                // The search stops doubling at 2^24: a larger batch may fit too.
+                let at_least = if batch >= 1 << 24 { "at least " } else { "" };
                 print_out(&format!(
-                    "largest batch that fits in {}: {batch} (arena {}, lower bound {})\n",
+                    "largest batch that fits in {}: {at_least}{batch} (arena {}, lower bound {})\n",
                     human_bytes(budget),
                     human_bytes(p.plan.arena_bytes as u64),
                     human_bytes(p.plan.lower_bound_bytes as u64)
