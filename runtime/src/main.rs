@@ -30,7 +30,18 @@ enum Command {
     Data(cli::data::DataArgs),
 }
 
+/// Restores the default SIGPIPE action, so `cvc ... | head` ends quietly like other Unix
+/// tools instead of panicking on a write to a closed pipe (Rust ignores SIGPIPE by default).
+fn default_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called once at start-up, before any thread exists; SIG_DFL is a valid action.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
+    default_sigpipe();
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

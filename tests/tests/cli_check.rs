@@ -138,3 +138,127 @@ fn usage_errors_exit_1() {
     let out = run(&["check", "examples/seed_cnn.cvnn", "--jsn"]);
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// A batch whose byte counts overflow `usize` (or pass 1 PiB) is a user error naming
+/// `--batch`, for `plan` and every `emit` target, in training and inference.
+#[test]
+fn huge_batch_is_a_user_error() {
+    let file = "tests/fixtures/ok/l1_real_linear.cvnn";
+    for batch in ["18446744073709551615", "99999999999999"] {
+        for args in [
+            vec!["plan", "--batch", batch, file],
+            vec!["plan", "--eval", "--json", "--batch", batch, file],
+            vec!["emit", "--ir", "--batch", batch, file],
+            vec!["emit", "--clif", "--batch", batch, file],
+            vec!["emit", "--cuda", "--eval", "--batch", batch, file],
+        ] {
+            let out = run(&args);
+            assert_eq!(out.status.code(), Some(1), "{args:?}");
+            let err = text(&out.stderr);
+            assert!(
+                err.contains(&format!("at batch {batch}")) && err.contains("lower --batch"),
+                "{args:?}: {err}"
+            );
+        }
+    }
+    // A budget far beyond any plan stops the search instead of overflowing.
+    let out = run(&["plan", "--max-batch", "1000TiB", file]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("largest batch that fits in 1000.00 TiB: at least "));
+}
+
+/// A binary file is a located "not UTF-8" error whose snippet holds no control bytes.
+#[test]
+fn binary_file_prints_no_control_bytes() {
+    let dir = std::env::temp_dir().join(format!("cvc-binary-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("garbage.cvnn");
+    std::fs::write(&file, b"\x1a\x1b[2J\x07ab\xff\xfe\x00\x1b]0;x\x07").unwrap();
+    let out = run(&["check", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("is not UTF-8 text (byte 8 is 0xff)"), "{err}");
+    assert!(!err.chars().any(|c| c.is_control() && c != '\n'), "control bytes in: {err:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A model whose weights alone pass 1 PiB checks, but `plan`, `emit` and `plan --max-batch`
+/// say the layers are too large (not "lower --batch", and not "0 B of parameters").
+#[test]
+fn model_too_large_at_batch_1_is_a_user_error() {
+    let dir = std::env::temp_dir().join(format!("cvc-huge-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("huge.cvnn");
+    std::fs::write(
+        &file,
+        "model M {\n    input x: c64[B, 16777216]\n    y = x |> linear(16777216)\n    output y\n}\n",
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    assert_eq!(run(&["check", f]).status.code(), Some(0));
+    for args in [vec!["plan", f], vec!["plan", "--max-batch", "1TiB", f], vec!["emit", "--cuda", f]] {
+        let out = run(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(
+            err.contains("even at batch 1") && err.contains("c64[16777216, 16777216]"),
+            "{args:?}: {err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `emit --ir --after autodiff` on an inference compile says why the pass did not run.
+#[test]
+fn emit_after_a_training_pass_in_inference_says_why() {
+    let out = run(&["emit", "--ir", "--after", "autodiff", "--eval", "examples/seed_cnn.cvnn"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("--eval compiles inference only"));
+    let out = run(&["emit", "--ir", "--after", "optimizer", "tests/fixtures/ok/shape_ops.cvnn"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("declares no `loss`"), "{}", text(&out.stderr));
+    let out = run(&["emit", "--ir", "--after", "bogus", "examples/seed_cnn.cvnn"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("unknown pass `bogus`; the passes are: lower, cast"));
+}
+
+/// An endless device or an oversized file is refused after 16 MiB, not read until memory
+/// runs out.
+#[test]
+fn endless_or_oversized_input_is_refused() {
+    if std::path::Path::new("/dev/zero").exists() {
+        for cmd in ["check", "plan"] {
+            let out = run(&[cmd, "/dev/zero"]);
+            assert_eq!(out.status.code(), Some(1));
+            assert!(text(&out.stderr).contains("cannot read `/dev/zero`: it is larger than 16 MiB"));
+        }
+    }
+}
+
+/// `--max-batch` searches the batch itself, so `--batch`, `--memory-budget` and
+/// `--timeline` beside it are usage errors rather than silently ignored.
+#[test]
+fn max_batch_conflicts_are_usage_errors() {
+    let e = "examples/seed_cnn.cvnn";
+    for other in [["--batch", "3"], ["--memory-budget", "1GiB"], ["--timeline", "t.svg"]] {
+        let out = run(&["plan", "--max-batch", "1GiB", other[0], other[1], e]);
+        assert_eq!(out.status.code(), Some(1), "{other:?}");
+        assert!(text(&out.stderr).contains("cannot be used with"), "{other:?}");
+    }
+}
+
+/// Byte counts in exponent notation, zero, or past 16 EiB are refused with the reason.
+#[test]
+fn bad_byte_counts_say_why() {
+    let e = "examples/seed_cnn.cvnn";
+    for (flag, value, why) in [
+        ("--memory-budget", "1e99GiB", "exponents are not accepted"),
+        ("--memory-budget", "0", "at least 1 byte"),
+        ("--max-batch", "99999999999999999999GiB", "below 16 EiB"),
+        ("--max-batch", "junk", "is not a byte count"),
+    ] {
+        let out = run(&["plan", flag, value, e]);
+        assert_eq!(out.status.code(), Some(1), "{flag} {value}");
+        assert!(text(&out.stderr).contains(why), "{flag} {value}: {}", text(&out.stderr));
+    }
+}

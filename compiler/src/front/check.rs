@@ -68,7 +68,7 @@ pub fn check_bytes(file: &str, bytes: &[u8], mode: Mode) -> Result<Checked, Vec<
 /// could not be read) with the diagnostics; an unreadable file gives a diagnostic whose message says why.
 pub fn check_file(path: &std::path::Path, mode: Mode) -> Result<Checked, (String, Vec<Diagnostic>)> {
     let name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|e| {
+    let bytes = read_limited(path).map_err(|e| {
         let why = match e.kind() {
             std::io::ErrorKind::NotFound => "no such file".to_string(),
             std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
@@ -79,7 +79,39 @@ pub fn check_file(path: &std::path::Path, mode: Mode) -> Result<Checked, (String
     })?;
     // Up to the first invalid byte the lossy text has the same offsets, so a non-UTF-8
     // diagnostic still points at the right line and column.
-    check_bytes(&name, &bytes, mode).map_err(|d| (String::from_utf8_lossy(&bytes).into_owned(), d))
+    // Control characters become `?` of the same byte length, so a binary file's snippet
+    // cannot send escape sequences to the terminal.
+    check_bytes(&name, &bytes, mode).map_err(|d| (printable(&String::from_utf8_lossy(&bytes)), d))
+}
+
+/// The largest `.cvnn` file read (16 MiB); a larger one (or an endless device such as
+/// `/dev/zero`) is an error instead of a read until memory runs out.
+pub const MAX_SOURCE_BYTES: u64 = 16 << 20;
+
+/// Reads `path`, failing with `InvalidData` past [`MAX_SOURCE_BYTES`].
+fn read_limited(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.take(MAX_SOURCE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_SOURCE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("it is larger than {} MiB; is it really a .cvnn file?", MAX_SOURCE_BYTES >> 20),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// `text` with control characters other than line breaks and tabs replaced by as many `?`
+/// as their UTF-8 length (byte offsets stay valid).
+fn printable(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let bad = c.is_control() && !matches!(c, '\n' | '\r' | '\t');
+            let n = if bad { c.len_utf8() } else { 1 };
+            std::iter::repeat_n(if bad { '?' } else { c }, n)
+        })
+        .collect()
 }
 
 /// Renders every diagnostic against `src`, one after another.

@@ -561,6 +561,17 @@ impl<'m> Lowerer<'m, '_> {
             // Reported once by resolve::collect_blocks.
             return Err(Fail::Reported);
         }
+        if self.expanding.len() >= resolve::MAX_BLOCK_DEPTH {
+            let outer = self.expanding.first().copied().unwrap_or(bname);
+            return Err(Diagnostic::error(
+                format!("blocks nest more than {} deep", resolve::MAX_BLOCK_DEPTH),
+                span,
+                format!("block `{bname}` used {} blocks deep", self.expanding.len()),
+            )
+            .with_note(format!("the nesting starts at block `{outer}`"))
+            .with_help("call the inner blocks one after another in a pipeline instead of inside each other")
+            .into());
+        }
         let mut input = piped;
         let mut positional = Vec::new();
         let mut named: Vec<(&ast::Ident, ArgValue, Span)> = Vec::new();

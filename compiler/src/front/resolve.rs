@@ -289,34 +289,44 @@ pub fn collect_blocks<'m>(
     blocks
 }
 
-/// The chain `a → b → a` when block `start` reaches itself.
+/// How deeply blocks may nest inside each other (lowering reports deeper uses).
+pub const MAX_BLOCK_DEPTH: usize = 64;
+
+/// The chain `a → b → a` when block `start` reaches itself (within [`MAX_BLOCK_DEPTH`] steps).
 fn find_cycle(start: &ast::BlockDef, blocks: &HashMap<&str, &ast::BlockDef>) -> Option<String> {
     fn walk<'a>(
         b: &'a ast::BlockDef,
         target: &str,
         blocks: &HashMap<&str, &'a ast::BlockDef>,
         path: &mut Vec<&'a str>,
+        explored: &mut std::collections::HashSet<&'a str>,
     ) -> bool {
+        if path.len() > MAX_BLOCK_DEPTH {
+            return false;
+        }
         for s in &b.body {
             let c = s.callee.text();
             if c == target {
                 return true;
             }
             if let Some(next) = blocks.get(c.as_str()) {
-                if path.contains(&next.name.name.as_str()) {
+                let name = next.name.name.as_str();
+                if path.contains(&name) || explored.contains(name) {
                     continue;
                 }
-                path.push(&next.name.name);
-                if walk(next, target, blocks, path) {
+                path.push(name);
+                if walk(next, target, blocks, path, explored) {
                     return true;
                 }
                 path.pop();
+                explored.insert(name);
             }
         }
         false
     }
     let mut path = vec![start.name.name.as_str()];
-    walk(start, &start.name.name, blocks, &mut path).then(|| {
+    let mut explored = std::collections::HashSet::new();
+    walk(start, &start.name.name, blocks, &mut path, &mut explored).then(|| {
         path.push(&start.name.name);
         path.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(" → ")
     })

@@ -44,23 +44,32 @@ pub const MAX_PROGRAM_BYTES: u64 = 1 << 50;
 
 /// Checks that the values of `g` at batch `batch` take at most [`MAX_PROGRAM_BYTES`] together.
 pub fn check_size(g: &Graph, batch: usize) -> Result<(), String> {
-    let mut total: u64 = 0;
-    for (_, n) in g.nodes.iter() {
-        let bytes = n.ty.checked_bytes(batch).and_then(|b| u64::try_from(b).ok());
-        match bytes.and_then(|b| total.checked_add(b)) {
-            Some(t) if t <= MAX_PROGRAM_BYTES => total = t,
-            _ => {
-                return Err(format!(
-                    "at batch {batch} the values of model `{}` need more than {} TiB together \
-                     (one of them is {}): lower --batch",
-                    g.name,
-                    MAX_PROGRAM_BYTES >> 40,
-                    n.ty
-                ));
+    // The first value past the limit, or `None` when all fit.
+    let over = |batch: usize| {
+        let mut total: u64 = 0;
+        for (_, n) in g.nodes.iter() {
+            let bytes = n.ty.checked_bytes(batch).and_then(|b| u64::try_from(b).ok());
+            match bytes.and_then(|b| total.checked_add(b)) {
+                Some(t) if t <= MAX_PROGRAM_BYTES => total = t,
+                _ => return Some(&n.ty),
             }
         }
-    }
-    Ok(())
+        None
+    };
+    let Some(ty) = over(batch) else { return Ok(()) };
+    let limit = MAX_PROGRAM_BYTES >> 40;
+    Err(match over(1) {
+        Some(ty1) => format!(
+            "the values of model `{}` need more than {limit} TiB together even at batch 1 \
+             (one of them is {ty1}): make the layers smaller",
+            g.name
+        ),
+        None => format!(
+            "at batch {batch} the values of model `{}` need more than {limit} TiB together \
+             (one of them is {ty}): lower --batch",
+            g.name
+        ),
+    })
 }
 
 fn check(pass: &str, g: &Graph) -> Result<(), String> {

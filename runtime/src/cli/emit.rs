@@ -64,9 +64,16 @@ pub fn run(args: &EmitArgs) -> CliResult {
                 print_out(&t);
                 Ok(())
             }
-            None => Err(CliError::Message(format!(
-                "pass `{after}` does not run for this model (inference has no autodiff or optimizer pass)"
-            ))),
+            None => {
+                let why = if args.eval {
+                    "--eval compiles inference only"
+                } else {
+                    "the model declares no `loss`, so it compiles for inference only"
+                };
+                Err(CliError::Message(format!(
+                    "pass `{after}` does not run for this model: {why}, without autodiff or optimizer passes"
+                )))
+            }
         };
     }
     let program = compile(checked.graph.clone(), &opts).map_err(CliError::Message)?;

@@ -27,7 +27,7 @@ pub struct PlanArgs {
     #[arg(long, value_parser = parse_bytes)]
     pub memory_budget: Option<u64>,
     /// Print the largest batch whose plan fits this many bytes, e.g. `8GiB`.
-    #[arg(long, value_parser = parse_bytes)]
+    #[arg(long, value_parser = parse_bytes, conflicts_with_all = ["batch", "memory_budget", "timeline"])]
     pub max_batch: Option<u64>,
     /// Write an SVG picture of the arena over the schedule to this file.
     #[arg(long)]
@@ -60,6 +60,11 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         "mb" => 1e6,
         "gb" => 1e9,
         "tb" => 1e12,
+        u if u.starts_with('e')
+            && u[1..].starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+') =>
+        {
+            return Err(format!("`{s}`: exponents are not accepted; write e.g. 4GiB, 512MiB or 1000000"))
+        }
         u => {
             return Err(format!(
                 "unknown byte unit `{u}` in `{s}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"
@@ -67,8 +72,11 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         }
     };
     let bytes = num * scale;
-    if !bytes.is_finite() || bytes < 1.0 || bytes > u64::MAX as f64 {
-        return Err(format!("`{s}` is not a usable byte count"));
+    if !bytes.is_finite() || bytes < 1.0 {
+        return Err(format!("`{s}` is not a usable byte count: it must be at least 1 byte"));
+    }
+    if bytes >= u64::MAX as f64 {
+        return Err(format!("`{s}` is not a usable byte count: it must be below 16 EiB"));
     }
     Ok(bytes as u64)
 }
@@ -193,15 +201,18 @@ pub fn largest_batch(c: &Checked, budget: u64, fuse: bool) -> Result<Option<(usi
 
 fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool) -> CliResult {
     match largest_batch(c, budget, fuse).map_err(CliError::Message)? {
-        None => Err(CliError::Message(format!(
-            "even batch 1 needs more than {} ({} of parameters and state alone)",
-            human_bytes(budget),
-            human_bytes(
-                compile(c.graph.clone(), &options(c, Some(1), None, fuse))
-                    .map(|p| p.plan.persistent_bytes as u64)
-                    .unwrap_or(0)
-            )
-        ))),
+        None => {
+            cvc_compiler::passes::pipeline::check_size(&c.graph, 1).map_err(CliError::Message)?;
+            Err(CliError::Message(format!(
+                "even batch 1 needs more than {} ({} of parameters and state alone)",
+                human_bytes(budget),
+                human_bytes(
+                    compile(c.graph.clone(), &options(c, Some(1), None, fuse))
+                        .map(|p| p.plan.persistent_bytes as u64)
+                        .unwrap_or(0)
+                )
+            )))
+        }
         Some((batch, p)) => {
             if as_json {
                 let v = serde_json::json!({
