@@ -383,10 +383,19 @@ fn weight_initialisers_follow_the_init_argument_and_pytorch_fans() {
         other => panic!("not a param: {other:?}"),
     };
     let x = c64t(&[B, F(4), F(6), F(6)]);
-    let case = ok(Mode::Train, "conv2d", &[pos(int(8)), pos(int(3)), kw("groups", int(2))], std::slice::from_ref(&x));
+    let case = ok(
+        Mode::Train,
+        "conv2d",
+        &[pos(int(8)), pos(int(3)), kw("groups", int(2))],
+        std::slice::from_ref(&x),
+    );
     assert_eq!(init_of(&case), Init::He { fan_in: 2 * 9 });
-    let case =
-        ok(Mode::Train, "conv2d", &[pos(int(8)), pos(int(3)), kw("init", word("rayleigh"))], std::slice::from_ref(&x));
+    let case = ok(
+        Mode::Train,
+        "conv2d",
+        &[pos(int(8)), pos(int(3)), kw("init", word("rayleigh"))],
+        std::slice::from_ref(&x),
+    );
     assert_eq!(init_of(&case), Init::Rayleigh { fan_in: 4 * 9, fan_out: 8 * 9 });
     let case =
         ok(Mode::Train, "conv_transpose2d", &[pos(int(6)), pos(int(3)), kw("init", word("glorot"))], &[x]);

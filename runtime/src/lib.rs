@@ -3,12 +3,12 @@
 
 pub mod backend;
 pub mod checkpoint;
+pub mod cli;
+pub mod cpu;
+pub mod cuda;
 pub mod data;
 pub mod interp_backend;
 pub mod metrics;
 pub mod session;
 pub mod timeline;
 pub mod train;
-pub mod cli;
-pub mod cpu;
-pub mod cuda;

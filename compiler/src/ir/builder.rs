@@ -93,8 +93,8 @@ pub fn infer(op: &Op, inputs: &[&TensorType], requested: Option<&Shape>) -> Resu
                     need(t.dtype, DType::F32, "to_complex")?;
                     DType::C64
                 }
-                Exp | Log | Sqrt | Rsqrt | Recip | Sin | Cos | Tanh | Sigmoid | Relu | Step
-                | Gelu | GeluGrad => {
+                Exp | Log | Sqrt | Rsqrt | Recip | Sin | Cos | Tanh | Sigmoid | Relu | Step | Gelu
+                | GeluGrad => {
                     need(t.dtype, DType::F32, &format!("{u:?}").to_lowercase())?;
                     DType::F32
                 }
@@ -355,11 +355,7 @@ pub struct Builder<'g> {
 impl<'g> Builder<'g> {
     /// A builder appending to `graph`.
     pub fn new(graph: &'g mut Graph) -> Self {
-        Builder {
-            graph,
-            span: Span::default(),
-            origin: Origin { role: Role::Forward, label: String::new() },
-        }
+        Builder { graph, span: Span::default(), origin: Origin { role: Role::Forward, label: String::new() } }
     }
 
     /// Sets the span and origin of the nodes that follow.

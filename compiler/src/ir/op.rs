@@ -237,19 +237,13 @@ impl Op {
     }
     /// Whether the op is a graph leaf (no operands).
     pub fn is_leaf(&self) -> bool {
-        matches!(
-            self,
-            Op::Input { .. } | Op::Param { .. } | Op::State { .. } | Op::Scalar { .. }
-        )
+        matches!(self, Op::Input { .. } | Op::Param { .. } | Op::State { .. } | Op::Scalar { .. })
     }
     /// Whether the op is a contraction (matmul/convolution family).
     pub fn is_contraction(&self) -> bool {
         matches!(
             self,
-            Op::MatMul { .. }
-                | Op::Conv2d { .. }
-                | Op::ConvTranspose2d { .. }
-                | Op::Conv2dWeightGrad { .. }
+            Op::MatMul { .. } | Op::Conv2d { .. } | Op::ConvTranspose2d { .. } | Op::Conv2dWeightGrad { .. }
         )
     }
     /// Whether the op's value lives across steps (parameters and state).
