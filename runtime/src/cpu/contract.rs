@@ -186,6 +186,13 @@ pub unsafe fn im2col(
                             dst.add(lo * esize),
                             (hi_col - lo) * esize,
                         );
+                    } else if esize == 2 {
+                        // One complex element (8 bytes) per output column.
+                        for yj in lo..hi_col {
+                            let wj = (yj as isize * g.stride[1] as isize + off) as usize;
+                            let v = (src.add(2 * wj) as *const [f32; 2]).read_unaligned();
+                            (dst.add(2 * yj * s1) as *mut [f32; 2]).write_unaligned(v);
+                        }
                     } else {
                         for yj in lo..hi_col {
                             let wj = (yj as isize * g.stride[1] as isize + off) as usize;
