@@ -19,30 +19,8 @@ pub(crate) struct Args<'c> {
     pub(crate) rest: Vec<&'c Arg>,
 }
 
-/// Levenshtein distance, for "did you mean" suggestions.
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, &cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != cb);
-            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
-/// The closest candidate to `word`, when one is close enough to be a likely typo.
-pub(crate) fn suggest<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    candidates
-        .into_iter()
-        .map(|c| (edit_distance(word, c), c))
-        .filter(|&(d, c)| d <= 2.max(c.len() / 3) && d < c.len().max(word.len()))
-        .min_by_key(|&(d, _)| d)
-        .map(|(_, c)| c)
-}
+/// "Did you mean" suggestions: the front end's one implementation.
+pub(crate) use crate::front::resolve::did_you_mean as suggest;
 
 /// Human name of an argument value's type, for "wrong type" errors.
 pub(crate) fn kind_name(v: &ArgValue) -> &'static str {
