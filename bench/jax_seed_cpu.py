@@ -11,46 +11,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 def _arg(name, default):
     return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
 import jax, jax.numpy as jnp
-from jax import lax
 
-def init(key, ch=(1, 32, 64, 64), hw=64, classes=10):
-    ks = jax.random.split(key, 8); p = {}
-    for k, (a, b) in enumerate(zip(ch[:-1], ch[1:])):
-        s = (2.0 / (a * 9)) ** 0.5 / 2 ** 0.5
-        p[f"w{k}"] = (jax.random.normal(ks[k], (b, a, 3, 3)) + 1j * jax.random.normal(ks[k + 3], (b, a, 3, 3))).astype(jnp.complex64) * s
-        p[f"g{k}r"] = jnp.ones((b,)); p[f"g{k}i"] = jnp.ones((b,)); p[f"b{k}r"] = jnp.zeros((b,)); p[f"b{k}i"] = jnp.zeros((b,))
-    fin = ch[-1] * (hw // 4) ** 2
-    p["fc"] = ((jax.random.normal(ks[6], (fin, classes)) + 1j * jax.random.normal(ks[7], (fin, classes))) * (1 / fin) ** 0.5).astype(jnp.complex64)
-    p["fcb"] = jnp.zeros((classes,), jnp.complex64)
-    return p
-
-def bn(x, g, b):  # naive: BN on re and im separately, batch statistics
-    def one(v, g, b):
-        m = v.mean((0, 2, 3), keepdims=True); var = v.var((0, 2, 3), keepdims=True)
-        return (v - m) / jnp.sqrt(var + 1e-5) * g[None, :, None, None] + b[None, :, None, None]
-    return one(x.real, g[0], b[0]) + 1j * one(x.imag, g[1], b[1])
-
-def forward(p, x):
-    for k in range(3):
-        x = lax.conv_general_dilated(x, p[f"w{k}"], (1, 1), ((1, 1), (1, 1)))
-        x = bn(x, (p[f"g{k}r"], p[f"g{k}i"]), (p[f"b{k}r"], p[f"b{k}i"]))
-        x = jax.nn.relu(x.real) + 1j * jax.nn.relu(x.imag)
-        if k < 2:
-            b_, c, h, w = x.shape
-            x = x.reshape(b_, c, h // 2, 2, w // 2, 2).mean((3, 5))
-    return jnp.abs(x.reshape(x.shape[0], -1) @ p["fc"] + p["fcb"])
-
-def loss_fn(p, x, y):
-    logits = forward(p, x)
-    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], 1))
-
-@jax.jit
-def step(p, m, x, y):
-    l, g = jax.value_and_grad(loss_fn)(p, x, y)
-    g = jax.tree.map(jnp.conj, g)  # JAX returns the conjugate of PyTorch's gradient
-    m = jax.tree.map(lambda m, g: 0.9 * m + g, m, g)
-    p = jax.tree.map(lambda p, m: p - 1e-3 * m, p, m)
-    return p, m, l
+# The network and its jitted step are the reference's own (bench/jax_seed_cvnn.py, a copy of
+# ../shared/reference/jax_seed_cvnn.py); JAX_PLATFORMS above keeps it on the CPU.
+from jax_seed_cvnn import init, step
 
 if __name__ == "__main__":
     import sys

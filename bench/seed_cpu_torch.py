@@ -24,56 +24,9 @@ def sync():
 def peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
-def combine(mode, r, i):
-    if mode == "split_complex":
-        return torch.complex(r, i)
-    return r.type(C64) + 1j * i.type(C64)
-
-class CConv(nn.Module):
-    def __init__(s, cin, cout, mode):
-        super().__init__(); s.mode = mode
-        s.r = nn.Conv2d(cin, cout, 3, padding=1, bias=False); s.i = nn.Conv2d(cin, cout, 3, padding=1, bias=False)
-    def forward(s, x):
-        xr, xi = x.real, x.imag
-        return combine(s.mode, s.r(xr) - s.i(xi), s.r(xi) + s.i(xr))
-
-class CLin(nn.Module):
-    def __init__(s, fin, fout, mode):
-        super().__init__(); s.mode = mode
-        s.r = nn.Linear(fin, fout); s.i = nn.Linear(fin, fout)
-    def forward(s, x):
-        xr, xi = x.real, x.imag
-        return combine(s.mode, s.r(xr) - s.i(xi), s.r(xi) + s.i(xr))
-
-class CBN(nn.Module):  # naive complex BN: BN on real and imag parts separately
-    def __init__(s, c, mode):
-        super().__init__(); s.mode = mode if mode != "native" else "split_complex"
-        s.r = nn.BatchNorm2d(c); s.i = nn.BatchNorm2d(c)
-    def forward(s, x):
-        return combine(s.mode, s.r(x.real), s.i(x.imag))
-
-def crelu(x, mode):
-    m = mode if mode != "native" else "split_complex"
-    return combine(m, F.relu(x.real), F.relu(x.imag))
-
-class Net(nn.Module):
-    def __init__(s, mode, ch=(1, 32, 64, 64), hw=64, classes=10):
-        super().__init__(); s.mode = mode
-        if mode == "native":
-            s.convs = nn.ModuleList([nn.Conv2d(a, b, 3, padding=1, bias=False, dtype=C64) for a, b in zip(ch[:-1], ch[1:])])
-            s.fc = nn.Linear(ch[-1] * (hw // 4) ** 2, classes, dtype=C64)
-        else:
-            s.convs = nn.ModuleList([CConv(a, b, mode) for a, b in zip(ch[:-1], ch[1:])])
-            s.fc = CLin(ch[-1] * (hw // 4) ** 2, classes, mode)
-        s.bns = nn.ModuleList([CBN(b, mode) for b in ch[1:]])
-    def forward(s, x):
-        for k, (cv, bn) in enumerate(zip(s.convs, s.bns)):
-            x = crelu(bn(cv(x)), s.mode)
-            if k < 2:  # 2x2 average pool on complex = pool on both parts
-                x = F.avg_pool2d(torch.view_as_real(x).permute(0, 4, 1, 2, 3).flatten(1, 2), 2)
-                b, c2, h, w = x.shape
-                x = torch.view_as_complex(x.view(b, 2, c2 // 2, h, w).permute(0, 2, 3, 4, 1).contiguous())
-        return s.fc(x.flatten(1)).abs()
+# The network itself is the reference's own (bench/seed_cvnn.py, a copy of
+# ../shared/reference/seed_cvnn.py), so both benchmarks measure exactly one model.
+from seed_cvnn import Net
 
 def bench(mode, batch, compile_=False, steps=20, hw=64):
     torch.manual_seed(0)
