@@ -11,6 +11,7 @@ pub mod pipeline;
 pub mod remat;
 pub mod rewrite;
 pub mod schedule;
+pub mod siblings;
 pub mod views;
 
 use crate::ir::*;

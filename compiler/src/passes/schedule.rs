@@ -5,9 +5,12 @@
 //! gradient is ready, and the gradient dies), ties broken by the fusion order. Groups marked
 //! as recomputations run only when a reader needs them. Besides data dependencies, every
 //! group that reads a parameter or state buffer runs before the `Assign` that overwrites it.
+//! Last, [`siblings::gather`] moves sums over the same data next to each other, so a back end
+//! can compute them in one pass.
 
 use super::fusion::{Fusion, GroupId, GroupKind};
 use super::memplan::{align, storage_root};
+use super::siblings;
 use crate::ir::*;
 
 /// The groups each group must wait for: producers of its inputs, and, for a group holding an
@@ -180,5 +183,5 @@ pub fn order_with(
             order.len()
         ));
     }
-    Ok(order)
+    Ok(siblings::gather(g, fusion, batch, &deps, &is_deferred, order))
 }

@@ -161,12 +161,13 @@ pub struct CompileInfo {
 
 impl std::fmt::Display for CompileInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let how = if self.cache_hit { "loaded from cache" } else { "compiled with NVRTC" };
-        write!(
-            f,
-            "{} kernels for {} {how} {}.{} in {:.2} s",
-            self.kernels, self.arch, self.nvrtc.0, self.nvrtc.1, self.seconds
-        )?;
+        let (major, minor) = self.nvrtc;
+        let how = if self.cache_hit {
+            format!("loaded from the cache (NVRTC {major}.{minor}, no compilation)")
+        } else {
+            format!("compiled with NVRTC {major}.{minor}")
+        };
+        write!(f, "{} kernels for {} {how} in {:.2} s", self.kernels, self.arch, self.seconds)?;
         if let Some(p) = &self.cache_path {
             write!(f, " ({})", p.display())?;
         }
@@ -313,8 +314,15 @@ impl CudaBackend {
                 });
             }
             backend.arena_bytes = program.plan.arena_bytes;
-            backend.arena = result::malloc_sync(program.plan.arena_bytes.max(256))
-                .map_err(driver_err("arena allocation"))?;
+            // One allocation: the plan's arena, then the reductions' scratch (zeroed once:
+            // its counters return to 0 at the end of every kernel that uses them).
+            let (scratch_at, scratch_bytes) = backend.generated.scratch;
+            let total = if scratch_bytes > 0 { scratch_at + scratch_bytes } else { program.plan.arena_bytes };
+            backend.arena = result::malloc_sync(total.max(256)).map_err(driver_err("arena allocation"))?;
+            if scratch_bytes > 0 {
+                result::memset_d8_sync(backend.arena + scratch_at as u64, 0, scratch_bytes)
+                    .map_err(driver_err("scratch zeroing"))?;
+            }
             let g = &program.graph;
             backend.values = g
                 .nodes

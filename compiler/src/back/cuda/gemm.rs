@@ -10,8 +10,21 @@
 use super::*;
 
 const BK: usize = 16;
-/// Blocks that fill an H200 (132 SMs) about eight times (split-K below that).
-const FILL: usize = 1056;
+
+/// K depth of the fp32 kernel's shared-memory tiles: [`BK`], or 32 with `CVC_CUDA_BK=32`
+/// (for measurements: half the barriers per multiply-add, twice the shared memory).
+fn fp32_bk() -> usize {
+    if std::env::var("CVC_CUDA_BK").as_deref() == Ok("32") {
+        32
+    } else {
+        BK
+    }
+}
+/// Blocks that fill an H200 (132 SMs) about eight times (split-K below that);
+/// `CVC_CUDA_FILL` overrides it for measurements.
+fn fill() -> usize {
+    std::env::var("CVC_CUDA_FILL").ok().and_then(|s| s.parse().ok()).filter(|&f| f > 0).unwrap_or(1056)
+}
 
 /// What a contraction's GEMM reads and writes, as C code.
 struct Gemm {
@@ -44,6 +57,9 @@ fn conj_if(c: bool, x: String) -> String {
 /// A contraction group.
 pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Kernel, String> {
     let v = *group.nodes.last().ok_or("empty contraction group")?;
+    if let Some(k) = super::conv::direct(ctx, v, name)? {
+        return Ok(k);
+    }
     let node = ctx.g.node(v);
     let tc = node.ty.dtype;
     let (x0, x1) = (node.inputs[0], node.inputs[1]);
@@ -208,10 +224,11 @@ fn tile(extent: usize, max: usize) -> usize {
 }
 
 /// Split of K over blocks: `(splits, chunk)`.
-fn split_k(gm: &Gemm, tiles: usize) -> (usize, usize) {
+fn split_k(gm: &Gemm, tiles: usize, bk: usize) -> (usize, usize) {
+    let fill = fill();
     let splits =
-        if tiles < FILL && gm.k >= 4 * 1024 { FILL.div_ceil(tiles).min(gm.k / 1024).max(1) } else { 1 };
-    let chunk = gm.k.div_ceil(splits).div_ceil(BK) * BK;
+        if tiles < fill && gm.k >= 4 * 1024 { fill.div_ceil(tiles).min(gm.k / 1024).max(1) } else { 1 };
+    let chunk = gm.k.div_ceil(splits).div_ceil(bk) * bk;
     (gm.k.div_ceil(chunk), chunk)
 }
 
@@ -220,12 +237,15 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, String> {
         return emit_tf32(ctx, gm, v, name);
     }
     let bm = tile(gm.m, 64);
+    // 64 × 128 tiles for 64-high problems measured slower than 64 × 64 (bench/GPU-NOTES.md).
     let bn = if bm <= 32 { tile(gm.n, 128) } else { tile(gm.n, 64) };
+    // (Static shared memory is 48 KiB: 32-deep tiles only up to 64 wide.)
+    let bk = if bn <= 64 { fp32_bk() } else { BK };
     let (tm, tn) = (bm / 16, bn / 16);
     let gx = gm.n.div_ceil(bn);
     let gy = gm.m.div_ceil(bm);
     let tiles = gx * gy * gm.groups;
-    let (splits, chunk) = split_k(gm, tiles);
+    let (splits, chunk) = split_k(gm, tiles, bk);
     if gy > 65535 || gm.groups * splits > 65535 {
         return Err(format!("{v}: contraction grid too large ({gy} × {} blocks)", gm.groups * splits));
     }
@@ -236,37 +256,51 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, String> {
     let _ = writeln!(c, "  const u32 g = blockIdx.z % {}u, split = blockIdx.z / {}u;", gm.groups, gm.groups);
     let _ = writeln!(c, "  const u32 m0 = blockIdx.y * {bm}u, n0 = blockIdx.x * {bn}u;");
     let _ = writeln!(c, "  const u32 kb = split * {chunk}u, ke = min(kb + {chunk}u, {}u);", gm.k);
-    let _ = writeln!(c, "  __shared__ {ta} As[{BK}][{}];", bm + 1);
-    let _ = writeln!(c, "  __shared__ {tb} Bs[{BK}][{}];", bn + 1);
+    let _ = writeln!(c, "  __shared__ {ta} As[{bk}][{}];", bm + 1);
+    let _ = writeln!(c, "  __shared__ {tb} Bs[{bk}][{}];", bn + 1);
     let _ = writeln!(c, "  auto LA = [&](u32 m, u32 k) -> {ta} {{\n      {}\n  }};", gm.load_a);
     let _ = writeln!(c, "  auto LB = [&](u32 k, u32 n) -> {tb} {{\n      {}\n  }};", gm.load_b);
     let _ = writeln!(c, "  {tc} acc[{tm}][{tn}];");
     let _ = writeln!(c, "  #pragma unroll\n  for (int i = 0; i < {tm}; ++i)\n    #pragma unroll\n    for (int j = 0; j < {tn}; ++j) acc[i][j] = {};", czero(gm.tc));
-    let _ = writeln!(c, "  for (u32 k0 = kb; k0 < ke; k0 += {BK}u) {{");
-    for (mat, ext, bx, k_fast, len, lname, z) in [
-        ("As", gm.m, bm, gm.a_k_fast, "m", "LA", czero(gm.ta)),
-        ("Bs", gm.n, bn, gm.b_k_fast, "n", "LB", czero(gm.tb)),
+    // The tile loads: each thread gathers `per` elements of A and of B per K step, into
+    // registers (`ra`, `rb`), which are then stored to shared memory.
+    let mut fetch = String::new();
+    let mut store = String::new();
+    for (mat, reg, ext, bx, k_fast, len, lname, z, ty) in [
+        ("As", "ra", gm.m, bm, gm.a_k_fast, "m", "LA", czero(gm.ta), ta),
+        ("Bs", "rb", gm.n, bn, gm.b_k_fast, "n", "LB", czero(gm.tb), tb),
     ] {
-        let per = BK * bx / 256;
+        let per = bk * bx / 256;
         let (kk, xx) = if k_fast {
-            (format!("e % {BK}u"), format!("e / {BK}u"))
+            (format!("e % {bk}u"), format!("e / {bk}u"))
         } else {
             (format!("e / {bx}u"), format!("e % {bx}u"))
         };
         let args = if lname == "LA" { "x, k" } else { "k, x" };
+        let _ = writeln!(c, "  {ty} {reg}[{per}];");
         let _ = writeln!(
-            c,
+            fetch,
             "    #pragma unroll\n    for (u32 r = 0; r < {per}u; ++r) {{\n      const u32 e = tid + r * 256u, kk = {kk}, xx = {xx};\n      \
-             const u32 k = k0 + kk, x = {len}0 + xx;\n      {mat}[kk][xx] = (x < {ext}u && k < ke) ? {lname}({args}) : {z};\n    }}"
+             const u32 k = k0 + kk, x = {len}0 + xx;\n      {reg}[r] = (x < {ext}u && k < ke) ? {lname}({args}) : {z};\n    }}"
+        );
+        let _ = writeln!(
+            store,
+            "    #pragma unroll\n    for (u32 r = 0; r < {per}u; ++r) {{\n      const u32 e = tid + r * 256u;\n      {mat}[{kk}][{xx}] = {reg}[r];\n    }}"
         );
     }
+    let _ = writeln!(c, "  {{\n    const u32 k0 = kb;\n{fetch}  }}");
+    let _ = writeln!(c, "  for (u32 k0 = kb; k0 < ke; k0 += {bk}u) {{");
+    c.push_str(&store);
     c.push_str("    __syncthreads();\n");
+    // The next tile's loads are issued before this tile's products, so their latency is
+    // hidden behind the arithmetic (measured: 1% of the seed step, bench/GPU-NOTES.md).
+    let _ = writeln!(c, "    if (k0 + {bk}u < ke) {{\n      const u32 k0n = k0 + {bk}u;\n      {{\n        const u32 k0 = k0n;\n{fetch}      }}\n    }}");
+    let body = format!("      #pragma unroll\n      for (int i = 0; i < {tm}; ++i)\n        #pragma unroll\n        for (int j = 0; j < {tn}; ++j) mac(acc[i][j], a[i], b[j]);");
     let _ = writeln!(
         c,
-        "    #pragma unroll\n    for (int kk = 0; kk < {BK}; ++kk) {{\n      {ta} a[{tm}]; {tb} b[{tn}];\n      \
+        "    #pragma unroll\n    for (int kk = 0; kk < {bk}; ++kk) {{\n      {ta} a[{tm}]; {tb} b[{tn}];\n      \
          #pragma unroll\n      for (int i = 0; i < {tm}; ++i) a[i] = As[kk][ty + i * 16];\n      \
-         #pragma unroll\n      for (int j = 0; j < {tn}; ++j) b[j] = Bs[kk][tx + j * 16];\n      \
-         #pragma unroll\n      for (int i = 0; i < {tm}; ++i)\n        #pragma unroll\n        for (int j = 0; j < {tn}; ++j) mac(acc[i][j], a[i], b[j]);\n    }}"
+         #pragma unroll\n      for (int j = 0; j < {tn}; ++j) b[j] = Bs[kk][tx + j * 16];\n{body}\n    }}"
     );
     c.push_str("    __syncthreads();\n  }\n");
     let store = if splits > 1 {
@@ -286,6 +320,7 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, String> {
         grid: [gx as u32, gy as u32, (gm.groups * splits) as u32],
         block: [256, 1, 1],
         zero,
+        scratch: 0,
     })
 }
 
@@ -300,7 +335,7 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, Strin
     let gx = gm.n.div_ceil(bn);
     let gy = gm.m.div_ceil(bm);
     let tiles = gx * gy * gm.groups;
-    let (splits, chunk) = split_k(gm, tiles);
+    let (splits, chunk) = split_k(gm, tiles, BK);
     if gy > 65535 || gm.groups * splits > 65535 {
         return Err(format!("{v}: contraction grid too large ({gy} × {} blocks)", gm.groups * splits));
     }
@@ -417,5 +452,6 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, Strin
         grid: [gx as u32, gy as u32, (gm.groups * splits) as u32],
         block: [256, 1, 1],
         zero,
+        scratch: 0,
     })
 }

@@ -198,7 +198,13 @@ pub(crate) fn elementwise(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<
         }
     }
     code.push_str("  }\n}\n");
-    Ok(Kernel { code, grid: [grid_for(n, BLOCK as usize), 1, 1], block: [BLOCK, 1, 1], zero: Vec::new() })
+    Ok(Kernel {
+        code,
+        grid: [grid_for(n, BLOCK as usize), 1, 1],
+        block: [BLOCK, 1, 1],
+        zero: Vec::new(),
+        scratch: 0,
+    })
 }
 
 /// Accumulator of a reduction: its scalar parts, and the code that folds values into it.
@@ -270,38 +276,108 @@ impl Acc {
     }
 }
 
-/// A reduction group: an elementwise prologue over the domain folded into the `Reduce` node.
-/// One thread, one warp or one block (optionally several, for sums) per output element.
-pub(crate) fn reduce(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Kernel, String> {
-    let (&red, prologue) = group.nodes.split_last().ok_or("empty reduction group")?;
-    let rn = ctx.g.node(red);
-    let (op, axes) = match &rn.op {
-        Op::Reduce { op, axes } => (*op, axes.clone()),
-        other => return Err(format!("{red}: a reduction group ends in {}", other.mnemonic())),
+/// Whether `next` can join the reductions `run` (already one kernel) in a single pass: all are
+/// sums over the same domain and axes, `next` reads nothing the run writes, and no output
+/// shares memory with any input or other output (the memory plan may reuse a buffer that dies
+/// at one member for a later member's output; then they stay separate kernels).
+pub(crate) fn joins(ctx: &Ctx, run: &[&KernelGroup], next: &KernelGroup) -> bool {
+    let key = |k: &KernelGroup| match k.nodes.last().map(|&v| &ctx.g.node(v).op) {
+        Some(Op::Reduce { op: ReduceOp::Sum, axes }) if k.kind == GroupKind::Reduce => {
+            Some((k.domain.resolve(ctx.batch), axes.clone()))
+        }
+        _ => None,
     };
-    let x = rn.inputs[0];
-    let dt = rn.ty.dtype;
+    let Some(first) = run.first() else { return false };
+    if key(next).is_none() || key(next) != key(first) {
+        return false;
+    }
+    let range = |v: Value| ctx.offset(v).ok().map(|o| (o, o + ctx.bytes(v)));
+    let mut outs = Vec::new();
+    let mut ins = Vec::new();
+    for k in run.iter().copied().chain([next]) {
+        for &o in &k.outputs {
+            outs.push((o, range(o)));
+        }
+        for &i in &k.inputs {
+            ins.push((i, range(i)));
+        }
+    }
+    if next.inputs.iter().any(|i| run.iter().any(|k| k.outputs.contains(i))) {
+        return false;
+    }
+    let overlap = |a: Option<(usize, usize)>, b: Option<(usize, usize)>| match (a, b) {
+        (Some(a), Some(b)) => a.0 < b.1 && b.0 < a.1,
+        _ => true,
+    };
+    outs.iter().enumerate().all(|(i, &(_, r))| {
+        ins.iter().all(|&(_, q)| !overlap(r, q)) && outs[i + 1..].iter().all(|&(_, q)| !overlap(r, q))
+    })
+}
+
+/// Reduction groups over one domain: each an elementwise prologue folded into its `Reduce`
+/// node (last in `nodes`). Several groups (see [`joins`]) share one pass over the domain:
+/// every input is loaded once per point and each sum keeps its own accumulator.
+/// One thread, one warp or one block (optionally several, for sums) per output element.
+///
+/// When the reduced range is split over blocks, each block stores its f64 partial sums in
+/// scratch memory at byte offset `scratch` (past the plan's arena), and the last block of each
+/// output to finish (an atomic counter per output) adds them in split order and stores the
+/// result: the sum stays in f64 until its one final rounding and does not depend on the order
+/// the blocks ran in. (Rounding each partial to f32 first costs near-cancelling sums, such as a
+/// batchnorm's `Σ dy`, most of their digits.)
+pub(crate) fn reduce(
+    ctx: &Ctx,
+    groups: &[&KernelGroup],
+    name: &str,
+    scratch: usize,
+) -> Result<Kernel, String> {
+    let group = *groups.first().ok_or("no reduction group")?;
+    let mut reds = Vec::new();
+    let mut prologue: Vec<Value> = Vec::new();
+    let mut inputs: Vec<Value> = Vec::new();
+    for k in groups {
+        let (&red, pro) = k.nodes.split_last().ok_or("empty reduction group")?;
+        let rn = ctx.g.node(red);
+        let (op, axes) = match &rn.op {
+            Op::Reduce { op, axes } => (*op, axes.clone()),
+            other => return Err(format!("{red}: a reduction group ends in {}", other.mnemonic())),
+        };
+        reds.push((red, rn.inputs[0], op, axes, rn.ty.dtype));
+        for &v in pro {
+            if !prologue.contains(&v) {
+                prologue.push(v);
+            }
+        }
+        for &v in &k.inputs {
+            if !inputs.contains(&v) {
+                inputs.push(v);
+            }
+        }
+    }
+    let (op, axes) = (reds[0].2, reds[0].3.clone());
+    let red = reds[0].0;
     let domain = group.domain.resolve(ctx.batch);
     let dn: usize = domain.iter().product();
     check_size(dn, "a reduction's input")?;
     let out_shape = ctx.shape(red);
     let o_n: usize = out_shape.iter().product();
     let r_n: usize = axes.iter().map(|&a| domain[a]).product();
-    // Lanes per output and splits of the reduced range over blocks.
+    // Lanes per output and splits of the reduced range over blocks: enough blocks for eight
+    // per SM of an H200 (132 SMs), so the loads of many blocks are in flight at once.
     let (lanes, splits) = if r_n <= 32 {
         (1usize, 1usize)
     } else if r_n <= 4096 || o_n >= 2048 {
         (32, 1)
     } else {
-        let s = if op == ReduceOp::Sum && o_n < 528 {
-            528usize.div_ceil(o_n).min(r_n.div_ceil(8192)).max(1)
+        let s = if op == ReduceOp::Sum && o_n < 1056 {
+            1056usize.div_ceil(o_n).min(r_n.div_ceil(4096)).max(1)
         } else {
             1
         };
         (256, s)
     };
     let chunk = r_n.div_ceil(splits);
-    let acc = Acc::of(op, dt);
+    let accs: Vec<Acc> = reds.iter().map(|r| Acc::of(r.2, r.4)).collect();
     let dstr = strides(&domain);
     let ostr = strides(&out_shape);
     let kept: Vec<usize> = (0..domain.len()).filter(|a| !axes.contains(a)).collect();
@@ -317,19 +393,24 @@ pub(crate) fn reduce(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Kerne
     let _ = writeln!(code, "  const u32 first = (blockIdx.x * blockDim.x + threadIdx.x) / {lanes}u;");
     let _ = writeln!(code, "  const u32 stride = (gridDim.x * blockDim.x) / {lanes}u;");
     if lanes == 256 {
-        for (t, s, _) in &acc.parts {
-            let _ = writeln!(code, "  __shared__ {t} sh{s}[{}];", BLOCK / 32);
+        for (j, acc) in accs.iter().enumerate() {
+            for (t, s, _) in &acc.parts {
+                let _ = writeln!(code, "  __shared__ {t} sh{j}{s}[{}];", BLOCK / 32);
+            }
         }
     }
     let _ = writeln!(code, "  for (u32 o = first; o < {o_n}u; o += stride) {{");
-    acc.decl(&mut code, "a");
+    for (j, acc) in accs.iter().enumerate() {
+        acc.decl(&mut code, &format!("a{j}"));
+    }
     let _ = writeln!(
         code,
         "    const u32 rb = {}u;",
         if splits > 1 { format!("blockIdx.y * {chunk}") } else { "0".into() }
     );
     let _ = writeln!(code, "    const u32 re_ = min(rb + {chunk}u, {r_n}u);");
-    let _ = writeln!(code, "    for (u32 r = rb + lane; r < re_; r += {lanes}u) {{");
+    // Unrolled so that the loads of several points are in flight at once (no stores inside).
+    let _ = writeln!(code, "    #pragma unroll 4\n    for (u32 r = rb + lane; r < re_; r += {lanes}u) {{");
     let mut coords = Vec::new();
     for a in 0..domain.len() {
         let e = if kept.contains(&a) {
@@ -359,44 +440,103 @@ pub(crate) fn reduce(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Kerne
     }
     let linear = if lin.is_empty() { "0u".to_string() } else { lin.join(" + ") };
     let _ = writeln!(code, "    const u32 li = {linear};");
-    let vars = emit_values(ctx, prologue, &group.inputs, &domain, &coords, "li", &mut code)?;
-    let xv = vars.get(&x).ok_or_else(|| format!("{red}: its operand {x} is not available in the kernel"))?;
-    let _ = writeln!(code, "    {}", Acc::fold(op, dt, "a", xv, "r"));
+    let vars = emit_values(ctx, &prologue, &inputs, &domain, &coords, "li", &mut code)?;
+    for (j, &(red, x, op, _, dt)) in reds.iter().enumerate() {
+        let xv =
+            vars.get(&x).ok_or_else(|| format!("{red}: its operand {x} is not available in the kernel"))?;
+        let _ = writeln!(code, "    {}", Acc::fold(op, dt, &format!("a{j}"), xv, "r"));
+    }
     code.push_str("    }\n");
     if lanes >= 32 {
         // Warp tree: lane 0 of each warp ends with the warp's accumulator.
         code.push_str("    for (int off = 16; off > 0; off >>= 1) {\n");
-        for (t, s, _) in &acc.parts {
-            let _ = writeln!(code, "      {t} b{s} = __shfl_down_sync(0xffffffffu, a{s}, off);");
+        for (j, (acc, r)) in accs.iter().zip(&reds).enumerate() {
+            for (t, s, _) in &acc.parts {
+                let _ = writeln!(code, "      {t} b{j}{s} = __shfl_down_sync(0xffffffffu, a{j}{s}, off);");
+            }
+            let _ = writeln!(code, "      {}", Acc::merge(r.2, r.4, &format!("a{j}"), &format!("b{j}")));
         }
-        let _ = writeln!(code, "      {}", Acc::merge(op, dt, "a", "b"));
         code.push_str("    }\n");
     }
     if lanes == 256 {
         code.push_str("    if ((lane & 31u) == 0u) {\n");
-        for (_, s, _) in &acc.parts {
-            let _ = writeln!(code, "      sh{s}[lane >> 5] = a{s};");
+        for (j, acc) in accs.iter().enumerate() {
+            for (_, s, _) in &acc.parts {
+                let _ = writeln!(code, "      sh{j}{s}[lane >> 5] = a{j}{s};");
+            }
         }
         code.push_str("    }\n    __syncthreads();\n    if (lane == 0u) {\n");
         let _ = writeln!(code, "      for (u32 w = 1; w < {}u; ++w) {{", BLOCK / 32);
-        for (t, s, _) in &acc.parts {
-            let _ = writeln!(code, "        {t} b{s} = sh{s}[w];");
+        for (j, (acc, r)) in accs.iter().zip(&reds).enumerate() {
+            for (t, s, _) in &acc.parts {
+                let _ = writeln!(code, "        {t} b{j}{s} = sh{j}{s}[w];");
+            }
+            let _ = writeln!(code, "        {}", Acc::merge(r.2, r.4, &format!("a{j}"), &format!("b{j}")));
         }
-        let _ = writeln!(code, "        {}", Acc::merge(op, dt, "a", "b"));
         code.push_str("      }\n    }\n    __syncthreads();\n");
     }
-    let res = Acc::result(op, dt, "a");
-    let p = ctx.ptr(red)?;
+    let mut scratch_bytes = 0;
     if splits > 1 {
-        let _ = writeln!(code, "    if (lane == 0u) atomic_acc(&{p}[o], {res});");
+        // Partials: double [splits][o_n][parts]; then one u32 counter per output, which the
+        // last block puts back to 0 for the next step (the runtime zeroes scratch once).
+        let parts: usize = accs.iter().map(|a| a.parts.len()).sum();
+        let counters = scratch + splits * o_n * parts * 8;
+        scratch_bytes = counters + 4 * o_n - scratch;
+        code.push_str("    if (lane == 0u) {\n");
+        let _ = writeln!(
+            code,
+            "      double* part = (double*)(A + {scratch}ull) + (blockIdx.y * {o_n}u + o) * {parts}u;"
+        );
+        let mut k = 0;
+        for (j, acc) in accs.iter().enumerate() {
+            for (_, s, _) in &acc.parts {
+                let _ = writeln!(code, "      part[{k}] = a{j}{s};");
+                k += 1;
+            }
+        }
+        code.push_str("      __threadfence();\n");
+        let _ = writeln!(code, "      u32* count = (u32*)(A + {counters}ull) + o;");
+        let _ = writeln!(code, "      if (atomicAdd(count, 1u) == {}u) {{", splits - 1);
+        code.push_str("        __threadfence();\n");
+        for (j, acc) in accs.iter().enumerate() {
+            for (_, s, _) in &acc.parts {
+                let _ = writeln!(code, "        a{j}{s} = 0.0;");
+            }
+        }
+        let _ = writeln!(code, "        for (u32 s = 0; s < {splits}u; ++s) {{");
+        let _ = writeln!(
+            code,
+            "          volatile double* q = (volatile double*)(A + {scratch}ull) + (s * {o_n}u + o) * {parts}u;"
+        );
+        let mut k = 0;
+        for (j, acc) in accs.iter().enumerate() {
+            for (_, s, _) in &acc.parts {
+                let _ = writeln!(code, "          a{j}{s} += q[{k}];");
+                k += 1;
+            }
+        }
+        code.push_str("        }\n");
+        for (j, &(red, _, op, _, dt)) in reds.iter().enumerate() {
+            let _ =
+                writeln!(code, "        {}[o] = {};", ctx.ptr(red)?, Acc::result(op, dt, &format!("a{j}")));
+        }
+        code.push_str("        *count = 0u;\n      }\n    }\n");
     } else {
-        let _ = writeln!(code, "    if (lane == 0u) {p}[o] = {res};");
+        for (j, &(red, _, op, _, dt)) in reds.iter().enumerate() {
+            let res = Acc::result(op, dt, &format!("a{j}"));
+            let _ = writeln!(code, "    if (lane == 0u) {}[o] = {res};", ctx.ptr(red)?);
+        }
     }
     code.push_str("  }\n}\n");
     let grid_x =
         if lanes == 256 { o_n.clamp(1, 65535) as u32 } else { grid_for(o_n * lanes, BLOCK as usize) };
-    let zero = if splits > 1 { vec![(ctx.offset(red)?, ctx.bytes(red))] } else { Vec::new() };
-    Ok(Kernel { code, grid: [grid_x, splits as u32, 1], block: [BLOCK, 1, 1], zero })
+    Ok(Kernel {
+        code,
+        grid: [grid_x, splits as u32, 1],
+        block: [BLOCK, 1, 1],
+        zero: Vec::new(),
+        scratch: scratch_bytes,
+    })
 }
 
 /// A data-movement or special node: one thread per output element.
@@ -513,5 +653,11 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Ker
     };
     let _ = writeln!(code, "    {body}");
     code.push_str("  }\n}\n");
-    Ok(Kernel { code, grid: [grid_for(on, BLOCK as usize), 1, 1], block: [BLOCK, 1, 1], zero: Vec::new() })
+    Ok(Kernel {
+        code,
+        grid: [grid_for(on, BLOCK as usize), 1, 1],
+        block: [BLOCK, 1, 1],
+        zero: Vec::new(),
+        scratch: 0,
+    })
 }

@@ -13,14 +13,21 @@
 //!   indices (a tensor of 2³¹ elements or more is refused with an error);
 //! - contractions (`MatMul`, `Conv2d`, `ConvTranspose2d`, `Conv2dWeightGrad`) are one tiled
 //!   implicit-GEMM template (shared-memory tiles of 16 × BM and 16 × BN, a 16 × 16 thread
-//!   grid with a register micro-tile, no im2col buffer), split along K with `atomicAdd`
-//!   into a zeroed output when the output alone has too few tiles to fill the GPU; with
-//!   `Precision::Tf32` the same tiles are multiplied on tensor cores (`mma.sync`, TF32);
+//!   grid with a register micro-tile, the next K tile loaded into registers while the current
+//!   one is multiplied, no im2col buffer), split along K with `atomicAdd` into a zeroed
+//!   output when the output alone has too few tiles to fill the GPU; with `Precision::Tf32`
+//!   the same tiles are multiplied on tensor cores (`mma.sync`, TF32). In fp32, stride-1
+//!   convolutions and input gradients with at most 32 output channels per group use the
+//!   direct kernel of `conv.rs` instead (measured faster there, slower above);
+//! - sibling sums that the schedule put next to each other (same domain and axes) are one
+//!   kernel; a sum split over blocks keeps f64 partials in scratch memory past the arena
+//!   ([`CudaModule::scratch`]) and its last block adds them in order (deterministic);
 //! - `Fft` is a direct DFT per output element (O(n²) per row, twiddles by `sincospi` of the
 //!   exact `(j·k) mod n`, accumulated in f64);
 //! - sums accumulate in f64 (complex: two f64) for accuracy; `Max`/`MaxMag` keep the first
 //!   of equal candidates, as the interpreter does.
 
+mod conv;
 mod gemm;
 mod kernels;
 
@@ -73,6 +80,10 @@ pub struct CudaModule {
     pub steps: Vec<CudaStep>,
     /// Names of all kernels in the module.
     pub kernels: Vec<String>,
+    /// Scratch memory past the plan's arena, `(offset, bytes)`: the f64 partial sums of
+    /// reductions split over blocks, and their counters. The runtime allocates it with the
+    /// arena (one allocation) and zeroes it once.
+    pub scratch: (usize, usize),
 }
 
 /// The CUDA C source of every kernel of `program` (fp32 numerics), as `cvc emit --cuda` prints.
@@ -90,22 +101,50 @@ pub fn generate(program: &Program, precision: Precision) -> Result<CudaModule, S
     source.push_str(PRELUDE);
     let mut steps = Vec::new();
     let mut kernels = Vec::new();
-    for &gi in &program.order {
-        let group = program
-            .groups
-            .get(gi)
-            .ok_or_else(|| format!("schedule names group {gi}, which does not exist"))?;
+    let scratch_start = program.plan.arena_bytes.next_multiple_of(256);
+    let mut scratch_end = scratch_start;
+    let group_at = |gi: usize| {
+        program.groups.get(gi).ok_or_else(|| format!("schedule names group {gi}, which does not exist"))
+    };
+    let mut at = 0;
+    while at < program.order.len() {
+        let gi = program.order[at];
+        let group = group_at(gi)?;
+        at += 1;
         let name = format!("k{gi}_{}", kind_tag(group));
+        // Sibling sums the schedule put next to each other (views between them are free)
+        // become one kernel: one pass over their common domain.
+        let mut run = vec![group];
+        let mut ids = vec![gi];
+        if group.kind == GroupKind::Reduce {
+            let mut next = at;
+            while next < program.order.len() {
+                let k = group_at(program.order[next])?;
+                if k.kind == GroupKind::View {
+                    next += 1;
+                } else if kernels::joins(&ctx, &run, k) {
+                    run.push(k);
+                    ids.push(program.order[next]);
+                    next += 1;
+                    at = next;
+                } else {
+                    break;
+                }
+            }
+        }
         let out = match group.kind {
             GroupKind::View => continue,
             GroupKind::Elementwise => kernels::elementwise(&ctx, group, &name)?,
-            GroupKind::Reduce => kernels::reduce(&ctx, group, &name)?,
+            GroupKind::Reduce => kernels::reduce(&ctx, &run, &name, scratch_end)?,
             GroupKind::Movement => kernels::movement(&ctx, group, &name)?,
             GroupKind::Contraction => gemm::contraction(&ctx, group, &name)?,
         };
-        let _ = writeln!(source, "// group {gi}: {}", describe(&ctx, group));
+        for (id, k) in ids.iter().zip(&run) {
+            let _ = writeln!(source, "// group {id}: {}", describe(&ctx, k));
+        }
         source.push_str(&out.code);
         source.push('\n');
+        scratch_end = (scratch_end + out.scratch).next_multiple_of(256);
         steps.extend(out.zero.into_iter().map(|(offset, bytes)| CudaStep::Zero { offset, bytes }));
         steps.push(CudaStep::Launch(KernelLaunch {
             name: name.clone(),
@@ -116,7 +155,7 @@ pub fn generate(program: &Program, precision: Precision) -> Result<CudaModule, S
         }));
         kernels.push(name);
     }
-    Ok(CudaModule { source, steps, kernels })
+    Ok(CudaModule { source, steps, kernels, scratch: (scratch_start, scratch_end - scratch_start) })
 }
 
 fn kind_tag(g: &KernelGroup) -> &'static str {
@@ -148,6 +187,8 @@ pub(crate) struct Kernel {
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub zero: Vec<(usize, usize)>,
+    /// Bytes of scratch memory the kernel uses (at the offset it was given).
+    pub scratch: usize,
 }
 
 /// What kernel generators read: the graph, the memory plan, the batch size.
