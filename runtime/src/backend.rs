@@ -49,12 +49,20 @@ impl HostTensor {
             HostData::I32(_) => panic!("f32s() on an i32 tensor"),
         }
     }
-    /// The raw bytes (little-endian), as copied into an arena.
-    pub fn as_bytes(&self) -> Vec<u8> {
-        match &self.data {
+    /// The raw bytes (little-endian), as copied into an arena: the storage itself on a
+    /// little-endian machine (no copy: a training step uploads its batch through this), a
+    /// converted copy elsewhere.
+    pub fn as_bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        if cfg!(target_endian = "little") {
+            return std::borrow::Cow::Borrowed(match &self.data {
+                HostData::F32(v) => bytemuck::cast_slice(v),
+                HostData::I32(v) => bytemuck::cast_slice(v),
+            });
+        }
+        std::borrow::Cow::Owned(match &self.data {
             HostData::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             HostData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        }
+        })
     }
     /// A tensor of `dtype`/`shape` from raw little-endian bytes.
     pub fn from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Self {

@@ -56,7 +56,7 @@ pub fn to_bytes(
             if t.dtype == DType::C64 {
                 shape.push(2);
             }
-            (name.clone(), dtype, shape, t.as_bytes())
+            (name.clone(), dtype, shape, t.as_bytes().into_owned())
         })
         .collect();
     let views = raw

@@ -155,3 +155,38 @@ fn second_start_is_a_cache_hit() {
     eprintln!("{info1}\n{info2}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The benchmark configuration (seed network, batch 1024, fp32): every batchnorm layer reads
+/// its activation in two reduction kernels forward (means, then variances) and two backward
+/// (the sibling sums of `passes/siblings.rs` merged), the sums split over blocks keep f64
+/// scratch, and the module compiles.
+#[test]
+fn seed_network_at_batch_1024_shares_batchnorm_passes_and_compiles() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/seed_cnn.cvnn");
+    let src = std::fs::read_to_string(&path).expect("readable example");
+    let checked = check_source("seed_cnn.cvnn", &src, Mode::Train).expect("checks");
+    let opts = Options { batch: 1024, optimizer: checked.train.optimizer.clone(), ..Options::default() };
+    let program = compile(checked.graph, &opts).expect("compiles");
+    let module = cuda::generate(&program, Precision::Fp32).expect("generates");
+    let is_bn_reduce = |gi: usize| {
+        let k = &program.groups[gi];
+        k.kind == cvc_compiler::passes::fusion::GroupKind::Reduce
+            && k.nodes.last().is_some_and(|&v| program.graph.node(v).origin.label.contains("batchnorm"))
+    };
+    let groups = (0..program.groups.len()).filter(|&gi| is_bn_reduce(gi)).count();
+    let launches = module
+        .steps
+        .iter()
+        .filter(|s| matches!(s, cuda::CudaStep::Launch(l) if is_bn_reduce(l.group)))
+        .count();
+    assert_eq!(groups, 36, "3 batchnorm layers × (4 forward + 8 backward) sums");
+    assert_eq!(launches, 12, "3 batchnorm layers × (2 forward + 2 backward) passes");
+    assert!(module.scratch.1 > 0, "split reductions keep f64 partials in scratch");
+    assert_eq!(module.scratch.0 % 256, 0);
+    assert!(module.scratch.0 >= program.plan.arena_bytes);
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let cubin = cvc_runtime::cuda::compile_cubin(&module.source, "sm_90").expect("NVRTC compiles");
+    assert!(cubin.starts_with(b"\x7fELF"));
+}
