@@ -9,4 +9,4 @@ pub mod ast;
 pub mod parser;
 pub mod span;
 pub use parser::{parse, ParseError};
-pub use span::Span;
+pub use span::{LineIndex, Span};

@@ -70,6 +70,7 @@ fn step_tick(steps: f64, target: f64) -> f64 {
 
 /// Renders the plan of `p` (`src` gives source lines for the tooltips).
 pub fn render_svg(p: &Program, src: &str) -> String {
+    let lines = cvc_grammar::LineIndex::new(src);
     let plan = &p.plan;
     let steps = plan.steps.max(1) as f64;
     let arena = plan.arena_bytes.max(1) as f64;
@@ -116,7 +117,7 @@ pub fn render_svg(p: &Program, src: &str) -> String {
             let (x0, x1) = (x(from as f64), x(to.max(from + 1) as f64));
             let (y0, y1) = (y((b.offset + iv.bytes) as f64), y(b.offset as f64));
             let n = p.graph.node(v);
-            let line = crate::cli::plan::line_of(&p.graph, v, src);
+            let line = crate::cli::plan::line_of(&p.graph, v, &lines);
             let _ = writeln!(
                 s,
                 r#"<rect x="{x0:.2}" y="{y0:.2}" width="{:.2}" height="{:.2}" fill="{}" fill-opacity="0.85" stroke="white" stroke-width="0.3"><title>{v} {} {} ({}) steps {from}..{} line {line}</title></rect>"#,

@@ -364,8 +364,14 @@ pub fn run(g: &mut Graph, fuse_nodes: bool, facts: &mut super::PipelineFacts) ->
         unfused(g)
     };
     facts.combines_materialized = combines_materialized(g, &f);
+    let mut kernels_of = vec![0usize; g.nodes.len()];
+    for k in &f.groups {
+        for &v in &k.nodes {
+            kernels_of[v.index()] += 1;
+        }
+    }
     for &v in &f.recomputed {
-        let kernels = f.groups.iter().filter(|k| k.nodes.contains(&v)).count();
+        let kernels = kernels_of[v.index()];
         let n = g.node(v);
         facts.recomputed.push((
             v,

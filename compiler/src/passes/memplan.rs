@@ -154,19 +154,19 @@ fn place(
     }
     let mut todo: Vec<usize> = (0..intervals.len()).filter(|&i| !intervals[i].persistent).collect();
     todo.sort_by_key(|&i| (rank(&intervals[i]), i));
-    let mut placed: Vec<usize> = Vec::new();
+    // Placed buffers as (offset, end, index), kept sorted by (offset, end): the gap search
+    // walks them in address order without sorting per buffer (plans of deep models place
+    // tens of thousands of buffers, many alive at once).
+    let mut placed: Vec<(usize, usize, usize)> = Vec::new();
     let mut arena = base;
     for i in todo {
         let iv = &intervals[i];
-        let mut busy: Vec<(usize, usize)> = placed
-            .iter()
-            .filter(|&&p| intervals[p].overlaps(iv))
-            .map(|&p| (offsets[p], offsets[p] + intervals[p].bytes))
-            .collect();
-        busy.sort_unstable();
         let mut best: Option<(usize, usize)> = None; // (gap size, offset)
         let mut cursor = base;
-        for &(lo, hi) in &busy {
+        for &(lo, hi, p) in &placed {
+            if !intervals[p].overlaps(iv) {
+                continue;
+            }
             if lo > cursor {
                 let gap = lo - cursor;
                 if gap >= iv.bytes {
@@ -184,7 +184,9 @@ fn place(
         let offset = best.map_or(cursor, |(_, o)| o);
         offsets[i] = offset;
         arena = arena.max(offset + iv.bytes);
-        placed.push(i);
+        let entry = (offset, offset + iv.bytes, i);
+        let at = placed.partition_point(|&(lo, hi, _)| (lo, hi) <= (entry.0, entry.1));
+        placed.insert(at, entry);
     }
     Placement { offsets, arena_bytes: arena }
 }

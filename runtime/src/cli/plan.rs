@@ -8,6 +8,7 @@ use cvc_compiler::ir::{Graph, Mode, Role, Value};
 use cvc_compiler::passes::fusion::GroupKind;
 use cvc_compiler::passes::pipeline::{compile, Options};
 use cvc_compiler::passes::Program;
+use cvc_grammar::LineIndex;
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -237,13 +238,13 @@ fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool) -> CliResult {
     }
 }
 
-/// 1-based source line of a value (0 when it has no span).
-pub fn line_of(g: &Graph, v: Value, src: &str) -> usize {
+/// 1-based source line of a value (0 when it has no span); `lines` indexes the source.
+pub fn line_of(g: &Graph, v: Value, lines: &LineIndex) -> usize {
     let sp = g.span(v);
-    if sp.end == 0 || sp.end as usize > src.len() {
+    if sp.end == 0 || sp.end as usize > lines.text_len() {
         return 0;
     }
-    sp.line_col(src).0
+    lines.line(sp.start as usize)
 }
 
 /// What a buffer holds, for reports and the timeline.
@@ -312,6 +313,7 @@ fn kind_name(k: GroupKind) -> &'static str {
 
 /// The human-readable plan.
 pub fn summary(p: &Program, src: &str, model: &str) -> String {
+    let lines = LineIndex::new(src);
     let g = &p.graph;
     let plan = &p.plan;
     let mut s = String::new();
@@ -336,7 +338,7 @@ pub fn summary(p: &Program, src: &str, model: &str) -> String {
         if k.kind == GroupKind::View {
             continue;
         }
-        let line = k.outputs.first().map_or(0, |&o| line_of(g, o, src));
+        let line = k.outputs.first().map_or(0, |&o| line_of(g, o, &lines));
         let _ = writeln!(
             s,
             "  {step:>4}  {:<11} {:>3} ops  {:<22} {}{}",
@@ -357,7 +359,7 @@ pub fn summary(p: &Program, src: &str, model: &str) -> String {
     let mut by_layer: Vec<(String, usize, Vec<String>)> = Vec::new();
     for (v, why) in &p.facts.recomputed {
         let n = g.node(*v);
-        let key = (n.origin.label.clone(), line_of(g, *v, src));
+        let key = (n.origin.label.clone(), line_of(g, *v, &lines));
         let item = if why.contains("checkpoint") {
             format!("{} (checkpoint)", n.op.mnemonic())
         } else {
@@ -411,7 +413,7 @@ pub fn summary(p: &Program, src: &str, model: &str) -> String {
     live.sort_by_key(|&v| std::cmp::Reverse(g.ty(v).bytes(plan.batch)));
     for v in live {
         let n = g.node(v);
-        let line = line_of(g, v, src);
+        let line = line_of(g, v, &lines);
         let _ = writeln!(
             s,
             "  {:>12}  {:<18} {:<16} {}{}",
@@ -427,6 +429,7 @@ pub fn summary(p: &Program, src: &str, model: &str) -> String {
 
 /// The plan as JSON (keys documented in `cvc plan --help`'s module doc).
 pub fn json(p: &Program, src: &str) -> serde_json::Value {
+    let lines = LineIndex::new(src);
     let g = &p.graph;
     let plan = &p.plan;
     let kernels: Vec<serde_json::Value> = p
@@ -449,7 +452,7 @@ pub fn json(p: &Program, src: &str) -> serde_json::Value {
         .facts
         .recomputed
         .iter()
-        .map(|(v, why)| serde_json::json!({"value": v.index(), "line": line_of(g, *v, src), "why": why}))
+        .map(|(v, why)| serde_json::json!({"value": v.index(), "line": line_of(g, *v, &lines), "why": why}))
         .collect();
     let live: Vec<serde_json::Value> = plan
         .live_at_peak
@@ -460,7 +463,7 @@ pub fn json(p: &Program, src: &str) -> serde_json::Value {
                 "bytes": g.ty(v).bytes(plan.batch),
                 "kind": BufferKind::of(p, v).name(),
                 "label": g.node(v).origin.label,
-                "line": line_of(g, v, src),
+                "line": line_of(g, v, &lines),
             })
         })
         .collect();

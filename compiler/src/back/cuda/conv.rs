@@ -47,7 +47,7 @@ struct Direct {
 }
 
 /// The direct kernel of a stride-1 `Conv2d` or `ConvTranspose2d` node, or `None` where the
-/// implicit GEMM serves better (strided, narrow outputs, very large kernels) or where
+/// implicit GEMM serves better (strided, narrow or short outputs, very large kernels) or where
 /// `CVC_CUDA_CONV=gemm` asks for the implicit GEMM (to measure one against the other).
 pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, String> {
     let choice = std::env::var("CVC_CUDA_CONV").unwrap_or_default();
@@ -116,7 +116,9 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, 
     let tiles_y = d.hout.div_ceil(th);
     let tiles_x = d.wout.div_ceil(TW);
     let blocks = d.nb * tiles_y * tiles_x;
-    if d.wout < TW || khw > 49 || smem > 40 * 1024 || blocks >= (1 << 31) || d.groups > 65535 {
+    // Narrow or short outputs (a 1-D convolution is 1 pixel high) would leave most of a
+    // 16 × 8 pixel tile idle: the implicit GEMM tiles them without waste.
+    if d.wout < TW || d.hout < th || khw > 49 || smem > 40 * 1024 || blocks >= (1 << 31) || d.groups > 65535 {
         return Ok(None);
     }
     for (t, what) in [(x, "input"), (w, "weight"), (v, "output")] {
