@@ -60,44 +60,31 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, 
     let (Some(xs), Some(ws), Some(os)) = (dims(ctx.shape(x)), dims(ctx.shape(w)), dims(ctx.shape(v))) else {
         return Ok(None);
     };
-    let d = match &node.op {
-        Op::Conv2d { geom, conj } if geom.stride == [1, 1] => Direct {
-            nb: xs[0],
-            cin: xs[1],
-            hin: xs[2],
-            win: xs[3],
-            cout: os[1],
-            hout: os[2],
-            wout: os[3],
-            groups: geom.groups,
-            red: ws[1],
-            m: ws[0] / geom.groups,
-            kh: ws[2],
-            kw: ws[3],
-            dil: geom.dilation,
-            pad: geom.pad,
-            transposed: false,
-            conj: *conj,
-        },
-        Op::ConvTranspose2d { geom, conj, .. } if geom.stride == [1, 1] => Direct {
-            nb: xs[0],
-            cin: xs[1],
-            hin: xs[2],
-            win: xs[3],
-            cout: os[1],
-            hout: os[2],
-            wout: os[3],
-            groups: geom.groups,
-            red: ws[0] / geom.groups,
-            m: ws[1],
-            kh: ws[2],
-            kw: ws[3],
-            dil: geom.dilation,
-            pad: geom.pad,
-            transposed: true,
-            conj: *conj,
-        },
+    // A convolution reduces over the weight's second axis; its input gradient (the same
+    // correlation with mirrored taps) over the first, per group.
+    let (geom, conj, transposed) = match &node.op {
+        Op::Conv2d { geom, conj } if geom.stride == [1, 1] => (geom, conj, false),
+        Op::ConvTranspose2d { geom, conj, .. } if geom.stride == [1, 1] => (geom, conj, true),
         _ => return Ok(None),
+    };
+    let (red, m) = if transposed { (ws[0] / geom.groups, ws[1]) } else { (ws[1], ws[0] / geom.groups) };
+    let d = Direct {
+        nb: xs[0],
+        cin: xs[1],
+        hin: xs[2],
+        win: xs[3],
+        cout: os[1],
+        hout: os[2],
+        wout: os[3],
+        groups: geom.groups,
+        red,
+        m,
+        kh: ws[2],
+        kw: ws[3],
+        dil: geom.dilation,
+        pad: geom.pad,
+        transposed,
+        conj: *conj,
     };
     // Measured on an H200 (bench/GPU-NOTES.md): with 32 output channels per tile the direct
     // kernel beats the implicit GEMM (whose gathers are then amortised over only 32
