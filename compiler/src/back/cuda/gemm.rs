@@ -106,24 +106,26 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<
                 tb: t0,
                 tc,
                 load_a: format!("return {};", conj_if(conj[1], format!("{p1}[(g * {og}u + m) * {kk}u + k]"))),
-                load_b: format!(
-                    "const u32 ci = k / {khw}u, r = k % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
-                     const u32 b = n / {hwo}u, q = n % {hwo}u, oh = q / {wo}u, ow = q % {wo}u;\n      \
-                     const int y = (int)(oh * {s0}u + i * {d0}u) - {pd0}, x = (int)(ow * {s1}u + j * {d1}u) - {pd1};\n      \
-                     if (y < 0 || y >= {h} || x < 0 || x >= {w}) return {z};\n      \
-                     return {ld};",
-                    khw = kh * kw,
-                    hwo = ho * wo,
-                    s0 = geom.stride[0],
-                    s1 = geom.stride[1],
-                    d0 = geom.dilation[0],
-                    d1 = geom.dilation[1],
-                    pd0 = geom.pad[0],
-                    pd1 = geom.pad[1],
-                    z = czero(t0),
-                    ld = conj_if(conj[0], format!("{p0}[((b * {c}u + g * {cg}u + ci) * {h}u + (u32)y) * {w}u + (u32)x]")),
+                load_b: patch_gather(&Patch {
+                    tap: "k",
+                    pixel: "n",
+                    x: &p0,
+                    c,
+                    cg,
+                    h,
+                    w,
+                    ho,
+                    wo,
+                    kh,
+                    kw,
+                    geom,
+                    conj: conj[0],
+                    dt: t0,
+                }),
+                out: format!(
+                    "{out}[((n / {hwo}u) * {o}u + g * {og}u + m) * {hwo}u + n % {hwo}u]",
+                    hwo = ho * wo
                 ),
-                out: format!("{out}[((n / {hwo}u) * {o}u + g * {og}u + m) * {hwo}u + n % {hwo}u]", hwo = ho * wo),
                 a_k_fast: true,
                 b_k_fast: false,
             }
@@ -188,23 +190,27 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<
                 tc,
                 load_a: format!(
                     "return {};",
-                    conj_if(conj[1], format!("{p1}[((k / {hwo}u) * {o}u + g * {og}u + m) * {hwo}u + k % {hwo}u]"))
+                    conj_if(
+                        conj[1],
+                        format!("{p1}[((k / {hwo}u) * {o}u + g * {og}u + m) * {hwo}u + k % {hwo}u]")
+                    )
                 ),
-                load_b: format!(
-                    "const u32 ci = n / {khw}u, r = n % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
-                     const u32 b = k / {hwo}u, q = k % {hwo}u, oh = q / {wo}u, ow = q % {wo}u;\n      \
-                     const int y = (int)(oh * {s0}u + i * {d0}u) - {pd0}, x = (int)(ow * {s1}u + j * {d1}u) - {pd1};\n      \
-                     if (y < 0 || y >= {h} || x < 0 || x >= {w}) return {z};\n      \
-                     return {ld};",
-                    s0 = geom.stride[0],
-                    s1 = geom.stride[1],
-                    d0 = geom.dilation[0],
-                    d1 = geom.dilation[1],
-                    pd0 = geom.pad[0],
-                    pd1 = geom.pad[1],
-                    z = czero(t0),
-                    ld = conj_if(conj[0], format!("{p0}[((b * {c}u + g * {cg}u + ci) * {h}u + (u32)y) * {w}u + (u32)x]")),
-                ),
+                load_b: patch_gather(&Patch {
+                    tap: "n",
+                    pixel: "k",
+                    x: &p0,
+                    c,
+                    cg,
+                    h,
+                    w,
+                    ho,
+                    wo,
+                    kh,
+                    kw,
+                    geom,
+                    conj: conj[0],
+                    dt: t0,
+                }),
                 out: format!("{out}[(g * {og}u + m) * {}u + n]", cg * khw),
                 a_k_fast: true,
                 b_k_fast: true,
@@ -213,6 +219,48 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<
         other => return Err(format!("{v}: {} is not a contraction", other.mnemonic())),
     };
     emit(ctx, &gemm, v, name)
+}
+
+/// An input patch element of a convolution as a GEMM operand: the index named `tap` runs
+/// over (input channel, kernel row, kernel column), the one named `pixel` over (image,
+/// output row, output column); padding reads as zero. The convolution (tap = K) and its
+/// weight gradient (tap = N) read the same patches.
+struct Patch<'a> {
+    tap: &'a str,
+    pixel: &'a str,
+    x: &'a str,
+    c: usize,
+    cg: usize,
+    h: usize,
+    w: usize,
+    ho: usize,
+    wo: usize,
+    kh: usize,
+    kw: usize,
+    geom: &'a ConvGeom,
+    conj: bool,
+    dt: DType,
+}
+
+fn patch_gather(p: &Patch) -> String {
+    let Patch { tap, pixel, x, c, cg, h, w, ho, wo, kh, kw, geom, conj, dt } = *p;
+    format!(
+        "const u32 ci = {tap} / {khw}u, r = {tap} % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
+         const u32 b = {pixel} / {hwo}u, q = {pixel} % {hwo}u, oh = q / {wo}u, ow = q % {wo}u;\n      \
+         const int y = (int)(oh * {s0}u + i * {d0}u) - {pd0}, x = (int)(ow * {s1}u + j * {d1}u) - {pd1};\n      \
+         if (y < 0 || y >= {h} || x < 0 || x >= {w}) return {z};\n      \
+         return {ld};",
+        khw = kh * kw,
+        hwo = ho * wo,
+        s0 = geom.stride[0],
+        s1 = geom.stride[1],
+        d0 = geom.dilation[0],
+        d1 = geom.dilation[1],
+        pd0 = geom.pad[0],
+        pd1 = geom.pad[1],
+        z = czero(dt),
+        ld = conj_if(conj, format!("{x}[((b * {c}u + g * {cg}u + ci) * {h}u + (u32)y) * {w}u + (u32)x]")),
+    )
 }
 
 fn dims(s: &[usize]) -> Result<[usize; 4], String> {
