@@ -7,6 +7,14 @@
 #   direct64  CVC_CUDA_CONV=direct64: direct kernels for every stride-1 convolution
 #   fill528, fill264   CVC_CUDA_FILL=528 / 264: split-K fills fewer blocks
 #   bk32      CVC_CUDA_BK=32: 32-deep K tiles in the fp32 implicit GEMM (tiles up to 64 wide)
+#   wgemm     CVC_CUDA_WGRAD=gemm: implicit GEMM for the weight gradients (no direct kernel,
+#             compiler/src/back/cuda/wgrad.rs)
+#   ot4, pf, ot4pf   CVC_CUDA_WGRAD=ot4 / pf / ot4pf: the direct weight-gradient kernel with four
+#             output channels per thread and/or the next pixel tile prefetched into registers
+#   ck6, ck9  CVC_CUDA_CK=6 / 9: input channels per shared-memory chunk of the direct
+#             convolution kernel (default 32 / taps = 3 for 3×3 kernels)
+# Usage: bench/gpu-variants.sh [VARIANT...]   (default: default wgemm ot4 pf ot4pf)
+#   with CVC_NCU=1 also Nsight Compute on the largest kernels of the default variant.
 # Runs every GPU test with the default and the forward/backward test with direct64, then the
 # seed_cnn benchmark (batch 1024) with its per-kernel profile for each. Prebuilt binaries as
 # for bench/gpu.sh; prints a table last.
@@ -20,23 +28,32 @@ mkdir -p "$LOG"
 echo "== GPU tests, default kernels =="
 CVC_REQUIRE_GPU=1 "$BIN/gpu" --test-threads=1 >"$LOG/tests.log" 2>&1 && echo "all GPU tests: pass" \
   || { tail -40 "$LOG/tests.log"; echo "all GPU tests: FAIL"; }
-echo "== GPU forward/backward test, direct64 =="
-CVC_CUDA_CONV=direct64 CVC_REQUIRE_GPU=1 "$BIN/gpu" every_example_matches_the_interpreter_forward_and_backward \
+echo "== GPU forward/backward test, ot4pf =="
+CVC_CUDA_WGRAD=ot4pf CVC_REQUIRE_GPU=1 "$BIN/gpu" every_example_matches_the_interpreter_forward_and_backward \
   --test-threads=1 >>"$LOG/tests.log" 2>&1 && echo "forward/backward test: pass" \
   || { tail -30 "$LOG/tests.log"; echo "forward/backward test: FAIL"; }
-for v in default gemm direct64 fill528 fill264 bk32; do
+VARIANTS=${*:-default wgemm ot4 pf ot4pf}
+for v in $VARIANTS; do
   case $v in
     default) envs="" ;; gemm) envs="CVC_CUDA_CONV=gemm" ;; direct64) envs="CVC_CUDA_CONV=direct64" ;;
     fill528) envs="CVC_CUDA_FILL=528" ;; fill264) envs="CVC_CUDA_FILL=264" ;; bk32) envs="CVC_CUDA_BK=32" ;;
+    wgemm) envs="CVC_CUDA_WGRAD=gemm" ;; ot4|pf|ot4pf) envs="CVC_CUDA_WGRAD=$v" ;;
+    ck6) envs="CVC_CUDA_CK=6" ;; ck9) envs="CVC_CUDA_CK=9" ;;
+    *) echo "unknown variant $v" >&2; continue ;;
   esac
   echo "== benchmark, $v ($envs) =="
   env $envs CVC_REQUIRE_GPU=1 "$BIN/gpu" --ignored bench_seed_cnn --nocapture --test-threads=1 \
     2>"$LOG/bench-$v.err" | grep '"mode"' | sed "s/^.*{/{\"variant\": \"$v\", /" | tee -a "$LOG/variants.jsonl"
   grep -A20 '^profile' "$LOG/bench-$v.err" | head -20
 done
-echo "== cuBLAS cgemm on the step's matmul shapes (cvc's: k85, k101, k102 in bench-default.err) =="
-python3 bench/cublas_matmul.py 2>&1 | tail -5
-grep -E 'k(85|101|102)_gemm' "$LOG/bench-default.err" | tail -3
+if [ "${CVC_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
+  echo "== Nsight Compute: the largest kernels of one fp32 step (default variant) =="
+  CVC_BENCH_STEPS=1 timeout 240 ncu --clock-control none --kernel-name "regex:${CVC_NCU_KERNELS:-k(33|66|117|118|150|151)_gemm}" \
+    --launch-count 6 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section InstructionStats \
+    "$BIN/gpu" --ignored bench_seed_cnn --test-threads=1 >"$LOG/ncu.txt" 2>&1
+  echo "ncu exit $?"; grep -E '^  k[0-9]+_|Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Stall|Issue Slots Busy|Executed Ipc Active' "$LOG/ncu.txt" | head -80
+fi
 python3 - "$LOG/variants.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]

@@ -1,7 +1,8 @@
 //! Planner tests: placements never overlap live buffers, every buffer is written before it is
 //! read, the arena is at least the lower bound (property tests over random intervals and
-//! random graphs), and the rewriting passes (cast placement, view canonicalisation,
-//! checkpointing) compute the same values as the graph they rewrite (reference interpreter).
+//! random graphs), and the rewriting passes (cast placement, distribution of sums, view
+//! canonicalisation, checkpointing) compute the same values as the graph they rewrite
+//! (reference interpreter).
 
 use cvc_compiler::front::check_source;
 use cvc_compiler::interp::check::random_tensor;
@@ -12,7 +13,7 @@ use cvc_compiler::passes::fusion::{self, GroupKind};
 use cvc_compiler::passes::liveness::LiveInterval;
 use cvc_compiler::passes::memplan::{self, align, storage_root, ALIGN};
 use cvc_compiler::passes::pipeline::{compile, Options};
-use cvc_compiler::passes::{cast, remat, schedule, views, Program};
+use cvc_compiler::passes::{cast, distribute, remat, schedule, views, Program};
 use proptest::prelude::*;
 use std::collections::HashMap;
 
@@ -340,7 +341,8 @@ fn example(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// Cast placement, autodiff + optimizer, view canonicalisation and a checkpoint each leave
+/// Cast placement, autodiff + optimizer, distribution of sums, view canonicalisation and a
+/// checkpoint each leave
 /// every output, the loss and every updated buffer unchanged.
 fn rewrites_preserve_values(file: &str, batch: usize) {
     let src = example(file);
@@ -369,6 +371,13 @@ fn rewrites_preserve_values(file: &str, batch: usize) {
     }
     let trained = results(&g, batch, &named).expect("training graph evaluates");
     let mut h = g.clone();
+    distribute::run(&mut h).expect("distribute");
+    verify::verify(&h).expect("distributed IR verifies");
+    assert_same(
+        &format!("{file}: distribute (seed {s})"),
+        &trained,
+        &results(&h, batch, &named).expect("evaluates"),
+    );
     views::run(&mut h, &[]).expect("views");
     verify::verify(&h).expect("canonical IR verifies");
     assert_same(
@@ -574,7 +583,8 @@ fn cast_sinks_past_a_real_contraction_to_the_output() {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(40))]
-    /// Cast placement, autodiff + optimizer and view canonicalisation keep every output,
+    /// Cast placement, autodiff + optimizer, distribution of sums and view canonicalisation
+    /// keep every output,
     /// the loss and every update of random graphs (pooling-like reshapes and broadcasts
     /// included), checked in the reference interpreter.
     #[test]
@@ -593,6 +603,9 @@ proptest! {
             named.entry(k).or_insert(t);
         }
         let trained = results(&g, 2, &named).map_err(TestCaseError::fail)?;
+        distribute::run(&mut g).map_err(TestCaseError::fail)?;
+        verify::verify(&g).map_err(TestCaseError::fail)?;
+        assert_same(&format!("distribute, ops {ops:?}"), &trained, &results(&g, 2, &named).map_err(TestCaseError::fail)?);
         views::run(&mut g, &[]).map_err(TestCaseError::fail)?;
         verify::verify(&g).map_err(TestCaseError::fail)?;
         assert_same(&format!("views, ops {ops:?}"), &trained, &results(&g, 2, &named).map_err(TestCaseError::fail)?);
@@ -635,4 +648,59 @@ fn every_network_plans_soundly() {
             }
         }
     }
+}
+
+/// A batchnorm-like backward sum, `Σ_b (d·x − expand(s)·x − s2·c)` with `s = Σ_b d·x` and a
+/// per-feature `s2` from another sum: the pass splits it into sums of `d·x`, `x` and `c`
+/// scaled afterwards, so no sum over the batch reads another one's result; the values
+/// (interpreter, random inputs) are unchanged.
+#[test]
+fn distribute_splits_sums_that_wait_for_sums() {
+    let mut g = Graph::new("distribute", Mode::Train);
+    let mut b = Builder::new(&mut g);
+    let full = Shape(vec![Dim::Batch, Dim::Fixed(5)]);
+    b.at(Default::default(), Role::Input, "x");
+    let x = b.leaf(Op::Input { name: "x".into() }, TensorType::new(DType::F32, full.clone()));
+    b.at(Default::default(), Role::Input, "d");
+    let d = b.leaf(Op::Input { name: "d".into() }, TensorType::new(DType::C64, full.clone()));
+    b.at(Default::default(), Role::Input, "c");
+    let c = b.leaf(Op::Input { name: "c".into() }, TensorType::new(DType::C64, full.clone()));
+    b.at(Default::default(), Role::Backward, "bn");
+    let dx = b.mul(d, x).unwrap();
+    let s = b.sum(dx, &[0]).unwrap();
+    let s2 = b.sum(c, &[0]).unwrap();
+    let se = b.expand(s, full.clone()).unwrap();
+    let t1 = b.mul(se, x).unwrap();
+    let t2 = b.mul(s2, c).unwrap();
+    let e = b.sub(dx, t1).unwrap();
+    let e = b.sub(e, t2).unwrap();
+    let y = b.sum(e, &[0]).unwrap();
+    g.outputs.push(Output { name: "y".into(), value: y });
+    let before = g.clone();
+    let map = distribute::run(&mut g).expect("distribute");
+    verify::verify(&g).expect("verifies");
+    assert!(map[y.index()].is_some(), "the output survives");
+    // No sum over the batch reads a value computed from another sum.
+    let mut from_sum = vec![false; g.nodes.len()];
+    for (v, n) in g.nodes.iter() {
+        let reads_sum = n.inputs.iter().any(|i| from_sum[i.index()]);
+        if matches!(n.op, Op::Reduce { .. }) {
+            assert!(!reads_sum, "{v} still waits for another sum");
+        }
+        from_sum[v.index()] = reads_sum || matches!(n.op, Op::Reduce { .. });
+    }
+    let sums = |g: &Graph| g.nodes.iter().filter(|(_, n)| matches!(n.op, Op::Reduce { .. })).count();
+    assert_eq!(
+        (sums(&before), sums(&g)),
+        (3, 3),
+        "Σ d·x, Σ c and the output's sum become Σ d·x and Σ c (reused) and Σ x"
+    );
+    let s = seed();
+    let mut rng = SplitMix64::new(s);
+    let named = leaves(&before, 3, &mut rng);
+    assert_same(
+        &format!("distribute (seed {s})"),
+        &results(&before, 3, &named).expect("evaluates"),
+        &results(&g, 3, &named).expect("evaluates"),
+    );
 }

@@ -157,9 +157,10 @@ fn second_start_is_a_cache_hit() {
 }
 
 /// The benchmark configuration (seed network, batch 1024, fp32): every batchnorm layer reads
-/// its activation in two reduction kernels forward (means, then variances) and two backward
-/// (the sibling sums of `passes/siblings.rs` merged), the sums split over blocks keep f64
-/// scratch, and the module compiles.
+/// its activation in one reduction kernel forward (Σx and Σx² of re and im: one-pass
+/// statistics) and one backward (its sums distributed by `passes/distribute.rs`, then merged
+/// as siblings by `passes/siblings.rs`), the sums split over blocks keep f64 scratch, and the
+/// module compiles.
 #[test]
 fn seed_network_at_batch_1024_shares_batchnorm_passes_and_compiles() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/seed_cnn.cvnn");
@@ -180,7 +181,7 @@ fn seed_network_at_batch_1024_shares_batchnorm_passes_and_compiles() {
         .filter(|s| matches!(s, cuda::CudaStep::Launch(l) if is_bn_reduce(l.group)))
         .count();
     assert_eq!(groups, 36, "3 batchnorm layers × (4 forward + 8 backward) sums");
-    assert_eq!(launches, 12, "3 batchnorm layers × (2 forward + 2 backward) passes");
+    assert_eq!(launches, 6, "3 batchnorm layers × (1 forward + 1 backward) passes");
     assert!(module.scratch.1 > 0, "split reductions keep f64 partials in scratch");
     assert_eq!(module.scratch.0 % 256, 0);
     assert!(module.scratch.0 >= program.plan.arena_bytes);

@@ -117,7 +117,7 @@ pub fn unfused(g: &Graph) -> Fusion {
 
 /// Most elementwise nodes a value may inline (recompute) from its materialised inputs before
 /// it is stored instead: the cap that keeps recomputation cheap.
-pub const INLINE_CAP: usize = 48;
+pub const INLINE_CAP: usize = 64;
 
 /// The kind of group a node roots when it is materialised.
 fn kind_of(op: &Op) -> GroupKind {

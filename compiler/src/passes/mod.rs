@@ -3,6 +3,7 @@
 
 pub mod autodiff;
 pub mod cast;
+pub mod distribute;
 pub mod fusion;
 pub mod liveness;
 pub mod memplan;

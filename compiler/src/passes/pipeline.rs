@@ -1,18 +1,20 @@
 //! The pass order, written out once: lowering's output → cast placement → autodiff →
-//! optimizer → fusion → schedule → rematerialisation → memory plan.
+//! optimizer → distribution of sums over scaled terms → fusion → schedule → rematerialisation → memory plan.
 //!
 //! Each IR-changing pass is followed by [`crate::ir::verify::verify`] in debug builds, and by
 //! the caller's trace hook (so `cvc emit --ir --after PASS` and the snapshot tests can print
 //! the IR after any pass).
 
 use super::fusion::Fusion;
-use super::{autodiff, cast, fusion, memplan, optimizer, remat, schedule, PipelineFacts, Program};
+use super::{
+    autodiff, cast, distribute, fusion, memplan, optimizer, remat, schedule, PipelineFacts, Program,
+};
 use crate::front::train::Optimizer;
 use crate::ir::*;
 
 /// The names of the passes, in the order they run (`lower` is the front end's output).
-pub const PASSES: [&str; 8] =
-    ["lower", "cast", "autodiff", "optimizer", "fusion", "schedule", "remat", "memplan"];
+pub const PASSES: [&str; 9] =
+    ["lower", "cast", "autodiff", "optimizer", "distribute", "fusion", "schedule", "remat", "memplan"];
 
 /// What to compile for.
 #[derive(Clone, Debug, PartialEq)]
@@ -110,6 +112,10 @@ pub fn compile_traced(
         optimizer::run(&mut graph, &facts.grads, &opts.optimizer)?;
         done("optimizer", &graph, &mut facts)?;
     }
+
+    let map = distribute::run(&mut graph)?;
+    super::remat::remap(&mut facts, &map);
+    done("distribute", &graph, &mut facts)?;
 
     let mut fused: Fusion = fusion::run(&mut graph, opts.fuse, &mut facts)?;
     done("fusion", &graph, &mut facts)?;

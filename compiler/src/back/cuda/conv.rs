@@ -94,7 +94,14 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, 
         return Ok(None);
     }
     let khw = d.kh * d.kw;
-    let ck = (32 / khw).clamp(1, d.red);
+    // Channels per shared-memory chunk (one barrier pair each); `CVC_CUDA_CK` overrides it
+    // for measurements.
+    let ck = std::env::var("CVC_CUDA_CK")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .filter(|&c| c > 0)
+        .unwrap_or(32 / khw)
+        .clamp(1, d.red);
     let bm = if d.m > 32 { 64 } else { 32 };
     let th = 8;
     let hr = th + (d.kh - 1) * d.dil[0];

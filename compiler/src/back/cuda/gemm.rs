@@ -22,7 +22,7 @@ fn fp32_bk() -> usize {
 }
 /// Blocks that fill an H200 (132 SMs) about eight times (split-K below that);
 /// `CVC_CUDA_FILL` overrides it for measurements.
-fn fill() -> usize {
+pub(super) fn fill() -> usize {
     std::env::var("CVC_CUDA_FILL").ok().and_then(|s| s.parse().ok()).filter(|&f| f > 0).unwrap_or(1056)
 }
 
@@ -58,6 +58,9 @@ fn conj_if(c: bool, x: String) -> String {
 pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Kernel, String> {
     let v = *group.nodes.last().ok_or("empty contraction group")?;
     if let Some(k) = super::conv::direct(ctx, v, name)? {
+        return Ok(k);
+    }
+    if let Some(k) = super::wgrad::direct(ctx, v, name)? {
         return Ok(k);
     }
     let node = ctx.g.node(v);

@@ -18,7 +18,9 @@
 //!   output when the output alone has too few tiles to fill the GPU; with `Precision::Tf32`
 //!   the same tiles are multiplied on tensor cores (`mma.sync`, TF32). In fp32, stride-1
 //!   convolutions and input gradients with at most 32 output channels per group use the
-//!   direct kernel of `conv.rs` instead (measured faster there, slower above);
+//!   direct kernel of `conv.rs` instead (measured faster there, slower above), and
+//!   stride-1 weight gradients the direct kernel of `wgrad.rs` (staged tiles, a sliding
+//!   window of taps in registers, partial sums added with atomics);
 //! - sibling sums that the schedule put next to each other (same domain and axes) are one
 //!   kernel; a sum split over blocks keeps f64 partials in scratch memory past the arena
 //!   ([`CudaModule::scratch`]) and its last block adds them in order (deterministic);
@@ -30,6 +32,7 @@
 mod conv;
 mod gemm;
 mod kernels;
+mod wgrad;
 
 use crate::front::train::Precision;
 use crate::ir::*;

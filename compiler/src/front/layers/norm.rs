@@ -99,12 +99,20 @@ fn bn_real(
     let (xc, var) = if ctx.mode == Mode::Train {
         let inv = inv_count(ctx, &shape, axes);
         let b = &mut ctx.b;
+        // One pass over the activations for both statistics: var = E[x²] − E[x]². The sums
+        // accumulate in f64 (the CPU after short f32 partial sums), so the cancellation costs
+        // about 1e-7…1e-6 × (1 + mean²/var) relative; the clamp at 0 keeps a constant
+        // channel's rounding from making the variance negative. (The centred two-pass form
+        // reads the activations twice; docs/LANGUAGE.md, bench/GPU-NOTES.md.)
         let s = b.sum(v, axes).at(site)?;
         let mean = b.mul(s, inv).at(site)?;
         let xc = b.sub(v, mean).at(site)?;
-        let sq = b.mul(xc, xc).at(site)?;
+        let sq = b.mul(v, v).at(site)?;
         let ss = b.sum(sq, axes).at(site)?;
-        let var = b.mul(ss, inv).at(site)?;
+        let ex2 = b.mul(ss, inv).at(site)?;
+        let m2 = b.mul(mean, mean).at(site)?;
+        let d = b.sub(ex2, m2).at(site)?;
+        let var = b.unary(UnaryOp::Relu, d).at(site)?;
         ctx.running_update(site, rm, mean, na.momentum)?;
         let unbiased = as_update(ctx, |ctx| {
             let f = bessel(ctx, &shape, axes)?;

@@ -1,0 +1,217 @@
+//! Direct weight-gradient kernel for stride-1 convolutions: output-gradient and input tiles
+//! staged in shared memory, every tap of the kernel accumulated from them in registers.
+//!
+//! The implicit GEMM of `gemm.rs` computes `dW[o][c][i][j] = Σ_p dy[o][p] · x[c][p + (i, j)]`
+//! by gathering one input element per (tap, pixel) pair: nine gathers, each with its own
+//! index arithmetic, per input element of a 3×3 layer. Here a block stages a `TH × TW` pixel
+//! tile of `dy` (all of the block's output channels) and the matching input tile with its
+//! halo (the block's input channels), each element loaded from global memory once.
+//!
+//! Thread `(ci, oi)` owns one input channel, `OT` output channels and all `kh × kw` taps: it
+//! walks the tile's pixels along each row with a `kh × kw` window of the staged input in
+//! registers, so each pixel costs `kh` input loads and `OT` output-gradient loads from shared
+//! memory for `OT·kh·kw` complex multiply-adds. Blocks split the pixels (images × tiles) and
+//! add their partial sums into the zeroed gradient with `atomicAdd`, as split-K does.
+
+use super::*;
+
+/// Pixel tile: `TH` rows of `TW` columns.
+const TW: usize = 16;
+const TH: usize = 4;
+
+/// The kernel variant; `CVC_CUDA_WGRAD` overrides it for measurements: `gemm` turns the
+/// direct kernel off, `ot2` / `ot4` give each thread two / four output channels, `pf` loads
+/// the next pixel tile into registers while the current one is multiplied.
+struct Variant {
+    ot: usize,
+    prefetch: bool,
+}
+
+/// The variant for a layer with `cg` input channels per group. Measured on an H200
+/// (bench/GPU-NOTES.md): four output channels per thread are faster for the seed network's
+/// 32-input-channel layer (3.45 vs 3.61 ms), two for its 64-channel one (1.84 vs 1.91 ms),
+/// where four would leave each block half as many pixels; prefetching was slower in both.
+fn variant(cg: usize) -> Option<Variant> {
+    let v = std::env::var("CVC_CUDA_WGRAD").unwrap_or_default();
+    if v == "gemm" {
+        return None;
+    }
+    let ot = if v.contains("ot4") {
+        4
+    } else if v.contains("ot2") {
+        2
+    } else if cg <= 32 {
+        4
+    } else {
+        2
+    };
+    Some(Variant { ot, prefetch: v.contains("pf") })
+}
+
+/// The direct kernel of a `Conv2dWeightGrad` node with stride 1 and dilation 1, or `None`
+/// where the implicit GEMM serves (strided or dilated layers, few input channels — a first
+/// layer's single channel would idle most threads —, outputs narrower than a tile, large
+/// kernels, TF32 numerics).
+pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, String> {
+    let node = ctx.g.node(v);
+    let Op::Conv2dWeightGrad { geom, kernel, conj } = &node.op else {
+        return Ok(None);
+    };
+    if ctx.precision != Precision::Fp32 || geom.stride != [1, 1] || geom.dilation != [1, 1] {
+        return Ok(None);
+    }
+    let (x, dy) = (node.inputs[0], node.inputs[1]);
+    let dims = |s: Vec<usize>| -> Option<[usize; 4]> { s.try_into().ok() };
+    let (Some([nb, c, h, w]), Some([_, o, ho, wo])) = (dims(ctx.shape(x)), dims(ctx.shape(dy))) else {
+        return Ok(None);
+    };
+    let [kh, kw] = *kernel;
+    let groups = geom.groups;
+    let (og, cg) = (o / groups, c / groups);
+    let Some(var) = variant(cg) else {
+        return Ok(None);
+    };
+    let ot = var.ot;
+    // Threads along output channels (`no`, each with `ot` channels) × input channels (`nc`).
+    let no = og.div_ceil(ot).next_power_of_two().clamp(8, 32);
+    let nc = 256 / no;
+    let bo = no * ot;
+    let (xh, xw) = (TH + kh - 1, TW + kw - 1);
+    // Odd strides (in complex elements) keep the threads of a warp on distinct banks.
+    let xsp = (xh * xw) | 1;
+    let dsp = (TH * TW) | 1;
+    let (t_dy, t_x, t_out) = (ctx.dtype(dy), ctx.dtype(x), node.ty.dtype);
+    let elt = |d: DType| if d == DType::C64 { 8 } else { 4 };
+    let smem = bo * dsp * elt(t_dy) + nc * xsp * elt(t_x);
+    let tiles_y = ho.div_ceil(TH);
+    let tiles_x = wo.div_ceil(TW);
+    let tiles = nb * tiles_y * tiles_x;
+    if cg < nc || og < bo / 2 || wo < TW || ho < TH || kh * kw > 9 || smem > 48 * 1024 || tiles >= (1 << 31) {
+        return Ok(None);
+    }
+    for (t, what) in [(x, "input"), (dy, "output gradient"), (v, "weight gradient")] {
+        check_size(ctx.shape(t).iter().product(), &format!("a convolution's {what}"))?;
+    }
+    let (cchunks, ochunks) = (cg.div_ceil(nc), og.div_ceil(bo));
+    let base_blocks = cchunks * ochunks * groups;
+    if base_blocks > 65535 || cchunks > 65535 {
+        return Ok(None);
+    }
+    let splits = super::gemm::fill().div_ceil(base_blocks).clamp(1, tiles);
+    let (ta, tb, tc) = (ctype(t_dy), ctype(t_x), ctype(t_out));
+    let (px, pdy, pw) = (ctx.ptr(x)?, ctx.ptr(dy)?, ctx.ptr(v)?);
+    let cjx = |e: String| if conj[0] { format!("cj({e})") } else { e };
+    let cjd = |e: String| if conj[1] { format!("cj({e})") } else { e };
+    let per_d = (bo * TH * TW).div_ceil(256);
+    let per_x = (nc * xh * xw).div_ceil(256);
+    let (pad0, pad1) = (geom.pad[0] as i64, geom.pad[1] as i64);
+    let mut s = String::new();
+    let min_blocks = if var.prefetch { 1 } else { 2 };
+    let _ =
+        writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256, {min_blocks}) {name}(char* A) {{");
+    let _ = writeln!(s, "  const u32 tid = threadIdx.x, ci = tid % {nc}u, oi = tid / {nc}u;");
+    let _ = writeln!(
+        s,
+        "  const u32 c0 = blockIdx.y * {nc}u, g = blockIdx.z % {groups}u, o0 = (blockIdx.z / {groups}u) * {bo}u;"
+    );
+    let _ = writeln!(
+        s,
+        "  const u32 t_begin = (u32)(((unsigned long long)blockIdx.x * {tiles}ull) / {splits}ull), \
+         t_end = (u32)(((unsigned long long)(blockIdx.x + 1u) * {tiles}ull) / {splits}ull);"
+    );
+    let _ = writeln!(s, "  __shared__ {ta} Ds[{}];", bo * dsp);
+    let _ = writeln!(s, "  __shared__ {tb} Xs[{}];", nc * xsp);
+    let _ = writeln!(s, "  {ta} rd[{per_d}];\n  {tb} rx[{per_x}];");
+    let _ = writeln!(s, "  {tc} acc[{ot}][{kh}][{kw}];");
+    let _ = writeln!(
+        s,
+        "  #pragma unroll\n  for (int t = 0; t < {ot}; ++t)\n    #pragma unroll\n    for (int i = 0; i < {kh}; ++i)\n      \
+         #pragma unroll\n      for (int j = 0; j < {kw}; ++j) acc[t][i][j] = {};",
+        czero(t_out)
+    );
+    // Global loads of pixel tile `tl` into registers (zero outside the tensors).
+    let fetch = format!(
+        "    {{\n      const u32 b = tl / {tyx}u, tt = tl % {tyx}u, y0 = (tt / {tiles_x}u) * {TH}u, x0 = (tt % {tiles_x}u) * {TW}u;\n      \
+         #pragma unroll\n      for (u32 r = 0; r < {per_d}u; ++r) {{\n        const u32 e = tid + r * 256u, ol = e / {p}u, p = e % {p}u;\n        \
+         const u32 oc = o0 + ol, y = y0 + p / {TW}u, x = x0 + p % {TW}u;\n        \
+         rd[r] = (e < {tot_d}u && oc < {og}u && y < {ho}u && x < {wo}u) ? {ld_d} : {zd};\n      }}\n      \
+         #pragma unroll\n      for (u32 r = 0; r < {per_x}u; ++r) {{\n        const u32 e = tid + r * 256u, cl = e / {xhw}u, q = e % {xhw}u;\n        \
+         const u32 cc = c0 + cl;\n        const int y = (int)y0 - {pad0} + (int)(q / {xw}u), x = (int)x0 - {pad1} + (int)(q % {xw}u);\n        \
+         rx[r] = (e < {tot_x}u && cc < {cg}u && y >= 0 && y < {h} && x >= 0 && x < {w}) ? {ld_x} : {zx};\n      }}\n    }}\n",
+        tyx = tiles_y * tiles_x,
+        p = TH * TW,
+        tot_d = bo * TH * TW,
+        tot_x = nc * xh * xw,
+        xhw = xh * xw,
+        ld_d = cjd(format!("{pdy}[((b * {o}u + g * {og}u + oc) * {ho}u + y) * {wo}u + x]")),
+        ld_x = cjx(format!("{px}[((b * {c}u + g * {cg}u + cc) * {h}u + (u32)y) * {w}u + (u32)x]")),
+        zd = czero(t_dy),
+        zx = czero(t_x),
+    );
+    let store = format!(
+        "    #pragma unroll\n    for (u32 r = 0; r < {per_d}u; ++r) {{\n      const u32 e = tid + r * 256u;\n      \
+         if (e < {tot_d}u) Ds[(e / {p}u) * {dsp}u + e % {p}u] = rd[r];\n    }}\n    \
+         #pragma unroll\n    for (u32 r = 0; r < {per_x}u; ++r) {{\n      const u32 e = tid + r * 256u;\n      \
+         if (e < {tot_x}u) Xs[(e / {xhw}u) * {xsp}u + e % {xhw}u] = rx[r];\n    }}\n",
+        p = TH * TW,
+        tot_d = bo * TH * TW,
+        tot_x = nc * xh * xw,
+        xhw = xh * xw,
+    );
+    // The products of one pixel tile: per row, a kh × kw window of the staged input slides
+    // along the columns (one new column of kh values per pixel).
+    let mut body = String::new();
+    let _ = writeln!(body, "    for (u32 r = 0; r < {TH}u; ++r) {{");
+    let _ = writeln!(body, "      const {tb}* xr = &Xs[ci * {xsp}u + r * {xw}u];");
+    let _ = writeln!(body, "      const {ta}* dr = &Ds[oi * {dsp}u + r * {TW}u];");
+    let _ = writeln!(body, "      {tb} win[{kh}][{kw}];");
+    if kw > 1 {
+        let _ = writeln!(
+            body,
+            "      #pragma unroll\n      for (int i = 0; i < {kh}; ++i)\n        #pragma unroll\n        for (int j = 0; j + 1 < {kw}; ++j) win[i][j + 1] = xr[i * {xw} + j];"
+        );
+    }
+    let _ = writeln!(body, "      #pragma unroll\n      for (int col = 0; col < {TW}; ++col) {{");
+    let _ = writeln!(
+        body,
+        "        #pragma unroll\n        for (int i = 0; i < {kh}; ++i) {{\n          \
+         #pragma unroll\n          for (int j = 0; j + 1 < {kw}; ++j) win[i][j] = win[i][j + 1];\n          \
+         win[i][{kw1}] = xr[i * {xw} + col + {kw1}];\n        }}",
+        kw1 = kw - 1
+    );
+    let _ = writeln!(
+        body,
+        "        #pragma unroll\n        for (int t = 0; t < {ot}; ++t) {{\n          const {ta} d = dr[t * {no} * {dsp} + col];\n          \
+         #pragma unroll\n          for (int i = 0; i < {kh}; ++i)\n            #pragma unroll\n            for (int j = 0; j < {kw}; ++j) mac(acc[t][i][j], d, win[i][j]);\n        }}"
+    );
+    body.push_str("      }\n    }\n");
+    if var.prefetch {
+        let _ = writeln!(s, "  if (t_begin < t_end) {{\n    const u32 tl = t_begin;\n{fetch}  }}");
+        let _ = writeln!(s, "  for (u32 t0 = t_begin; t0 < t_end; ++t0) {{");
+        s.push_str(&store);
+        s.push_str("    __syncthreads();\n");
+        let _ = writeln!(s, "    if (t0 + 1u < t_end) {{\n      const u32 tl = t0 + 1u;\n{fetch}    }}");
+    } else {
+        let _ = writeln!(s, "  for (u32 tl = t_begin; tl < t_end; ++tl) {{");
+        s.push_str(&fetch);
+        s.push_str(&store);
+        s.push_str("    __syncthreads();\n");
+    }
+    s.push_str(&body);
+    s.push_str("    __syncthreads();\n  }\n");
+    let _ = writeln!(
+        s,
+        "  const u32 cc = c0 + ci;\n  if (cc >= {cg}u) return;\n  #pragma unroll\n  for (int t = 0; t < {ot}; ++t) {{\n    \
+         const u32 oc = o0 + oi + (u32)t * {no}u;\n    if (oc >= {og}u) continue;\n    \
+         #pragma unroll\n    for (int i = 0; i < {kh}; ++i)\n      #pragma unroll\n      for (int j = 0; j < {kw}; ++j)\n        \
+         atomic_acc(&{pw}[((g * {og}u + oc) * {cg}u + cc) * {khw}u + i * {kw}u + j], acc[t][i][j]);\n  }}\n}}",
+        khw = kh * kw
+    );
+    Ok(Some(Kernel {
+        code: s,
+        grid: [splits as u32, cchunks as u32, (groups * ochunks) as u32],
+        block: [256, 1, 1],
+        zero: vec![(ctx.offset(v)?, ctx.bytes(v))],
+        scratch: 0,
+    }))
+}
