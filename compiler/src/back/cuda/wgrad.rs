@@ -10,12 +10,15 @@
 //! Thread `(ci, oi)` owns one input channel, `OT` output channels and all `kh × kw` taps: it
 //! walks the tile's pixels along each row with a `kh × kw` window of the staged input in
 //! registers, so each pixel costs `kh` input loads and `OT` output-gradient loads from shared
-//! memory for `OT·kh·kw` complex multiply-adds. Blocks split the pixels (images × tiles) and
-//! add their partial sums into the zeroed gradient with `atomicAdd`, as split-K does.
+//! memory for `OT·kh·kw` complex multiply-adds. A layer with fewer input channels than a
+//! block has channel threads (a first layer's single channel) gives the spare threads rows of
+//! the tile instead. Blocks split the pixels (images × tiles) and add their partial sums into
+//! the zeroed gradient with `atomicAdd`, as split-K does.
 
 use super::*;
 
-/// Pixel tile: `TH` rows of `TW` columns.
+/// Pixel tile: `TH` rows of `TW` columns (layers with fewer input channels than a block has
+/// channel threads use taller, narrower tiles: see `direct`).
 const TW: usize = 16;
 const TH: usize = 4;
 
@@ -31,6 +34,8 @@ struct Variant {
 /// (bench/GPU-NOTES.md): four output channels per thread are faster for the seed network's
 /// 32-input-channel layer (3.45 vs 3.61 ms), two for its 64-channel one (1.84 vs 1.91 ms),
 /// where four would leave each block half as many pixels; prefetching was slower in both.
+/// Layers with fewer than 8 input channels take two, which leaves 16 threads per output
+/// channel group for rows of the pixel tile.
 fn variant(cg: usize) -> Option<Variant> {
     let v = std::env::var("CVC_CUDA_WGRAD").unwrap_or_default();
     if v == "gemm" {
@@ -40,7 +45,7 @@ fn variant(cg: usize) -> Option<Variant> {
         4
     } else if v.contains("ot2") {
         2
-    } else if cg <= 32 {
+    } else if (8..=32).contains(&cg) {
         4
     } else {
         2
@@ -49,9 +54,9 @@ fn variant(cg: usize) -> Option<Variant> {
 }
 
 /// The direct kernel of a `Conv2dWeightGrad` node with stride 1 and dilation 1, or `None`
-/// where the implicit GEMM serves (strided or dilated layers, few input channels — a first
-/// layer's single channel would idle most threads —, outputs narrower than a tile, large
-/// kernels, TF32 numerics).
+/// where the implicit GEMM serves (strided or dilated layers, outputs narrower or shorter than
+/// a tile, fewer than 8 output channels per group, kernels of more than 9 taps, TF32
+/// numerics).
 pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, String> {
     let node = ctx.g.node(v);
     let Op::Conv2dWeightGrad { geom, kernel, conj } = &node.op else {
@@ -72,27 +77,47 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, 
         return Ok(None);
     };
     let ot = var.ot;
-    // Threads along output channels (`no`, each with `ot` channels) × input channels (`nc`).
+    // Threads along output channels (`no`, each with `ot` channels) × `nc` others: `cl`
+    // channel lanes × `pl` pixel lanes. With fewer input channels than `nc` (a first layer's
+    // one channel) the spare threads take rows of the pixel tile instead (`pl` > 1), which
+    // is then `pl` rows high and 8 columns wide to keep the staged output gradient in
+    // shared memory.
     let no = og.div_ceil(ot).next_power_of_two().clamp(8, 32);
     let nc = 256 / no;
     let bo = no * ot;
-    let (xh, xw) = (TH + kh - 1, TW + kw - 1);
+    let cl = if cg >= nc { nc } else { cg.next_power_of_two() };
+    let pl = nc / cl;
+    let (th, tw) = if pl == 1 { (TH, TW) } else { (pl.max(TH), 8) };
+    let (xh, xw) = (th + kh - 1, tw + kw - 1);
     // Odd strides (in complex elements) keep the threads of a warp on distinct banks.
-    let xsp = (xh * xw) | 1;
-    let dsp = (TH * TW) | 1;
+    // With pixel lanes the threads of a warp also differ in row: odd row strides (in complex
+    // elements) keep those rows on distinct banks too.
+    let (drs, xrs) = if pl == 1 { (tw, xw) } else { (tw | 1, xw | 1) };
+    let xsp = (xh * xrs) | 1;
+    let dsp = (th * drs) | 1;
     let (t_dy, t_x, t_out) = (ctx.dtype(dy), ctx.dtype(x), node.ty.dtype);
     let elt = |d: DType| if d == DType::C64 { 8 } else { 4 };
-    let smem = bo * dsp * elt(t_dy) + nc * xsp * elt(t_x);
-    let tiles_y = ho.div_ceil(TH);
-    let tiles_x = wo.div_ceil(TW);
+    let smem = bo * dsp * elt(t_dy) + cl * xsp * elt(t_x);
+    let tiles_y = ho.div_ceil(th);
+    let tiles_x = wo.div_ceil(tw);
     let tiles = nb * tiles_y * tiles_x;
-    if cg < nc || og < bo / 2 || wo < TW || ho < TH || kh * kw > 9 || smem > 48 * 1024 || tiles >= (1 << 31) {
+    // The pixel lanes' sums are added in the staged output gradient's shared memory.
+    let reduce_fits = pl == 1 || bo * dsp * elt(t_dy) >= 256 * ot * kh * kw * elt(t_out);
+    if pl > 16
+        || !reduce_fits
+        || og < bo / 2
+        || wo < tw
+        || ho < th
+        || kh * kw > 9
+        || smem > 48 * 1024
+        || tiles >= (1 << 31)
+    {
         return Ok(None);
     }
     for (t, what) in [(x, "input"), (dy, "output gradient"), (v, "weight gradient")] {
         check_size(ctx.shape(t).iter().product(), &format!("a convolution's {what}"))?;
     }
-    let (cchunks, ochunks) = (cg.div_ceil(nc), og.div_ceil(bo));
+    let (cchunks, ochunks) = (cg.div_ceil(cl), og.div_ceil(bo));
     let base_blocks = cchunks * ochunks * groups;
     if base_blocks > 65535 || cchunks > 65535 {
         return Ok(None);
@@ -102,17 +127,20 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, 
     let (px, pdy, pw) = (ctx.ptr(x)?, ctx.ptr(dy)?, ctx.ptr(v)?);
     let cjx = |e: String| if conj[0] { format!("cj({e})") } else { e };
     let cjd = |e: String| if conj[1] { format!("cj({e})") } else { e };
-    let per_d = (bo * TH * TW).div_ceil(256);
-    let per_x = (nc * xh * xw).div_ceil(256);
+    let per_d = (bo * th * tw).div_ceil(256);
+    let per_x = (cl * xh * xw).div_ceil(256);
     let (pad0, pad1) = (geom.pad[0] as i64, geom.pad[1] as i64);
     let mut s = String::new();
     let min_blocks = if var.prefetch { 1 } else { 2 };
     let _ =
         writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256, {min_blocks}) {name}(char* A) {{");
-    let _ = writeln!(s, "  const u32 tid = threadIdx.x, ci = tid % {nc}u, oi = tid / {nc}u;");
     let _ = writeln!(
         s,
-        "  const u32 c0 = blockIdx.y * {nc}u, g = blockIdx.z % {groups}u, o0 = (blockIdx.z / {groups}u) * {bo}u;"
+        "  const u32 tid = threadIdx.x, ci = tid % {cl}u, pli = (tid % {nc}u) / {cl}u, oi = tid / {nc}u;"
+    );
+    let _ = writeln!(
+        s,
+        "  const u32 c0 = blockIdx.y * {cl}u, g = blockIdx.z % {groups}u, o0 = (blockIdx.z / {groups}u) * {bo}u;"
     );
     let _ = writeln!(
         s,
@@ -120,7 +148,7 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, 
          t_end = (u32)(((unsigned long long)(blockIdx.x + 1u) * {tiles}ull) / {splits}ull);"
     );
     let _ = writeln!(s, "  __shared__ {ta} Ds[{}];", bo * dsp);
-    let _ = writeln!(s, "  __shared__ {tb} Xs[{}];", nc * xsp);
+    let _ = writeln!(s, "  __shared__ {tb} Xs[{}];", cl * xsp);
     let _ = writeln!(s, "  {ta} rd[{per_d}];\n  {tb} rx[{per_x}];");
     let _ = writeln!(s, "  {tc} acc[{ot}][{kh}][{kw}];");
     let _ = writeln!(
@@ -131,52 +159,61 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, 
     );
     // Global loads of pixel tile `tl` into registers (zero outside the tensors).
     let fetch = format!(
-        "    {{\n      const u32 b = tl / {tyx}u, tt = tl % {tyx}u, y0 = (tt / {tiles_x}u) * {TH}u, x0 = (tt % {tiles_x}u) * {TW}u;\n      \
+        "    {{\n      const u32 b = tl / {tyx}u, tt = tl % {tyx}u, y0 = (tt / {tiles_x}u) * {th}u, x0 = (tt % {tiles_x}u) * {tw}u;\n      \
          #pragma unroll\n      for (u32 r = 0; r < {per_d}u; ++r) {{\n        const u32 e = tid + r * 256u, ol = e / {p}u, p = e % {p}u;\n        \
-         const u32 oc = o0 + ol, y = y0 + p / {TW}u, x = x0 + p % {TW}u;\n        \
+         const u32 oc = o0 + ol, y = y0 + p / {tw}u, x = x0 + p % {tw}u;\n        \
          rd[r] = (e < {tot_d}u && oc < {og}u && y < {ho}u && x < {wo}u) ? {ld_d} : {zd};\n      }}\n      \
          #pragma unroll\n      for (u32 r = 0; r < {per_x}u; ++r) {{\n        const u32 e = tid + r * 256u, cl = e / {xhw}u, q = e % {xhw}u;\n        \
          const u32 cc = c0 + cl;\n        const int y = (int)y0 - {pad0} + (int)(q / {xw}u), x = (int)x0 - {pad1} + (int)(q % {xw}u);\n        \
          rx[r] = (e < {tot_x}u && cc < {cg}u && y >= 0 && y < {h} && x >= 0 && x < {w}) ? {ld_x} : {zx};\n      }}\n    }}\n",
         tyx = tiles_y * tiles_x,
-        p = TH * TW,
-        tot_d = bo * TH * TW,
-        tot_x = nc * xh * xw,
+        p = th * tw,
+        tot_d = bo * th * tw,
+        tot_x = cl * xh * xw,
         xhw = xh * xw,
         ld_d = cjd(format!("{pdy}[((b * {o}u + g * {og}u + oc) * {ho}u + y) * {wo}u + x]")),
         ld_x = cjx(format!("{px}[((b * {c}u + g * {cg}u + cc) * {h}u + (u32)y) * {w}u + (u32)x]")),
         zd = czero(t_dy),
         zx = czero(t_x),
     );
+    // Offset of element `e` within its channel's staged tile (rows padded where `pl` > 1).
+    let within = |n: usize, w: usize, rs: usize| {
+        if rs == w {
+            format!("e % {n}u")
+        } else {
+            format!("((e % {n}u) / {w}u) * {rs}u + e % {w}u")
+        }
+    };
+    let (d_in, x_in) = (within(th * tw, tw, drs), within(xh * xw, xw, xrs));
     let store = format!(
         "    #pragma unroll\n    for (u32 r = 0; r < {per_d}u; ++r) {{\n      const u32 e = tid + r * 256u;\n      \
-         if (e < {tot_d}u) Ds[(e / {p}u) * {dsp}u + e % {p}u] = rd[r];\n    }}\n    \
+         if (e < {tot_d}u) Ds[(e / {p}u) * {dsp}u + {d_in}] = rd[r];\n    }}\n    \
          #pragma unroll\n    for (u32 r = 0; r < {per_x}u; ++r) {{\n      const u32 e = tid + r * 256u;\n      \
-         if (e < {tot_x}u) Xs[(e / {xhw}u) * {xsp}u + e % {xhw}u] = rx[r];\n    }}\n",
-        p = TH * TW,
-        tot_d = bo * TH * TW,
-        tot_x = nc * xh * xw,
+         if (e < {tot_x}u) Xs[(e / {xhw}u) * {xsp}u + {x_in}] = rx[r];\n    }}\n",
+        p = th * tw,
+        tot_d = bo * th * tw,
+        tot_x = cl * xh * xw,
         xhw = xh * xw,
     );
     // The products of one pixel tile: per row, a kh × kw window of the staged input slides
     // along the columns (one new column of kh values per pixel).
     let mut body = String::new();
-    let _ = writeln!(body, "    for (u32 r = 0; r < {TH}u; ++r) {{");
-    let _ = writeln!(body, "      const {tb}* xr = &Xs[ci * {xsp}u + r * {xw}u];");
-    let _ = writeln!(body, "      const {ta}* dr = &Ds[oi * {dsp}u + r * {TW}u];");
+    let _ = writeln!(body, "    for (u32 r = pli; r < {th}u; r += {pl}u) {{");
+    let _ = writeln!(body, "      const {tb}* xr = &Xs[ci * {xsp}u + r * {xrs}u];");
+    let _ = writeln!(body, "      const {ta}* dr = &Ds[oi * {dsp}u + r * {drs}u];");
     let _ = writeln!(body, "      {tb} win[{kh}][{kw}];");
     if kw > 1 {
         let _ = writeln!(
             body,
-            "      #pragma unroll\n      for (int i = 0; i < {kh}; ++i)\n        #pragma unroll\n        for (int j = 0; j + 1 < {kw}; ++j) win[i][j + 1] = xr[i * {xw} + j];"
+            "      #pragma unroll\n      for (int i = 0; i < {kh}; ++i)\n        #pragma unroll\n        for (int j = 0; j + 1 < {kw}; ++j) win[i][j + 1] = xr[i * {xrs} + j];"
         );
     }
-    let _ = writeln!(body, "      #pragma unroll\n      for (int col = 0; col < {TW}; ++col) {{");
+    let _ = writeln!(body, "      #pragma unroll\n      for (int col = 0; col < {tw}; ++col) {{");
     let _ = writeln!(
         body,
         "        #pragma unroll\n        for (int i = 0; i < {kh}; ++i) {{\n          \
          #pragma unroll\n          for (int j = 0; j + 1 < {kw}; ++j) win[i][j] = win[i][j + 1];\n          \
-         win[i][{kw1}] = xr[i * {xw} + col + {kw1}];\n        }}",
+         win[i][{kw1}] = xr[i * {xrs} + col + {kw1}];\n        }}",
         kw1 = kw - 1
     );
     let _ = writeln!(
@@ -199,6 +236,20 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, 
     }
     s.push_str(&body);
     s.push_str("    __syncthreads();\n  }\n");
+    // Pixel lanes first add their partial sums in shared memory (the staged output gradient's
+    // space), so one thread per (channel, output channels) issues the atomics: a first layer
+    // has few weights, and every block adding into them from 16 lanes would serialise on them.
+    if pl > 1 {
+        let acc_n = ot * kh * kw;
+        let _ = writeln!(
+            s,
+            "  __syncthreads();\n  {tc}* red = ({tc}*)Ds;\n  #pragma unroll\n  for (int t = 0; t < {ot}; ++t)\n    #pragma unroll\n    for (int i = 0; i < {kh}; ++i)\n      \
+             #pragma unroll\n      for (int j = 0; j < {kw}; ++j) red[((t * {kh} + i) * {kw} + j) * 256 + tid] = acc[t][i][j];\n  __syncthreads();\n  \
+             if (pli != 0u) return;\n  #pragma unroll\n  for (int k = 0; k < {acc_n}; ++k)\n    for (u32 p = 1u; p < {pl}u; ++p) {{\n      \
+             {tc}& a = acc[k / {khw}][(k / {kw}) % {kh}][k % {kw}];\n      a = add(a, red[k * 256 + tid + p * {cl}u]);\n    }}",
+            khw = kh * kw
+        );
+    }
     let _ = writeln!(
         s,
         "  const u32 cc = c0 + ci;\n  if (cc >= {cg}u) return;\n  #pragma unroll\n  for (int t = 0; t < {ot}; ++t) {{\n    \
