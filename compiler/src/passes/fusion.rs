@@ -116,7 +116,9 @@ pub fn unfused(g: &Graph) -> Fusion {
 }
 
 /// Most elementwise nodes a value may inline (recompute) from its materialised inputs before
-/// it is stored instead: the cap that keeps recomputation cheap.
+/// it is stored instead: the cap that keeps recomputation cheap. 64 holds a batchnorm +
+/// activation backward chain recomputed from the forward activation (with 48 the seed
+/// network stored two such chains as 64 MiB temporaries at its peak; bench/GPU-NOTES.md).
 pub const INLINE_CAP: usize = 64;
 
 /// The kind of group a node roots when it is materialised.
