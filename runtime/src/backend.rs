@@ -104,6 +104,30 @@ pub trait Backend {
     fn download(&mut self, v: Value) -> Result<HostTensor, RuntimeError>;
     /// Runs every kernel group of the program once, in schedule order.
     fn step(&mut self) -> Result<(), RuntimeError>;
+    /// Starts a step without waiting for it; [`Backend::finish`] waits. Back ends that compute
+    /// on the calling thread run the whole step here (the default).
+    fn launch(&mut self) -> Result<(), RuntimeError> {
+        self.step()
+    }
+    /// Waits for the step [`Backend::launch`] started.
+    fn finish(&mut self) -> Result<(), RuntimeError> {
+        Ok(())
+    }
+    /// Whether `launch` returns before the step is done, so the host can prepare the next
+    /// batch meanwhile and [`Backend::stage`] it.
+    fn overlaps(&self) -> bool {
+        false
+    }
+    /// Copies `t` into host staging memory kept for input `v` (page-locked on a GPU), so that
+    /// [`Backend::upload_staged`] later moves it in one fast transfer. `false` where the back
+    /// end keeps no staging memory (the caller then uploads with [`Backend::upload`]).
+    fn stage(&mut self, _v: Value, _t: &HostTensor) -> Result<bool, RuntimeError> {
+        Ok(false)
+    }
+    /// Uploads what [`Backend::stage`] last put aside for `v`.
+    fn upload_staged(&mut self, v: Value) -> Result<(), RuntimeError> {
+        Err(RuntimeError(format!("upload of {v}: nothing was staged for it")))
+    }
     /// Arena size allocated from the plan, in bytes.
     fn arena_bytes(&self) -> usize;
     /// Measured peak memory of the process/device attributable to this back end, in bytes

@@ -265,6 +265,9 @@ impl SessionOptions {
     }
 }
 
+/// One batch of named input tensors (what `Dataset::gather` returns).
+pub type Batch = Vec<(String, HostTensor)>;
+
 /// What a training step returned.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StepReport {
@@ -350,6 +353,9 @@ pub struct Session {
     evals: Vec<Exec>,
     /// `i32` scalar state that no `Assign` writes (the dropout step): the runtime counts it.
     counters: Vec<(Value, String, i32)>,
+    /// Inputs the back end has staged for the next step: name, address and length of the
+    /// staged tensors' bytes (`train_step_overlapped` uploads from staging only for these).
+    staged: Vec<(String, usize, usize)>,
     version: u64,
     lr: f32,
     memory_budget: Option<u64>,
@@ -375,6 +381,7 @@ impl Session {
             train,
             evals: Vec::new(),
             counters,
+            staged: Vec::new(),
             version: 1,
             lr,
             memory_budget: opts.memory_budget,
@@ -389,6 +396,12 @@ impl Session {
     pub fn device(&self) -> Device {
         self.device
     }
+    /// Whether the training back end runs a step while the host goes on (a GPU), so the
+    /// host can prepare the next batch meanwhile ([`Session::train_step`] still waits).
+    pub fn overlaps(&self) -> bool {
+        self.train.backend.overlaps()
+    }
+
     /// The back end's name (`cpu`, `cuda:<gpu>`, `interp`).
     pub fn device_name(&self) -> String {
         self.train.backend.name()
@@ -431,12 +444,54 @@ impl Session {
     /// One training step on a batch: forward, loss, backward and the optimizer update.
     /// `inputs` holds one tensor per model input (`[batch, ...]`), by name.
     pub fn train_step(&mut self, inputs: &[(String, HostTensor)]) -> Result<StepReport, RuntimeError> {
-        upload_inputs(&mut self.train, inputs, true)?;
+        self.begin_step(inputs, false)?;
+        self.end_step()
+    }
+
+    /// A training step during which the host prepares the next batch: uploads `inputs`,
+    /// starts the step, calls `next` while the device computes, copies what it returns into
+    /// the back end's staging memory (page-locked on a GPU), then waits for the step. Returns
+    /// the step's report and the next batch, to be passed back as `inputs` of the next call,
+    /// which then uploads it from staging memory in one fast transfer. (A batch that is not
+    /// the one returned — other tensors, or ones changed in place — must go through
+    /// [`Session::train_step`]: staging is recognised by the tensors' addresses.) On a back end
+    /// that computes on the calling thread this is `train_step` followed by `next()`.
+    pub fn train_step_overlapped(
+        &mut self,
+        inputs: &[(String, HostTensor)],
+        next: impl FnOnce() -> Option<Batch>,
+    ) -> Result<(StepReport, Option<Batch>), RuntimeError> {
+        let staged = !self.staged.is_empty() && self.staged == fingerprint(inputs);
+        self.staged.clear();
+        self.begin_step(inputs, staged)?;
+        let next = next();
+        if let Some(batch) = &next {
+            if self.train.backend.overlaps() && stage_inputs(&mut self.train, batch)? {
+                self.staged = fingerprint(batch);
+            }
+        }
+        let report = self.end_step()?;
+        Ok((report, next))
+    }
+
+    /// Uploads a step's inputs (from staging memory when `staged`) and counters and starts it.
+    fn begin_step(&mut self, inputs: &[(String, HostTensor)], staged: bool) -> Result<(), RuntimeError> {
+        if staged {
+            upload_staged_inputs(&mut self.train, inputs)?;
+        } else {
+            self.staged.clear();
+            upload_inputs(&mut self.train, inputs, true)?;
+        }
         for (v, _, c) in &self.counters {
             let t = HostTensor { dtype: DType::I32, shape: vec![], data: HostData::I32(vec![*c]) };
             self.train.backend.upload(*v, &t)?;
         }
-        self.train.backend.step()?;
+        self.train.backend.launch()
+    }
+
+    /// Waits for the step `begin_step` started and reads its loss and outputs.
+    fn end_step(&mut self) -> Result<StepReport, RuntimeError> {
+        self.train.backend.finish()?;
         for c in &mut self.counters {
             c.2 = c.2.wrapping_add(1);
         }
@@ -660,16 +715,8 @@ fn upload_inputs(
     inputs: &[(String, HostTensor)],
     require: bool,
 ) -> Result<bool, RuntimeError> {
-    let g = &exec.program.graph;
-    let batch = exec.program.plan.batch;
-    let leaves: Vec<(Value, String, DType, Vec<usize>)> = g
-        .inputs()
-        .map(|v| {
-            (v, g.leaf_name(v).unwrap_or_default().to_string(), g.ty(v).dtype, g.ty(v).shape.resolve(batch))
-        })
-        .collect();
     let mut complete = true;
-    for (v, name, dtype, shape) in leaves {
+    for (v, name, dtype, shape) in input_leaves(exec) {
         match inputs.iter().find(|(n, _)| *n == name) {
             Some((_, t)) => {
                 if t.dtype != dtype || t.shape != shape {
@@ -688,6 +735,63 @@ fn upload_inputs(
         }
     }
     Ok(complete)
+}
+
+/// Name, address and byte length of each tensor of a batch: what identifies a staged batch.
+fn fingerprint(batch: &[(String, HostTensor)]) -> Vec<(String, usize, usize)> {
+    batch.iter().map(|(n, t)| (n.clone(), t.as_bytes().as_ptr() as usize, t.bytes())).collect()
+}
+
+/// The graph's input leaves: value, name, dtype and concrete shape.
+fn input_leaves(exec: &Exec) -> Vec<(Value, String, DType, Vec<usize>)> {
+    let g = &exec.program.graph;
+    let batch = exec.program.plan.batch;
+    g.inputs()
+        .map(|v| {
+            (v, g.leaf_name(v).unwrap_or_default().to_string(), g.ty(v).dtype, g.ty(v).shape.resolve(batch))
+        })
+        .collect()
+}
+
+/// The tensor of `inputs` named `name`, checked against the leaf's dtype and shape.
+fn find_input<'a>(
+    inputs: &'a [(String, HostTensor)],
+    name: &str,
+    dtype: DType,
+    shape: &[usize],
+) -> Result<&'a HostTensor, RuntimeError> {
+    let (_, t) = inputs
+        .iter()
+        .find(|(n, _)| n == name)
+        .ok_or_else(|| RuntimeError(format!("no data given for input '{name}'")))?;
+    if t.dtype != dtype || t.shape != shape {
+        return Err(RuntimeError(format!(
+            "input '{name}': expected {dtype} {shape:?}, got {} {:?}",
+            t.dtype, t.shape
+        )));
+    }
+    Ok(t)
+}
+
+/// Stages every input of the next batch in the back end's staging memory; `false` when the
+/// back end keeps none (nothing is staged then).
+fn stage_inputs(exec: &mut Exec, inputs: &[(String, HostTensor)]) -> Result<bool, RuntimeError> {
+    for (v, name, dtype, shape) in input_leaves(exec) {
+        let t = find_input(inputs, &name, dtype, &shape)?;
+        if !exec.backend.stage(v, t)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Uploads every input from staging memory (`stage_inputs` staged exactly these tensors).
+fn upload_staged_inputs(exec: &mut Exec, inputs: &[(String, HostTensor)]) -> Result<(), RuntimeError> {
+    for (v, name, dtype, shape) in input_leaves(exec) {
+        find_input(inputs, &name, dtype, &shape)?;
+        exec.backend.upload_staged(v)?;
+    }
+    Ok(())
 }
 
 fn download_outputs(exec: &mut Exec) -> Result<Vec<(String, HostTensor)>, RuntimeError> {

@@ -214,11 +214,27 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
         let mut times = Vec::with_capacity(steps);
         let mut train_cm = classifier.as_ref().map(|c| Confusion::new(c.classes));
         let t_epoch = Instant::now();
-        for (i, chunk) in order.chunks_exact(opts.batch).enumerate() {
-            let inputs = data.gather(chunk);
+        let chunks: Vec<&[usize]> = order.chunks_exact(opts.batch).collect();
+        // On a GPU the next batch is gathered and staged while the device runs the step;
+        // elsewhere it is gathered after the step's timing.
+        let overlap = session.overlaps();
+        let mut pending = chunks.first().map(|c| data.gather(c));
+        for i in 0..chunks.len() {
+            let inputs = pending.take().ok_or_else(|| RuntimeError("internal error: no batch".into()))?;
+            let next_chunk = chunks.get(i + 1).copied();
             let t0 = Instant::now();
-            let r = session.train_step(&inputs)?;
-            times.push(t0.elapsed().as_secs_f64() * 1e3);
+            let r = if overlap {
+                let (r, next) =
+                    session.train_step_overlapped(&inputs, || next_chunk.map(|c| data.gather(c)))?;
+                times.push(t0.elapsed().as_secs_f64() * 1e3);
+                pending = next;
+                r
+            } else {
+                let r = session.train_step(&inputs)?;
+                times.push(t0.elapsed().as_secs_f64() * 1e3);
+                pending = next_chunk.map(|c| data.gather(c));
+                r
+            };
             if !r.loss.is_finite() {
                 bar.abandon();
                 return Err(RuntimeError(format!(

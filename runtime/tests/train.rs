@@ -262,3 +262,37 @@ fn inference_only_models_load_weights_and_infer() {
     t.load_weights(dir.join("w.safetensors")).unwrap();
     assert_eq!(t.infer(&inputs).unwrap(), y);
 }
+
+/// Steps that prepare the next batch while the device runs (`train_step_overlapped`, batches
+/// passed back as returned) give bit-identical losses, outputs and weights to plain steps.
+#[test]
+fn overlapped_steps_equal_plain_steps() {
+    let m = model();
+    let d = data(&m);
+    for device in DEVICES {
+        let sopts = SessionOptions { device, ..SessionOptions::from_config(m.config()) };
+        let batches: Vec<Vec<usize>> = (0..4).map(|i| (i * 8..i * 8 + 8).collect()).collect();
+        let mut plain = m.session_with(&sopts).unwrap();
+        let want: Vec<_> = batches
+            .iter()
+            .map(|b| {
+                let r = plain.train_step(&d.gather(b)).unwrap();
+                (r.loss, r.outputs)
+            })
+            .collect();
+        let mut overlapped = m.session_with(&sopts).unwrap();
+        let mut got = Vec::new();
+        let mut pending = Some(d.gather(&batches[0]));
+        for i in 0..batches.len() {
+            let inputs = pending.take().unwrap();
+            let (r, next) = overlapped
+                .train_step_overlapped(&inputs, || batches.get(i + 1).map(|b| d.gather(b)))
+                .unwrap();
+            assert_eq!(next.is_some(), i + 1 < batches.len());
+            pending = next;
+            got.push((r.loss, r.outputs));
+        }
+        assert_eq!(got, want, "{device:?}");
+        assert_eq!(overlapped.state_tensors().unwrap(), plain.state_tensors().unwrap(), "{device:?}");
+    }
+}

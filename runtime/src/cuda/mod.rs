@@ -241,6 +241,9 @@ pub struct CudaBackend {
     name: String,
     compile: CompileInfo,
     generated: CudaModule,
+    /// Page-locked host buffers of staged inputs (`Backend::stage`): pointer and bytes
+    /// staged, per value; freed on drop.
+    staging: Vec<(Value, *mut u8, usize, usize)>,
 }
 
 impl CudaBackend {
@@ -287,6 +290,7 @@ impl CudaBackend {
                     nvrtc: (0, 0),
                 },
                 generated,
+                staging: Vec::new(),
             };
             let (cubin, info) =
                 cached_cubin(&backend.generated.source, &arch, backend.generated.kernels.len())
@@ -478,14 +482,73 @@ impl Backend for CudaBackend {
     }
 
     fn step(&mut self) -> Result<(), RuntimeError> {
+        self.launch()?;
+        self.finish()
+    }
+
+    fn launch(&mut self) -> Result<(), RuntimeError> {
         self.bind()?;
         for a in &self.actions {
             run_action(self.arena, a)?;
         }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<(), RuntimeError> {
+        self.bind()?;
         result::ctx::synchronize()
             .map_err(|e| RuntimeError(format!("a CUDA kernel failed during the step: {e}")))?;
         self.sample_memory();
         Ok(())
+    }
+
+    fn overlaps(&self) -> bool {
+        true
+    }
+
+    fn stage(&mut self, v: Value, t: &HostTensor) -> Result<bool, RuntimeError> {
+        self.bind()?;
+        let (dt, shape, slot) = self.slot(v)?;
+        let bytes = t.as_bytes();
+        if dt != t.dtype || shape.iter().product::<usize>() != t.numel() || bytes.len() > slot.bytes {
+            return Err(RuntimeError(format!(
+                "staging for {v}: expected {dt}{shape:?}, got {}{:?}",
+                t.dtype, t.shape
+            )));
+        }
+        let i = match self.staging.iter().position(|s| s.0 == v) {
+            Some(i) => i,
+            None => {
+                // One page-locked buffer per input, the size of its arena slot, kept for the
+                // back end's life: a transfer from it runs at full bus speed, while one from
+                // pageable memory goes through the driver's bounce buffers.
+                let ptr = unsafe { result::malloc_host(slot.bytes.max(1), 0) }
+                    .map_err(driver_err("page-locked staging allocation"))?;
+                self.staging.push((v, ptr as *mut u8, slot.bytes, 0));
+                self.staging.len() - 1
+            }
+        };
+        let (_, ptr, cap, len) = &mut self.staging[i];
+        debug_assert!(bytes.len() <= *cap);
+        // SAFETY: `ptr` points to `cap` bytes of page-locked memory owned by this back end
+        // and no transfer from it is in flight (uploads from it are synchronous).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), *ptr, bytes.len()) };
+        *len = bytes.len();
+        Ok(true)
+    }
+
+    fn upload_staged(&mut self, v: Value) -> Result<(), RuntimeError> {
+        self.bind()?;
+        let (_, _, slot) = self.slot(v)?;
+        let &(_, ptr, _, len) = self
+            .staging
+            .iter()
+            .find(|s| s.0 == v)
+            .ok_or_else(|| RuntimeError(format!("upload of {v}: nothing was staged for it")))?;
+        // SAFETY: `len` bytes at `ptr` were written by `stage` and stay valid until drop.
+        let src = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
+        unsafe { result::memcpy_htod_sync(self.arena + slot.offset as u64, src) }
+            .map_err(driver_err("upload"))
     }
 
     fn arena_bytes(&self) -> usize {
@@ -508,6 +571,9 @@ impl Drop for CudaBackend {
                 }
                 if !self.module.is_null() {
                     let _ = result::module::unload(self.module);
+                }
+                for &(_, ptr, _, _) in &self.staging {
+                    let _ = result::free_host(ptr as *mut c_void);
                 }
             }
             let _ = result::primary_ctx::release(self.device);
