@@ -18,6 +18,11 @@ use std::path::Path;
 
 const TOL: f64 = 1e-4;
 
+/// Fresh seeds a failing example is retried on (activation kinks; see the forward/backward
+/// test): with about half of complex_resnet's seeds flipping one, four retries leave a 3%
+/// chance that a correct back end fails a run.
+const RETRIES: u64 = 4;
+
 fn gpu_or_skip() -> bool {
     match cvc_runtime::cuda::available() {
         Ok(name) => {
@@ -173,7 +178,11 @@ struct Example {
 fn load(path: &Path, batch: usize, optimizer: Option<Optimizer>) -> Example {
     let name = path.display().to_string();
     let src = std::fs::read_to_string(path).expect("readable example");
-    let checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+    let mut checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+    if checked.graph.loss.is_none() {
+        // An inference-only model (some fixtures): its forward program.
+        checked = check_source(&name, &src, Mode::Eval).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+    }
     let classes = checked.inputs.iter().filter_map(|i| i.classes.map(|c| (i.name.clone(), c))).collect();
     let optimizer = optimizer.unwrap_or_else(|| checked.train.optimizer.clone());
     let opts = Options { batch, optimizer, ..Options::default() };
@@ -182,9 +191,14 @@ fn load(path: &Path, batch: usize, optimizer: Option<Optimizer>) -> Example {
 }
 
 fn examples() -> Vec<std::path::PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("root").join("examples");
+    cvnn_files("examples")
+}
+
+/// The `.cvnn` files of a folder of the repository, sorted.
+fn cvnn_files(dir: &str) -> Vec<std::path::PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("root").join(dir);
     let mut v: Vec<_> = std::fs::read_dir(root)
-        .expect("examples/")
+        .expect("a folder of .cvnn files")
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "cvnn"))
@@ -279,10 +293,23 @@ fn every_example_matches_the_interpreter_forward_and_backward() {
     // interpreter; through batchnorm that one element moves every upstream gradient by about
     // 1e-4..1e-3 (seen: the largest error at a `grad(…/crelu)` value, everything after it
     // exact). With ~10⁵ activations per example and stored values within ~3e-6 of the
-    // interpreter, a flip somewhere is likely in the deeper examples. So a failing seed is
-    // retried on up to two fresh seeds and the example passes when one of them does: a wrong
-    // kernel fails every seed, by far more than 1e-4.
+    // interpreter, a flip somewhere is likely in the deeper examples (complex_resnet: about
+    // half its seeds; the signature is a batchnorm whose β gradient is off by ~1e-2 while its
+    // γ gradient matches to 1e-6, since the flipped element has x̂ ≈ 0). So a failing seed is
+    // retried on up to four fresh seeds and the example passes when one of them does: a
+    // wrong kernel fails every seed, by far more than 1e-4.
     every_example_on_some_seed(forward_backward);
+}
+
+/// The same forward/backward comparison for every fixture of `tests/fixtures/ok` (strided,
+/// dilated and non-square convolutions, transposed convolutions, FFTs, tuples, real-only
+/// layers; inference-only fixtures compare their forward values).
+#[test]
+fn every_fixture_matches_the_interpreter_forward_and_backward() {
+    if !gpu_or_skip() {
+        return;
+    }
+    each_on_some_seed(&cvnn_files("tests/fixtures/ok"), forward_backward);
 }
 
 /// One forward and backward pass of one example from `rng`'s draws; the mismatches found.
@@ -400,7 +427,7 @@ fn forward_backward(path: &Path, rng: &mut SplitMix64) -> Vec<String> {
 /// A crelu/relu input that lands within f32 rounding of 0 may fall on different sides on the
 /// GPU and in the interpreter, and through batchnorm that one element moves every upstream
 /// gradient a little (see the forward/backward test): a failing seed is reported and retried
-/// on up to two fresh seeds; the example passes when one of them does.
+/// on up to four fresh seeds; the example passes when one of them does.
 #[test]
 fn every_example_trains_like_the_interpreter_with_the_real_plan() {
     if !gpu_or_skip() {
@@ -410,27 +437,37 @@ fn every_example_trains_like_the_interpreter_with_the_real_plan() {
 }
 
 /// Runs `check` on every example with the test seed; an example whose check fails is retried
-/// on up to two fresh seeds and passes when one of them does (see the forward/backward test
-/// for why). Panics with the mismatches of the examples that fail all three.
+/// on up to [`RETRIES`] fresh seeds and passes when one of them does (see the forward/backward
+/// test for why). Panics with the mismatches of the examples that fail them all.
 fn every_example_on_some_seed(check: fn(&Path, &mut SplitMix64) -> Vec<String>) {
+    each_on_some_seed(&examples(), check);
+}
+
+/// Runs `check` on every file in `paths`, retrying a failing seed as described above.
+fn each_on_some_seed(paths: &[std::path::PathBuf], check: fn(&Path, &mut SplitMix64) -> Vec<String>) {
     let s = seed();
     let mut failures = Vec::new();
-    for path in examples() {
-        let fails = check(&path, &mut SplitMix64::new(s));
+    for path in paths {
+        let fails = check(path, &mut SplitMix64::new(s));
         if fails.is_empty() {
             eprintln!("{}: checked", path.display());
             continue;
         }
-        eprintln!("{}: seed {s} failed (retrying on two more seeds):\n{}", path.display(), fails.join("\n"));
-        let retried = (1..=2u64).map(|r| s.wrapping_add(r.wrapping_mul(0x9E37_79B9_7F4A_7C15))).find(|&s2| {
-            let fails = check(&path, &mut SplitMix64::new(s2));
-            let verdict = if fails.is_empty() { "passes" } else { "fails" };
-            eprintln!("{}: retry seed {s2}: {verdict}", path.display());
-            fails.is_empty()
-        });
+        eprintln!(
+            "{}: seed {s} failed (retrying on {RETRIES} more seeds):\n{}",
+            path.display(),
+            fails.join("\n")
+        );
+        let retried =
+            (1..=RETRIES).map(|r| s.wrapping_add(r.wrapping_mul(0x9E37_79B9_7F4A_7C15))).find(|&s2| {
+                let fails = check(path, &mut SplitMix64::new(s2));
+                let verdict = if fails.is_empty() { "passes" } else { "fails" };
+                eprintln!("{}: retry seed {s2}: {verdict}", path.display());
+                fails.is_empty()
+            });
         if retried.is_none() {
             failures.push(format!(
-                "{}: seed {s} and both retry seeds fail:\n{}",
+                "{}: seed {s} and all {RETRIES} retry seeds fail:\n{}",
                 path.display(),
                 fails.join("\n")
             ));
