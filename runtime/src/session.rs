@@ -268,6 +268,31 @@ impl SessionOptions {
 /// One batch of named input tensors (what `Dataset::gather` returns).
 pub type Batch = Vec<(String, HostTensor)>;
 
+/// A batch for [`Session::train_step_overlapped`]: either fresh ([`StagedBatch::new`]) or one
+/// the session has already copied into the back end's staging memory (returned by the previous
+/// call). It owns its tensors and gives them out read-only, so a staged copy cannot go stale.
+#[derive(Debug)]
+pub struct StagedBatch {
+    batch: Batch,
+    /// The session's staging generation this batch was staged in; 0: not staged.
+    token: u64,
+}
+
+impl StagedBatch {
+    /// A batch that has not been staged (it is uploaded directly).
+    pub fn new(batch: Batch) -> Self {
+        StagedBatch { batch, token: 0 }
+    }
+    /// The tensors.
+    pub fn batch(&self) -> &[(String, HostTensor)] {
+        &self.batch
+    }
+    /// The tensors, by value.
+    pub fn into_batch(self) -> Batch {
+        self.batch
+    }
+}
+
 /// What a training step returned.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StepReport {
@@ -353,9 +378,11 @@ pub struct Session {
     evals: Vec<Exec>,
     /// `i32` scalar state that no `Assign` writes (the dropout step): the runtime counts it.
     counters: Vec<(Value, String, i32)>,
-    /// Inputs the back end has staged for the next step: name, address and length of the
-    /// staged tensors' bytes (`train_step_overlapped` uploads from staging only for these).
-    staged: Vec<(String, usize, usize)>,
+    /// Generation of the batch in the back end's staging memory (0: none); the last one
+    /// handed out, for `train_step_overlapped`.
+    staged: u64,
+    /// Generations handed out so far.
+    stagings: u64,
     version: u64,
     lr: f32,
     memory_budget: Option<u64>,
@@ -381,7 +408,8 @@ impl Session {
             train,
             evals: Vec::new(),
             counters,
-            staged: Vec::new(),
+            staged: 0,
+            stagings: 0,
             version: 1,
             lr,
             memory_budget: opts.memory_budget,
@@ -448,28 +476,32 @@ impl Session {
         self.end_step()
     }
 
-    /// A training step during which the host prepares the next batch: uploads `inputs`,
-    /// starts the step, calls `next` while the device computes, copies what it returns into
-    /// the back end's staging memory (page-locked on a GPU), then waits for the step. Returns
-    /// the step's report and the next batch, to be passed back as `inputs` of the next call,
-    /// which then uploads it from staging memory in one fast transfer. (A batch that is not
-    /// the one returned — other tensors, or ones changed in place — must go through
-    /// [`Session::train_step`]: staging is recognised by the tensors' addresses.) On a back end
-    /// that computes on the calling thread this is `train_step` followed by `next()`.
+    /// A training step during which the host prepares the next batch: uploads `inputs` (from
+    /// the back end's staging memory when the previous call staged them), starts the step,
+    /// calls `next` while the device computes, copies what it returns into staging memory
+    /// (page-locked on a GPU), then waits for the step. Returns the step's report and the next
+    /// batch, to pass as `inputs` of the next call. Start with [`StagedBatch::new`]. On a back
+    /// end that computes on the calling thread this is `train_step` followed by `next()`.
     pub fn train_step_overlapped(
         &mut self,
-        inputs: &[(String, HostTensor)],
+        inputs: &StagedBatch,
         next: impl FnOnce() -> Option<Batch>,
-    ) -> Result<(StepReport, Option<Batch>), RuntimeError> {
-        let staged = !self.staged.is_empty() && self.staged == fingerprint(inputs);
-        self.staged.clear();
-        self.begin_step(inputs, staged)?;
-        let next = next();
-        if let Some(batch) = &next {
-            if self.train.backend.overlaps() && stage_inputs(&mut self.train, batch)? {
-                self.staged = fingerprint(batch);
+    ) -> Result<(StepReport, Option<StagedBatch>), RuntimeError> {
+        let staged = inputs.token != 0 && inputs.token == self.staged;
+        self.staged = 0;
+        self.begin_step(&inputs.batch, staged)?;
+        let next = next().map(StagedBatch::new);
+        let next = match next {
+            Some(mut b) => {
+                if self.train.backend.overlaps() && stage_inputs(&mut self.train, &b.batch)? {
+                    self.stagings += 1;
+                    self.staged = self.stagings;
+                    b.token = self.stagings;
+                }
+                Some(b)
             }
-        }
+            None => None,
+        };
         let report = self.end_step()?;
         Ok((report, next))
     }
@@ -479,7 +511,7 @@ impl Session {
         if staged {
             upload_staged_inputs(&mut self.train, inputs)?;
         } else {
-            self.staged.clear();
+            self.staged = 0;
             upload_inputs(&mut self.train, inputs, true)?;
         }
         for (v, _, c) in &self.counters {
@@ -735,11 +767,6 @@ fn upload_inputs(
         }
     }
     Ok(complete)
-}
-
-/// Name, address and byte length of each tensor of a batch: what identifies a staged batch.
-fn fingerprint(batch: &[(String, HostTensor)]) -> Vec<(String, usize, usize)> {
-    batch.iter().map(|(n, t)| (n.clone(), t.as_bytes().as_ptr() as usize, t.bytes())).collect()
 }
 
 /// The graph's input leaves: value, name, dtype and concrete shape.

@@ -12,7 +12,7 @@ use crate::backend::{HostData, HostTensor, RuntimeError};
 use crate::checkpoint;
 use crate::data::{self, Dataset};
 use crate::metrics::{self, Confusion, EpochMetrics};
-use crate::session::{Device, Model, Session, SessionOptions};
+use crate::session::{Device, Model, Session, SessionOptions, StagedBatch};
 use cvc_compiler::front::train::Schedule;
 use cvc_compiler::ir::DType;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -216,25 +216,29 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
         let t_epoch = Instant::now();
         let chunks: Vec<&[usize]> = order.chunks_exact(opts.batch).collect();
         // On a GPU the next batch is gathered and staged while the device runs the step;
-        // elsewhere it is gathered after the step's timing.
-        let overlap = session.overlaps();
-        let mut pending = chunks.first().map(|c| data.gather(c));
+        // elsewhere it is gathered after the step's timing. `CVC_OVERLAP=0` turns it off (to
+        // measure one against the other).
+        let overlap = session.overlaps() && std::env::var("CVC_OVERLAP").as_deref() != Ok("0");
+        let mut pending = chunks.first().map(|c| StagedBatch::new(data.gather(c)));
+        // The batch before the current one: its buffers take the next gather.
+        let mut spare = None;
         for i in 0..chunks.len() {
-            let inputs = pending.take().ok_or_else(|| RuntimeError("internal error: no batch".into()))?;
+            let staged = pending.take().ok_or_else(|| RuntimeError("internal error: no batch".into()))?;
             let next_chunk = chunks.get(i + 1).copied();
             let t0 = Instant::now();
             let r = if overlap {
-                let (r, next) =
-                    session.train_step_overlapped(&inputs, || next_chunk.map(|c| data.gather(c)))?;
+                let gather = || next_chunk.map(|c| data.gather_reusing(c, spare.take()));
+                let (r, next) = session.train_step_overlapped(&staged, gather)?;
                 times.push(t0.elapsed().as_secs_f64() * 1e3);
                 pending = next;
                 r
             } else {
-                let r = session.train_step(&inputs)?;
+                let r = session.train_step(staged.batch())?;
                 times.push(t0.elapsed().as_secs_f64() * 1e3);
-                pending = next_chunk.map(|c| data.gather(c));
+                pending = next_chunk.map(|c| StagedBatch::new(data.gather_reusing(c, spare.take())));
                 r
             };
+            let inputs = staged.batch();
             if !r.loss.is_finite() {
                 bar.abandon();
                 return Err(RuntimeError(format!(
@@ -246,13 +250,14 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
             }
             loss_sum += r.loss as f64;
             if let (Some(c), Some(cm)) = (&classifier, train_cm.as_mut()) {
-                c.add(cm, &r.outputs, &inputs);
+                c.add(cm, &r.outputs, inputs);
             }
             let rate = ((i + 1) * opts.batch) as f64 / t_epoch.elapsed().as_secs_f64().max(1e-9);
             let acc =
                 train_cm.as_ref().map(|c| format!(" acc {:.1}%", 100.0 * c.accuracy())).unwrap_or_default();
             bar.set_message(format!("loss {:.4}{acc} {rate:.0} samples/s", loss_sum / (i + 1) as f64));
             bar.inc(1);
+            spare = Some(staged.into_batch());
         }
         let train_secs = t_epoch.elapsed().as_secs_f64();
         bar.finish_and_clear();

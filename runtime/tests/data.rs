@@ -253,3 +253,25 @@ fn synthetic_rf_bursts_are_independent() {
         }
     }
 }
+
+/// Gathering into an earlier batch's buffers gives the same tensors as a fresh gather, keeps
+/// those buffers (no new allocation), and ignores buffers of another layout.
+#[test]
+fn gather_reusing_equals_gather_and_keeps_the_buffers() {
+    let d = Dataset::synthetic_random(40, 9, &specs(16, 4)).unwrap();
+    let a: Vec<usize> = vec![3, 17, 0, 25, 8];
+    let b: Vec<usize> = vec![39, 1, 12, 30, 22];
+    let first = d.gather(&a);
+    let ptr = |batch: &[(String, HostTensor)]| match &batch[0].1.data {
+        HostData::F32(v) => v.as_ptr() as usize,
+        HostData::I32(v) => v.as_ptr() as usize,
+    };
+    let before = ptr(&first);
+    let again = d.gather_reusing(&b, Some(first));
+    assert_eq!(again, d.gather(&b));
+    assert_eq!(ptr(&again), before, "the earlier batch's buffer is reused");
+    // A batch of other inputs (swapped order) is not reused, and the result is still right.
+    let mut swapped = d.gather(&a);
+    swapped.reverse();
+    assert_eq!(d.gather_reusing(&b, Some(swapped)), d.gather(&b));
+}

@@ -228,11 +228,12 @@ fn batch_for(path: &Path) -> usize {
 /// weight-gradient kernels add partial sums with atomics in a varying order, and Adam turns
 /// last-bit differences of near-zero gradients into steps of up to the learning rate, which
 /// is therefore set to 1e-5 here; a stale or wrong batch moves the logits by about their own
-/// size.) The RF example at its own batch size, four steps.
+/// size.) The RF example at its own batch size, four steps; the third uploads an unstaged copy
+/// of its batch.
 #[test]
 fn overlapped_steps_equal_plain_steps_on_the_gpu() {
     use cvc_runtime::data::Dataset;
-    use cvc_runtime::session::{Device, Model, SessionOptions};
+    use cvc_runtime::session::{Device, Model, SessionOptions, StagedBatch};
     if !gpu_or_skip() {
         return;
     }
@@ -255,9 +256,13 @@ fn overlapped_steps_equal_plain_steps_on_the_gpu() {
     let mut overlapped = m.session_with(&sopts).expect("session");
     overlapped.set_lr(1e-5).expect("lr");
     let mut got = Vec::new();
-    let mut pending = Some(d.gather(&batches[0]));
+    let mut pending = Some(StagedBatch::new(d.gather(&batches[0])));
     for i in 0..batches.len() {
-        let inputs = pending.take().expect("batch");
+        let mut inputs = pending.take().expect("batch");
+        if i == 2 {
+            // A fresh batch with the same tensors: uploaded directly (not from staging).
+            inputs = StagedBatch::new(inputs.batch().to_vec());
+        }
         let (r, next) = overlapped
             .train_step_overlapped(&inputs, || batches.get(i + 1).map(|b| d.gather(b)))
             .expect("step");

@@ -214,23 +214,49 @@ impl Dataset {
 
     /// The samples at `indices`, one tensor per input (`[indices.len(), ...]`), in input order.
     pub fn gather(&self, indices: &[usize]) -> Vec<(String, HostTensor)> {
+        self.gather_reusing(indices, None)
+    }
+
+    /// [`Dataset::gather`] into the buffers of an earlier batch where they fit (same inputs in
+    /// the same order): a training loop that hands its last batch back allocates no new
+    /// batch memory, whose first touch (page faults on a fresh 32 MiB allocation) can cost
+    /// more than the copy.
+    pub fn gather_reusing(
+        &self,
+        indices: &[usize],
+        reuse: Option<Vec<(String, HostTensor)>>,
+    ) -> Vec<(String, HostTensor)> {
+        let mut old = reuse.unwrap_or_default().into_iter();
         self.arrays
             .iter()
             .map(|(name, t)| {
                 let per = t.numel() / t.shape[0].max(1);
                 let mut shape = t.shape.clone();
                 shape[0] = indices.len();
+                let spare = old.next().filter(|(n, o)| n == name && o.dtype == t.dtype).map(|(_, o)| o.data);
                 let data = match &t.data {
                     HostData::F32(v) => {
                         let w = if t.dtype == DType::C64 { 2 * per } else { per };
-                        let mut out = Vec::with_capacity(w * indices.len());
+                        let mut out = match spare {
+                            Some(HostData::F32(mut o)) => {
+                                o.clear();
+                                o
+                            }
+                            _ => Vec::with_capacity(w * indices.len()),
+                        };
                         for &i in indices {
                             out.extend_from_slice(&v[i * w..(i + 1) * w]);
                         }
                         HostData::F32(out)
                     }
                     HostData::I32(v) => {
-                        let mut out = Vec::with_capacity(per * indices.len());
+                        let mut out = match spare {
+                            Some(HostData::I32(mut o)) => {
+                                o.clear();
+                                o
+                            }
+                            _ => Vec::with_capacity(per * indices.len()),
+                        };
                         for &i in indices {
                             out.extend_from_slice(&v[i * per..(i + 1) * per]);
                         }
