@@ -10,9 +10,11 @@
 
 pub mod back;
 pub mod diag;
+pub mod error;
 pub mod front;
 pub mod interp;
 pub mod ir;
 pub mod passes;
 
 pub use diag::Diagnostic;
+pub use error::{CompileError, CompileResult};
