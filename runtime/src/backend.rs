@@ -88,6 +88,11 @@ impl fmt::Display for RuntimeError {
     }
 }
 impl std::error::Error for RuntimeError {}
+impl From<cvc_compiler::CompileError> for RuntimeError {
+    fn from(e: cvc_compiler::CompileError) -> Self {
+        RuntimeError(e.to_string())
+    }
+}
 impl From<String> for RuntimeError {
     fn from(s: String) -> Self {
         RuntimeError(s)

@@ -9,7 +9,7 @@
 //! convolution skips im2col. Conjugation flags are folded into the packing.
 
 use super::gemm::{self, AMode, BMode, Dest, Operand};
-use cvc_compiler::ir::ConvGeom;
+pub use cvc_compiler::back::cpu::{ConvShape, ConvTypes};
 
 /// A strided matrix operand in storage elements of its dtype.
 #[derive(Clone, Copy, Debug)]
@@ -89,40 +89,6 @@ pub unsafe fn matmul(
                 );
             }
         }
-    }
-}
-
-/// Resolved extents of one convolution: input `(n, c, h, w)`, weight `(o, cg, kh, kw)`,
-/// output `(ho, wo)`, and whether input / weight / output are complex.
-#[derive(Clone, Copy, Debug)]
-pub struct ConvShape {
-    /// Input extents.
-    pub x: [usize; 4],
-    /// Weight extents.
-    pub w: [usize; 4],
-    /// Output height and width.
-    pub out: [usize; 2],
-    /// Geometry.
-    pub geom: ConvGeom,
-}
-
-impl ConvShape {
-    /// Rows of the im2col matrix of one group: `cg·kh·kw`.
-    pub fn k(&self) -> usize {
-        self.w[1] * self.w[2] * self.w[3]
-    }
-    /// Columns of the im2col matrix: `ho·wo`.
-    pub fn p(&self) -> usize {
-        self.out[0] * self.out[1]
-    }
-    /// Whether the convolution is a plain 1×1, stride-1, unpadded channel mix (no im2col).
-    pub fn pointwise(&self) -> bool {
-        let g = self.geom;
-        self.w[2] == 1 && self.w[3] == 1 && g.stride == [1, 1] && g.pad == [0, 0]
-    }
-    /// Output channels per group.
-    pub fn og(&self) -> usize {
-        self.w[0] / self.geom.groups
     }
 }
 
@@ -251,17 +217,6 @@ pub unsafe fn col2im(s: &ConvShape, cols: *const f32, esize: usize, dx: *mut f32
             }
         }
     }
-}
-
-/// Element sizes (in f32) of input, weight and output, from their complexity.
-#[derive(Clone, Copy, Debug)]
-pub struct ConvTypes {
-    /// Input (`x`, or `dy` for the transpose) is complex.
-    pub x: bool,
-    /// Weight (or `dy` for the weight gradient) is complex.
-    pub w: bool,
-    /// Conjugation flags as the op carries them (operand 0, operand 1).
-    pub conj: [bool; 2],
 }
 
 fn es(c: bool) -> usize {

@@ -1,5 +1,6 @@
 //! Discrete Fourier transforms along one axis with rustfft; plans and buffers made at load.
 
+use cvc_compiler::back::cpu::FftCall;
 use num_complex::Complex;
 use rustfft::{Fft, FftPlanner};
 use std::sync::Arc;
@@ -18,8 +19,9 @@ pub struct AxisFft {
 }
 
 impl AxisFft {
-    /// Plans the transform of the tensor `shape` along `axis` from byte offset `src` to `dst`.
-    pub fn new(shape: &[usize], axis: usize, inverse: bool, scale: f64, src: usize, dst: usize) -> AxisFft {
+    /// Plans the transform the compiler described.
+    pub fn new(call: &FftCall) -> AxisFft {
+        let FftCall { ref shape, axis, inverse, scale, src, dst } = *call;
         let n = shape[axis];
         let mut planner = FftPlanner::<f32>::new();
         let plan = if inverse { planner.plan_fft_inverse(n) } else { planner.plan_fft_forward(n) };

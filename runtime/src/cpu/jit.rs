@@ -1,13 +1,12 @@
-//! JIT-compiles the loop kernels of a program with Cranelift and keeps their code alive.
+//! JIT-compiles the loop kernels of a [`CpuModule`] with Cranelift and keeps their code alive.
 
 use crate::backend::RuntimeError;
 use cranelift_codegen::settings::{self, Configurable};
 use cranelift_jit::{JITBuilder, JITModule};
-use cranelift_module::{default_libcall_names, FuncId, Linkage, Module};
-use cvc_compiler::back::clif::helpers::{helpers, Helper};
-use cvc_compiler::back::clif::{is_loop_kernel, lower};
-use cvc_compiler::passes::Program;
-use std::collections::HashMap;
+use cranelift_module::{default_libcall_names, Linkage, Module};
+use cvc_compiler::back::clif::helpers::helpers;
+use cvc_compiler::back::clif::lower;
+use cvc_compiler::back::cpu::CpuModule;
 
 /// A compiled loop kernel: `f(arena_base, lo, hi)` runs outer iterations `lo..hi`.
 pub type KernelFn = unsafe extern "C" fn(i64, i64, i64);
@@ -26,8 +25,8 @@ pub struct CompiledKernel {
 /// The JIT module owning the machine code of every loop kernel of one program.
 pub struct JitKernels {
     module: Option<JITModule>,
-    /// Compiled kernels by group id.
-    pub kernels: HashMap<usize, CompiledKernel>,
+    /// Compiled kernels, in the order of `CpuModule::loops`.
+    pub kernels: Vec<CompiledKernel>,
 }
 
 fn err(e: impl std::fmt::Display) -> RuntimeError {
@@ -35,8 +34,9 @@ fn err(e: impl std::fmt::Display) -> RuntimeError {
 }
 
 impl JitKernels {
-    /// Lowers and compiles every `Elementwise`/`Reduce` group of `program`.
-    pub fn compile(program: &Program) -> Result<JitKernels, RuntimeError> {
+    /// Compiles every loop kernel of `module` (functions the compiler lowered), linking the
+    /// helpers by the index the compiler named them with.
+    pub fn compile(module: &CpuModule) -> Result<JitKernels, RuntimeError> {
         let mut flags = settings::builder();
         flags.set("opt_level", "speed").map_err(err)?;
         let isa =
@@ -46,46 +46,43 @@ impl JitKernels {
         for (_, name, ptr) in helpers() {
             jb.symbol(name, ptr);
         }
-        let mut module = JITModule::new(jb);
-        let mut helper_ids: HashMap<Helper, FuncId> = HashMap::new();
-        for (h, name, _) in helpers() {
-            let id = module
+        let mut jit = JITModule::new(jb);
+        // Helper `i` must get function id `i`: the kernels call it as user name `u0:i`.
+        for (i, (h, name, _)) in helpers().into_iter().enumerate() {
+            let id = jit
                 .declare_function(name, Linkage::Import, &h.signature(config.default_call_conv))
                 .map_err(err)?;
-            helper_ids.insert(h, id);
+            if id.as_u32() as usize != i {
+                return Err(err(format!("helper {name} was declared as function {id}, expected {i}")));
+            }
         }
         let mut ids = Vec::new();
-        let mut ctx = module.make_context();
-        for &gid in &program.order {
-            if !is_loop_kernel(program.groups[gid].kind) {
-                continue;
-            }
-            let lowered = lower::lower_group(program, gid, config, &mut |func, h| {
-                module.declare_func_in_func(helper_ids[&h], func)
-            })
-            .map_err(err)?;
-            let id = module
+        let mut ctx = jit.make_context();
+        for k in &module.loops {
+            let id = jit
                 .declare_function(
-                    &format!("cvc_group_{gid}"),
+                    &format!("cvc_group_{}", k.group),
                     Linkage::Local,
                     &lower::kernel_signature(config.default_call_conv),
                 )
                 .map_err(err)?;
-            ctx.func = lowered.func;
-            module.define_function(id, &mut ctx).map_err(|e| err(format!("group {gid}: {e:?}")))?;
-            module.clear_context(&mut ctx);
-            ids.push((gid, id, lowered.rows, lowered.work));
+            ctx.func = k.func.clone();
+            jit.define_function(id, &mut ctx).map_err(|e| err(format!("group {}: {e:?}", k.group)))?;
+            jit.clear_context(&mut ctx);
+            ids.push((id, k.rows, k.work));
         }
-        module.finalize_definitions().map_err(err)?;
-        let mut kernels = HashMap::new();
-        for (gid, id, rows, work) in ids {
-            let ptr = module.get_finalized_function(id);
-            // SAFETY: the function was generated with `kernel_signature` (three i64, no result)
-            // in the platform's default calling convention, which is `extern "C"`.
-            let f: KernelFn = unsafe { std::mem::transmute::<*const u8, KernelFn>(ptr) };
-            kernels.insert(gid, CompiledKernel { f, rows, work });
-        }
-        Ok(JitKernels { module: Some(module), kernels })
+        jit.finalize_definitions().map_err(err)?;
+        let kernels = ids
+            .into_iter()
+            .map(|(id, rows, work)| {
+                let ptr = jit.get_finalized_function(id);
+                // SAFETY: the function was generated with `kernel_signature` (three i64, no
+                // result) in the platform's default calling convention, which is `extern "C"`.
+                let f: KernelFn = unsafe { std::mem::transmute::<*const u8, KernelFn>(ptr) };
+                CompiledKernel { f, rows, work }
+            })
+            .collect();
+        Ok(JitKernels { module: Some(jit), kernels })
     }
 }
 

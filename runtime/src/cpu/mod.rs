@@ -1,5 +1,7 @@
-//! The CPU back end: Cranelift-JIT loop kernels, packed-GEMM contractions, rustfft, and
-//! strided data movement, all working in one arena allocated at load.
+//! The CPU back end: executes the [`CpuModule`](cvc_compiler::back::cpu::CpuModule) the compiler generated
+//! (`cvc_compiler::back::cpu`) — Cranelift-JIT loop kernels, packed-GEMM contractions, rustfft,
+//! strided data movement — in one arena allocated at load. It never looks at the IR: every
+//! geometry and offset comes resolved in the module's launch list.
 //!
 //! Construction ([`CpuBackend::new`]) does every allocation: the arena (`plan.arena_bytes`),
 //! the JIT code, per-thread GEMM/im2col workspaces, FFT plans and scratch, the worker pool.
@@ -16,14 +18,14 @@ pub mod movement;
 pub mod pool;
 
 use crate::backend::{Backend, HostTensor, RuntimeError};
-use contract::{ConvShape, ConvTypes, Mat};
-use cvc_compiler::ir::{DType, Op, Value};
-use cvc_compiler::passes::fusion::GroupKind;
+use contract::Mat;
+use cvc_compiler::back::clif::host_config;
+use cvc_compiler::back::cpu::{self as gen, ConvCall, CpuCall, MatMulCall, MatOperand};
+use cvc_compiler::ir::Value;
 use cvc_compiler::passes::memplan::Slot;
 use cvc_compiler::passes::Program;
 use fft::AxisFft;
 use jit::{CompiledKernel, JitKernels};
-use movement::StridedCopy;
 use pool::Pool;
 use std::alloc::Layout;
 
@@ -53,39 +55,22 @@ impl Drop for ArenaBuf {
     }
 }
 
-/// A matrix operand located in the arena.
-#[derive(Clone, Copy, Debug)]
-struct MatAt {
-    off: usize,
-    rs: isize,
-    cs: isize,
-    complex: bool,
-    conj: bool,
+/// The matrix `op` of the module, starting at `(row0, col0)`, in the arena at `base`.
+fn mat_at(op: &MatOperand, base: *mut u8, row0: usize, col0: usize) -> Mat {
+    let words = if op.complex { 2 } else { 1 };
+    let elems = row0 as isize * op.rs + col0 as isize * op.cs;
+    // The pointer is only formed here; its use by the GEMM is covered by the launch's SAFETY
+    // argument (offsets and extents come from the plan).
+    let ptr = (base.wrapping_add(op.offset) as *const f32).wrapping_offset(elems * words);
+    Mat { ptr, rs: op.rs, cs: op.cs, complex: op.complex, conj: op.conj }
 }
 
-impl MatAt {
-    fn at(&self, base: *mut u8, row0: usize, col0: usize) -> Mat {
-        let words = if self.complex { 2 } else { 1 };
-        let elems = row0 as isize * self.rs + col0 as isize * self.cs;
-        // SAFETY (of the caller's later use): offsets come from the plan.
-        let ptr = unsafe { (base.add(self.off) as *const f32).offset(elems * words) };
-        Mat { ptr, rs: self.rs, cs: self.cs, complex: self.complex, conj: self.conj }
-    }
-}
-
-/// What one scheduled group runs.
+/// What one launch runs: a JIT-compiled loop, a planned FFT (it owns buffers), or a native call
+/// executed straight from the module's description.
 enum Kernel {
     Loop(CompiledKernel),
-    MatMul { m: usize, n: usize, k: usize, a: MatAt, b: MatAt, c: usize, c_complex: bool },
-    Conv { s: ConvShape, t: ConvTypes, x: usize, w: usize, y: usize },
-    ConvTranspose { s: ConvShape, t: ConvTypes, dy: usize, w: usize, dx: usize },
-    WeightGrad { s: ConvShape, t: ConvTypes, x: usize, dy: usize, dw: usize, words: usize },
-    Copy(StridedCopy),
-    Pad { out: usize, bytes: usize, copy: StridedCopy },
-    Concat(Vec<StridedCopy>),
-    OneHot { labels: usize, out: usize, rows: usize, classes: usize },
-    Dropout { step: usize, out: usize, n: usize, p: f64, salt: u32 },
     Fft(Box<AxisFft>),
+    Native(CpuCall),
 }
 
 /// Per-thread workspace.
@@ -130,14 +115,6 @@ pub struct CpuBackend {
 // point only into memory it owns.
 unsafe impl Send for CpuBackend {}
 
-fn words(d: DType) -> usize {
-    if d == DType::C64 {
-        2
-    } else {
-        1
-    }
-}
-
 fn thread_count() -> usize {
     let avail = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     match std::env::var("CVC_THREADS").ok().and_then(|s| s.parse::<usize>().ok()) {
@@ -147,49 +124,32 @@ fn thread_count() -> usize {
 }
 
 impl CpuBackend {
-    /// Compiles `program` for the CPU and allocates its arena and workspaces (the program is
-    /// cloned; the backend owns its copy).
+    /// Generates the CPU module of `program`, JIT-compiles its loop kernels and allocates its
+    /// arena and workspaces (the program is cloned; the backend owns its copy).
     pub fn new(program: &Program) -> Result<CpuBackend, RuntimeError> {
         let program = program.clone();
         let threads = thread_count();
-        let jit = JitKernels::compile(&program)?;
-        let arena = ArenaBuf::new(program.plan.arena_bytes)?;
-        let mut kernels = Vec::new();
-        let (mut cols_words, mut dw_words) = (0usize, 0usize);
-        for &gid in &program.order {
-            let grp = &program.groups[gid];
-            let k = match grp.kind {
-                GroupKind::View => continue,
-                GroupKind::Elementwise | GroupKind::Reduce => Kernel::Loop(
-                    *jit.kernels
-                        .get(&gid)
-                        .ok_or_else(|| RuntimeError(format!("group {gid} was not compiled")))?,
-                ),
-                GroupKind::Contraction | GroupKind::Movement => {
-                    let v = *grp.nodes.last().ok_or_else(|| RuntimeError(format!("group {gid} is empty")))?;
-                    let k = build_node_kernel(&program, v)?;
-                    match &k {
-                        Kernel::Conv { s, .. } | Kernel::ConvTranspose { s, .. } if !s.pointwise() => {
-                            cols_words = cols_words.max(2 * s.k() * s.p());
-                        }
-                        Kernel::WeightGrad { s, words, .. } => {
-                            if !s.pointwise() {
-                                cols_words = cols_words.max(2 * s.k() * s.p());
-                            }
-                            dw_words = dw_words.max(s.w.iter().product::<usize>() * words);
-                        }
-                        _ => {}
-                    }
-                    k
+        let module = gen::generate(&program, host_config()?)?;
+        let jit = JitKernels::compile(&module)?;
+        let arena = ArenaBuf::new(module.arena_bytes)?;
+        let kernels = module
+            .launches
+            .into_iter()
+            .map(|l| match l.call {
+                CpuCall::Loop { kernel } => {
+                    jit.kernels.get(kernel).map(|&k| Kernel::Loop(k)).ok_or_else(|| {
+                        RuntimeError(format!("group {}: loop kernel {kernel} was not compiled", l.group))
+                    })
                 }
-            };
-            kernels.push(k);
-        }
+                CpuCall::Fft(f) => Ok(Kernel::Fft(Box::new(AxisFft::new(&f)))),
+                call => Ok(Kernel::Native(call)),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let scratch = (0..threads)
             .map(|_| Scratch {
                 gemm: vec![0.0; gemm::WORKSPACE_F32],
-                cols: vec![0.0; cols_words],
-                dw: vec![0.0; dw_words],
+                cols: vec![0.0; module.workspace.cols_words],
+                dw: vec![0.0; module.workspace.dw_words],
             })
             .collect();
         Ok(CpuBackend { program, arena, kernels, scratch, pool: Pool::new(threads), _jit: jit })
@@ -218,312 +178,194 @@ impl CpuBackend {
     }
 }
 
-fn slot_of(p: &Program, v: Value) -> Result<usize, RuntimeError> {
-    p.plan.slot(v).map(|s| s.offset).ok_or_else(|| {
-        RuntimeError(format!("value {v} ({}) has no arena slot", p.graph.node(v).op.mnemonic()))
-    })
-}
-
-fn dims4(s: &[usize]) -> Result<[usize; 4], RuntimeError> {
-    s.try_into().map_err(|_| RuntimeError(format!("expected a 4-D shape, got {s:?}")))
-}
-
-/// Builds the kernel of a contraction or movement node.
-fn build_node_kernel(p: &Program, v: Value) -> Result<Kernel, RuntimeError> {
-    let g = &p.graph;
-    let n = g.node(v);
-    let batch = p.plan.batch;
-    let shape = |x: Value| g.ty(x).shape.resolve(batch);
-    let cplx = |x: Value| g.ty(x).dtype.is_complex();
-    let out = slot_of(p, v)?;
-    let out_shape = shape(v);
-    if out_shape.len() > movement::MAX_RANK {
-        return Err(RuntimeError(format!("{v}: rank {} exceeds {}", out_shape.len(), movement::MAX_RANK)));
-    }
-    let contiguous = movement::strides(&out_shape);
-    let ow = words(n.ty.dtype);
-    let input = |i: usize| n.inputs[i];
-    Ok(match &n.op {
-        Op::MatMul { trans, conj } => {
-            let (a, b) = (input(0), input(1));
-            let (sa, sb) = (shape(a), shape(b));
-            let (m, k) = if trans[0] { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
-            let nn = if trans[1] { sb[0] } else { sb[1] };
-            let (ars, acs) = if trans[0] { (1, sa[1] as isize) } else { (sa[1] as isize, 1) };
-            let (brs, bcs) = if trans[1] { (1, sb[1] as isize) } else { (sb[1] as isize, 1) };
-            Kernel::MatMul {
-                m,
-                n: nn,
-                k,
-                a: MatAt { off: slot_of(p, a)?, rs: ars, cs: acs, complex: cplx(a), conj: conj[0] },
-                b: MatAt { off: slot_of(p, b)?, rs: brs, cs: bcs, complex: cplx(b), conj: conj[1] },
-                c: out,
-                c_complex: n.ty.dtype.is_complex(),
-            }
-        }
-        Op::Conv2d { geom, conj } => {
-            let (x, w) = (input(0), input(1));
-            let o = dims4(&out_shape)?;
-            let s = ConvShape { x: dims4(&shape(x))?, w: dims4(&shape(w))?, out: [o[2], o[3]], geom: *geom };
-            let t = ConvTypes { x: cplx(x), w: cplx(w), conj: *conj };
-            Kernel::Conv { s, t, x: slot_of(p, x)?, w: slot_of(p, w)?, y: out }
-        }
-        Op::ConvTranspose2d { geom, conj, .. } => {
-            let (dy, w) = (input(0), input(1));
-            let d = dims4(&shape(dy))?;
-            let s = ConvShape { x: dims4(&out_shape)?, w: dims4(&shape(w))?, out: [d[2], d[3]], geom: *geom };
-            let t = ConvTypes { x: cplx(dy), w: cplx(w), conj: *conj };
-            Kernel::ConvTranspose { s, t, dy: slot_of(p, dy)?, w: slot_of(p, w)?, dx: out }
-        }
-        Op::Conv2dWeightGrad { geom, conj, .. } => {
-            let (x, dy) = (input(0), input(1));
-            let d = dims4(&shape(dy))?;
-            let s = ConvShape { x: dims4(&shape(x))?, w: dims4(&out_shape)?, out: [d[2], d[3]], geom: *geom };
-            let t = ConvTypes { x: cplx(x), w: cplx(dy), conj: *conj };
-            Kernel::WeightGrad { s, t, x: slot_of(p, x)?, dy: slot_of(p, dy)?, dw: out, words: ow }
-        }
-        Op::Expand | Op::Permute { .. } | Op::Slice { .. } => {
-            let x = input(0);
-            let xs = shape(x);
-            let xst = movement::strides(&xs);
-            let iw = words(g.ty(x).dtype);
-            let (src, src_strides) = match &n.op {
-                Op::Expand => {
-                    let lead = out_shape.len() - xs.len();
-                    let st = (0..out_shape.len())
-                        .map(|d| if d < lead || xs[d - lead] == 1 { 0 } else { xst[d - lead] })
-                        .collect();
-                    (slot_of(p, x)?, st)
-                }
-                Op::Permute { perm } => (slot_of(p, x)?, perm.iter().map(|&q| xst[q]).collect()),
-                Op::Slice { axis, start, .. } => {
-                    (slot_of(p, x)? + start * xst[*axis] as usize * iw * 4, xst.clone())
-                }
-                _ => unreachable!("matched above"),
-            };
-            Kernel::Copy(StridedCopy {
-                shape: out_shape,
-                src,
-                src_strides,
-                dst: out,
-                dst_strides: contiguous,
-                src_words: iw,
-                dst_words: ow,
-            })
-        }
-        Op::Pad { axis, before, .. } => {
-            let x = input(0);
-            let xs = shape(x);
-            Kernel::Pad {
-                out,
-                bytes: n.ty.bytes(batch),
-                copy: StridedCopy {
-                    shape: xs.clone(),
-                    src: slot_of(p, x)?,
-                    src_strides: movement::strides(&xs),
-                    dst: out + before * contiguous[*axis] as usize * ow * 4,
-                    dst_strides: contiguous,
-                    src_words: words(g.ty(x).dtype),
-                    dst_words: ow,
-                },
-            }
-        }
-        Op::Concat { axis } => {
-            let mut pieces = Vec::new();
-            let mut at = 0usize;
-            for &x in &n.inputs {
-                let xs = shape(x);
-                pieces.push(StridedCopy {
-                    shape: xs.clone(),
-                    src: slot_of(p, x)?,
-                    src_strides: movement::strides(&xs),
-                    dst: out + at * contiguous[*axis] as usize * ow * 4,
-                    dst_strides: contiguous.clone(),
-                    src_words: words(g.ty(x).dtype),
-                    dst_words: ow,
-                });
-                at += xs[*axis];
-            }
-            Kernel::Concat(pieces)
-        }
-        Op::OneHot { classes } => {
-            let x = input(0);
-            Kernel::OneHot {
-                labels: slot_of(p, x)?,
-                out,
-                rows: g.ty(x).shape.numel(batch),
-                classes: *classes,
-            }
-        }
-        Op::DropoutMask { p: prob, salt } => Kernel::Dropout {
-            step: slot_of(p, input(0))?,
-            out,
-            n: n.ty.shape.numel(batch),
-            p: *prob,
-            salt: *salt,
-        },
-        Op::Fft { axis, inverse, norm } => {
-            let x = input(0);
-            let scale = norm.scale(out_shape[*axis], *inverse);
-            Kernel::Fft(Box::new(AxisFft::new(&out_shape, *axis, *inverse, scale, slot_of(p, x)?, out)))
-        }
-        op => return Err(RuntimeError(format!("{v}: the CPU back end has no kernel for {}", op.mnemonic()))),
-    })
-}
-
 /// Splits `0..n` into `parts` contiguous ranges; returns range `i`.
 fn chunk(n: usize, parts: usize, i: usize) -> (usize, usize) {
     let per = n.div_ceil(parts.max(1));
     ((i * per).min(n), ((i + 1) * per).min(n))
 }
 
+/// Which per-image routine a convolution-family call runs.
+#[derive(Clone, Copy)]
+enum ConvKind {
+    Forward,
+    Transpose,
+}
+
 impl CpuBackend {
-    fn run_kernel(pool: &Pool, sh: Shared, k: &mut Kernel) {
-        let base = sh.base();
+    /// Runs one launch.
+    ///
+    /// # Safety
+    /// `sh.base` is this backend's arena and `sh.scratch` its per-thread workspaces, sized from
+    /// the module the kernel came from: the compiler resolved every offset and extent from the
+    /// memory plan, which places each buffer inside the arena.
+    unsafe fn run_kernel(pool: &Pool, sh: Shared, k: &mut Kernel) {
         let threads = pool.threads();
-        // SAFETY (whole function): every offset and extent was derived from the plan at load,
-        // which places each buffer inside the arena; threads write disjoint ranges.
-        unsafe {
-            match k {
-                Kernel::Loop(ck) => {
-                    let ck = *ck;
-                    if threads > 1 && ck.work >= 16_384 && ck.rows >= threads {
-                        pool.run(&|t| {
-                            let (lo, hi) = chunk(ck.rows, threads, t);
-                            if lo < hi {
-                                (ck.f)(sh.base() as i64, lo as i64, hi as i64);
-                            }
-                        });
-                    } else {
-                        (ck.f)(base as i64, 0, ck.rows as i64);
-                    }
-                }
-                Kernel::MatMul { m, n, k, a, b, c, c_complex } => {
-                    let (m, n, kk, a, b, c, cw) = (*m, *n, *k, *a, *b, *c, if *c_complex { 2 } else { 1 });
-                    let split_m = m >= n;
-                    let par =
-                        threads > 1 && m * n * kk >= 1 << 16 && (if split_m { m } else { n }) >= threads;
-                    let parts = if par { threads } else { 1 };
-                    let job = |t: usize| {
-                        let s = &mut *sh.scratch(t);
-                        let (lo, hi) = chunk(if split_m { m } else { n }, parts, t);
-                        if lo >= hi {
-                            return;
-                        }
-                        let (am, bm, cp) = if split_m {
-                            (
-                                a.at(sh.base(), lo, 0),
-                                b.at(sh.base(), 0, 0),
-                                (sh.base().add(c) as *mut f32).add(lo * n * cw),
-                            )
-                        } else {
-                            (
-                                a.at(sh.base(), 0, 0),
-                                b.at(sh.base(), 0, lo),
-                                (sh.base().add(c) as *mut f32).add(lo * cw),
-                            )
-                        };
-                        let (mm, nn) = if split_m { (hi - lo, n) } else { (m, hi - lo) };
-                        contract::matmul(mm, nn, kk, am, bm, cp, n as isize, false, &mut s.gemm);
-                    };
-                    if par {
-                        pool.run(&job);
-                    } else {
-                        job(0);
-                    }
-                }
-                Kernel::Conv { s, t, x, w, y } => {
-                    let (s, t) = (*s, *t);
-                    let (x, w, y) =
-                        (base.add(*x) as *const f32, base.add(*w) as *const f32, base.add(*y) as *mut f32);
-                    let (x, w, y) = (x as usize, w as usize, y as usize);
-                    pool.run(&|th| {
-                        let sc = &mut *sh.scratch(th);
-                        let (lo, hi) = chunk(s.x[0], threads, th);
-                        for img in lo..hi {
-                            contract::conv_image(
-                                &s,
-                                t,
-                                img,
-                                x as *const f32,
-                                w as *const f32,
-                                y as *mut f32,
-                                sc.cols.as_mut_ptr(),
-                                &mut sc.gemm,
-                            );
+        match k {
+            Kernel::Loop(ck) => {
+                let ck = *ck;
+                if threads > 1 && ck.work >= 16_384 && ck.rows >= threads {
+                    pool.run(&|t| {
+                        let (lo, hi) = chunk(ck.rows, threads, t);
+                        if lo < hi {
+                            // SAFETY: threads run disjoint outer ranges of the kernel.
+                            unsafe { (ck.f)(sh.base() as i64, lo as i64, hi as i64) };
                         }
                     });
+                } else {
+                    (ck.f)(sh.base() as i64, 0, ck.rows as i64);
                 }
-                Kernel::ConvTranspose { s, t, dy, w, dx } => {
-                    let (s, t) = (*s, *t);
-                    let (dy, w, dx) = (base.add(*dy) as usize, base.add(*w) as usize, base.add(*dx) as usize);
-                    pool.run(&|th| {
-                        let sc = &mut *sh.scratch(th);
-                        let (lo, hi) = chunk(s.x[0], threads, th);
-                        for img in lo..hi {
-                            contract::conv_transpose_image(
-                                &s,
-                                t,
-                                img,
-                                dy as *const f32,
-                                w as *const f32,
-                                dx as *mut f32,
-                                sc.cols.as_mut_ptr(),
-                                &mut sc.gemm,
-                            );
-                        }
-                    });
+            }
+            Kernel::Fft(f) => f.run(sh.base()),
+            Kernel::Native(call) => Self::run_native(pool, sh, call),
+        }
+    }
+
+    /// Runs a native call of the module.
+    ///
+    /// # Safety
+    /// As [`CpuBackend::run_kernel`].
+    unsafe fn run_native(pool: &Pool, sh: Shared, call: &CpuCall) {
+        let base = sh.base();
+        match call {
+            CpuCall::MatMul(mm) => Self::run_matmul(pool, sh, mm),
+            CpuCall::Conv(c) => Self::run_conv(pool, sh, c, ConvKind::Forward),
+            CpuCall::ConvTranspose(c) => Self::run_conv(pool, sh, c, ConvKind::Transpose),
+            CpuCall::WeightGrad(c) => Self::run_weight_grad(pool, sh, c),
+            CpuCall::Copy(c) => movement::copy(c, base),
+            CpuCall::Pad { out, bytes, copy } => {
+                movement::zero(base, *out, *bytes);
+                movement::copy(copy, base);
+            }
+            CpuCall::Concat(pieces) => {
+                for c in pieces {
+                    movement::copy(c, base);
                 }
-                Kernel::WeightGrad { s, t, x, dy, dw, words } => {
-                    let (s, t) = (*s, *t);
-                    let len = s.w.iter().product::<usize>() * *words;
-                    let (x, dy, dw) = (base.add(*x) as usize, base.add(*dy) as usize, base.add(*dw) as usize);
-                    pool.run(&|th| {
-                        let sc = &mut *sh.scratch(th);
-                        let (lo, hi) = chunk(s.x[0], threads, th);
-                        let dst = if th == 0 { dw as *mut f32 } else { sc.dw.as_mut_ptr() };
-                        if lo >= hi {
-                            std::ptr::write_bytes(dst, 0, len);
+            }
+            CpuCall::OneHot { labels, out, rows, classes } => {
+                movement::one_hot(base, *labels, *out, *rows, *classes)
+            }
+            CpuCall::Dropout { step, out, n, p, salt } => {
+                movement::dropout_mask(base, *step, *out, *n, *p, *salt)
+            }
+            // Planned at load into `Kernel::Loop` / `Kernel::Fft`.
+            CpuCall::Loop { .. } | CpuCall::Fft(_) => {
+                unreachable!("loop kernels and FFTs are planned into their own kernels at load")
+            }
+        }
+    }
+
+    /// A matmul, split over rows (or columns when wider than tall) across threads.
+    ///
+    /// # Safety
+    /// As [`CpuBackend::run_kernel`].
+    unsafe fn run_matmul(pool: &Pool, sh: Shared, mm: &MatMulCall) {
+        let threads = pool.threads();
+        let MatMulCall { m, n, k, a, b, c, c_complex } = *mm;
+        let cw = if c_complex { 2 } else { 1 };
+        let split_m = m >= n;
+        let par = threads > 1 && m * n * k >= 1 << 16 && (if split_m { m } else { n }) >= threads;
+        let parts = if par { threads } else { 1 };
+        let job = |t: usize| {
+            // SAFETY: thread `t` owns scratch entry `t` and output rows/columns `lo..hi`.
+            unsafe {
+                let s = &mut *sh.scratch(t);
+                let (lo, hi) = chunk(if split_m { m } else { n }, parts, t);
+                if lo >= hi {
+                    return;
+                }
+                let out = sh.base().add(c) as *mut f32;
+                let (am, bm, cp) = if split_m {
+                    (mat_at(&a, sh.base(), lo, 0), mat_at(&b, sh.base(), 0, 0), out.add(lo * n * cw))
+                } else {
+                    (mat_at(&a, sh.base(), 0, 0), mat_at(&b, sh.base(), 0, lo), out.add(lo * cw))
+                };
+                let (mm, nn) = if split_m { (hi - lo, n) } else { (m, hi - lo) };
+                contract::matmul(mm, nn, k, am, bm, cp, n as isize, false, &mut s.gemm);
+            }
+        };
+        if par {
+            pool.run(&job);
+        } else {
+            job(0);
+        }
+    }
+
+    /// A forward or transposed convolution, images split across threads.
+    ///
+    /// # Safety
+    /// As [`CpuBackend::run_kernel`].
+    unsafe fn run_conv(pool: &Pool, sh: Shared, c: &ConvCall, kind: ConvKind) {
+        let threads = pool.threads();
+        let ConvCall { shape: s, types: t, x, w, y, .. } = *c;
+        pool.run(&|th| {
+            // SAFETY: thread `th` owns scratch entry `th` and the output images `lo..hi`.
+            unsafe {
+                let sc = &mut *sh.scratch(th);
+                let (lo, hi) = chunk(s.x[0], threads, th);
+                let base = sh.base();
+                let (x, w, y) =
+                    (base.add(x) as *const f32, base.add(w) as *const f32, base.add(y) as *mut f32);
+                for img in lo..hi {
+                    match kind {
+                        ConvKind::Forward => {
+                            contract::conv_image(&s, t, img, x, w, y, sc.cols.as_mut_ptr(), &mut sc.gemm)
                         }
-                        for img in lo..hi {
-                            contract::weight_grad_image(
-                                &s,
-                                t,
-                                img,
-                                x as *const f32,
-                                dy as *const f32,
-                                dst,
-                                img > lo,
-                                sc.cols.as_mut_ptr(),
-                                &mut sc.gemm,
-                            );
-                        }
-                    });
-                    let out = dw as *mut f32;
-                    for th in 1..threads {
-                        let part = &(*sh.scratch(th)).dw;
-                        for (i, v) in part[..len].iter().enumerate() {
-                            *out.add(i) += v;
-                        }
+                        ConvKind::Transpose => contract::conv_transpose_image(
+                            &s,
+                            t,
+                            img,
+                            x,
+                            w,
+                            y,
+                            sc.cols.as_mut_ptr(),
+                            &mut sc.gemm,
+                        ),
                     }
                 }
-                Kernel::Copy(c) => c.run(base),
-                Kernel::Pad { out, bytes, copy } => {
-                    movement::zero(base, *out, *bytes);
-                    copy.run(base);
+            }
+        });
+    }
+
+    /// A weight gradient: each thread adds its images into a private copy (the first thread
+    /// into the output), then the copies are summed into the output.
+    ///
+    /// # Safety
+    /// As [`CpuBackend::run_kernel`].
+    unsafe fn run_weight_grad(pool: &Pool, sh: Shared, c: &ConvCall) {
+        let threads = pool.threads();
+        let ConvCall { shape: s, types: t, x, w: dy, y: dw, out_words } = *c;
+        let len = s.w.iter().product::<usize>() * out_words;
+        pool.run(&|th| {
+            // SAFETY: thread 0 writes the output, thread `th > 0` only its own scratch copy.
+            unsafe {
+                let sc = &mut *sh.scratch(th);
+                let (lo, hi) = chunk(s.x[0], threads, th);
+                let base = sh.base();
+                let dst = if th == 0 { base.add(dw) as *mut f32 } else { sc.dw.as_mut_ptr() };
+                if lo >= hi {
+                    std::ptr::write_bytes(dst, 0, len);
                 }
-                Kernel::Concat(pieces) => {
-                    for c in pieces.iter() {
-                        c.run(base);
-                    }
+                let (x, dy) = (base.add(x) as *const f32, base.add(dy) as *const f32);
+                for img in lo..hi {
+                    contract::weight_grad_image(
+                        &s,
+                        t,
+                        img,
+                        x,
+                        dy,
+                        dst,
+                        img > lo,
+                        sc.cols.as_mut_ptr(),
+                        &mut sc.gemm,
+                    );
                 }
-                Kernel::OneHot { labels, out, rows, classes } => {
-                    movement::one_hot(base, *labels, *out, *rows, *classes)
-                }
-                Kernel::Dropout { step, out, n, p, salt } => {
-                    movement::dropout_mask(base, *step, *out, *n, *p, *salt)
-                }
-                Kernel::Fft(f) => f.run(base),
+            }
+        });
+        let out = sh.base().add(dw) as *mut f32;
+        for th in 1..threads {
+            let part = &(*sh.scratch(th)).dw;
+            for (i, v) in part[..len].iter().enumerate() {
+                *out.add(i) += v;
             }
         }
     }
@@ -572,7 +414,9 @@ impl Backend for CpuBackend {
     fn step(&mut self) -> Result<(), RuntimeError> {
         let sh = Shared { base: self.arena.ptr, scratch: self.scratch.as_mut_ptr() };
         for k in self.kernels.iter_mut() {
-            Self::run_kernel(&self.pool, sh, k);
+            // SAFETY: `sh` points at this backend's arena and workspaces, which `new` sized
+            // from the module every kernel came from.
+            unsafe { Self::run_kernel(&self.pool, sh, k) };
         }
         Ok(())
     }

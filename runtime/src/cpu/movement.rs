@@ -1,85 +1,49 @@
 //! Data movement on the CPU: strided copies (expand, permute, slice, pad, concat), one-hot,
 //! dropout masks. Shapes are resolved at load; nothing here allocates.
 
-/// Largest rank a movement op handles (shapes are checked at load).
-pub const MAX_RANK: usize = 8;
+pub use cvc_compiler::back::cpu::{strides, StridedCopy, MAX_RANK};
 
-/// Row-major strides (in elements) of `shape`.
-pub fn strides(shape: &[usize]) -> Vec<isize> {
-    let mut s = vec![0isize; shape.len()];
-    let mut acc = 1isize;
-    for i in (0..shape.len()).rev() {
-        s[i] = acc;
-        acc *= shape[i] as isize;
+/// Runs `c` over the arena at `base`.
+///
+/// # Safety
+/// The offsets and strides must stay inside the arena.
+pub unsafe fn copy(c: &StridedCopy, base: *mut u8) {
+    let rank = c.shape.len();
+    let total: usize = c.shape.iter().product();
+    if total == 0 {
+        return;
     }
-    s
-}
-
-/// A strided copy: for every index of `shape`, `dst[Σ i·dst_strides] = src[Σ i·src_strides]`,
-/// elements of `src_f32` floats widened to `dst_f32` floats (a real source written into a
-/// complex destination gets a zero imaginary part). Strides are in elements.
-#[derive(Clone, Debug)]
-pub struct StridedCopy {
-    /// Extents iterated.
-    pub shape: Vec<usize>,
-    /// Source byte offset in the arena.
-    pub src: usize,
-    /// Source strides (elements; 0 broadcasts).
-    pub src_strides: Vec<isize>,
-    /// Destination byte offset in the arena.
-    pub dst: usize,
-    /// Destination strides (elements).
-    pub dst_strides: Vec<isize>,
-    /// f32 words per source element (1 real/i32, 2 complex).
-    pub src_words: usize,
-    /// f32 words per destination element.
-    pub dst_words: usize,
-}
-
-impl StridedCopy {
-    /// Runs the copy over the arena at `base`.
-    ///
-    /// # Safety
-    /// The offsets and strides must stay inside the arena.
-    pub unsafe fn run(&self, base: *mut u8) {
-        let rank = self.shape.len();
-        let total: usize = self.shape.iter().product();
-        if total == 0 {
-            return;
+    let src = base.add(c.src) as *const u32;
+    let dst = base.add(c.dst) as *mut u32;
+    let mut idx = [0usize; MAX_RANK];
+    let (mut so, mut d) = (0isize, 0isize);
+    let inner = if rank == 0 { 1 } else { c.shape[rank - 1] };
+    let (sis, dis) = if rank == 0 { (0, 0) } else { (c.src_strides[rank - 1], c.dst_strides[rank - 1]) };
+    let (sw, dw) = (c.src_words as isize, c.dst_words as isize);
+    let mut done = 0;
+    while done < total {
+        for j in 0..inner as isize {
+            let s = src.offset((so + j * sis) * sw);
+            let t = dst.offset((d + j * dis) * dw);
+            *t = *s;
+            if dw == 2 {
+                *t.add(1) = if sw == 2 { *s.add(1) } else { 0 };
+            }
         }
-        let src = base.add(self.src) as *const u32;
-        let dst = base.add(self.dst) as *mut u32;
-        let mut idx = [0usize; MAX_RANK];
-        let (mut so, mut d) = (0isize, 0isize);
-        let inner = if rank == 0 { 1 } else { self.shape[rank - 1] };
-        let (sis, dis) =
-            if rank == 0 { (0, 0) } else { (self.src_strides[rank - 1], self.dst_strides[rank - 1]) };
-        let (sw, dw) = (self.src_words as isize, self.dst_words as isize);
-        let mut done = 0;
-        while done < total {
-            for j in 0..inner as isize {
-                let s = src.offset((so + j * sis) * sw);
-                let t = dst.offset((d + j * dis) * dw);
-                *t = *s;
-                if dw == 2 {
-                    *t.add(1) = if sw == 2 { *s.add(1) } else { 0 };
-                }
+        done += inner;
+        // Advance the odometer over the outer axes.
+        let mut ax = rank.saturating_sub(1);
+        while ax > 0 {
+            ax -= 1;
+            idx[ax] += 1;
+            so += c.src_strides[ax];
+            d += c.dst_strides[ax];
+            if idx[ax] < c.shape[ax] {
+                break;
             }
-            done += inner;
-            // Advance the odometer over the outer axes.
-            let mut ax = rank.saturating_sub(1);
-            while ax > 0 {
-                ax -= 1;
-                idx[ax] += 1;
-                so += self.src_strides[ax];
-                d += self.dst_strides[ax];
-                if idx[ax] < self.shape[ax] {
-                    break;
-                }
-                so -= self.src_strides[ax] * self.shape[ax] as isize;
-                d -= self.dst_strides[ax] * self.shape[ax] as isize;
-                idx[ax] = 0;
-            }
+            so -= c.src_strides[ax] * c.shape[ax] as isize;
+            d -= c.dst_strides[ax] * c.shape[ax] as isize;
+            idx[ax] = 0;
         }
     }
 }

@@ -1,0 +1,315 @@
+//! CPU code generation: turns a [`Program`] into a [`CpuModule`] — the Cranelift function of
+//! every loop kernel (lowered by [`crate::back::clif`]) plus the launch list of one step, in
+//! which every native call (contraction, data movement, FFT) carries its geometry and arena
+//! offsets, resolved here.
+//!
+//! This mirrors [`crate::back::cuda::CudaModule`]: the runtime (`runtime/src/cpu`) JIT-compiles
+//! the functions and replays the list; it never looks at the IR. A new primitive is therefore
+//! one match arm in [`call_of`] (or in the loop lowering), checked by the Rust compiler.
+//!
+//! Conventions of the launch list:
+//! - offsets are bytes from the arena base; strides are in elements of the operand's dtype
+//!   (complex counts once);
+//! - f32 is one 4-byte word, c64 two (interleaved re, im), i32 one;
+//! - loop kernels have the signature `(arena_base, lo, hi)` and run outer iterations `lo..hi`,
+//!   so the runtime may split `0..rows` across threads.
+
+mod contraction;
+mod movement;
+
+pub use contraction::{ConvCall, ConvShape, ConvTypes, MatMulCall, MatOperand};
+pub use movement::{strides, FftCall, StridedCopy, MAX_RANK};
+
+use crate::back::clif::helpers::{helpers, Helper};
+use crate::back::clif::lower::{lower_group, Importer};
+use crate::error::{CompileError, CompileResult};
+use crate::ir::*;
+use crate::passes::fusion::{GroupId, GroupKind};
+use crate::passes::Program;
+use cranelift_codegen::ir::{ExtFuncData, ExternalName, Function, UserExternalName};
+use cranelift_codegen::isa::TargetFrontendConfig;
+
+/// One Cranelift loop kernel of the module.
+#[derive(Clone, Debug)]
+pub struct LoopKernel {
+    /// The kernel group (index into `Program::groups`) it computes.
+    pub group: GroupId,
+    /// The function, `(arena_base, lo, hi)`. It calls helper `i` of
+    /// [`crate::back::clif::helpers::helpers`] through the user external name `u0:i`, so a JIT
+    /// that declares the helpers first, in that order, links them by index.
+    pub func: Function,
+    /// Iterations of the outermost loop.
+    pub rows: usize,
+    /// Elements of the iteration domain (to decide whether to split across threads).
+    pub work: usize,
+}
+
+/// What one launch computes.
+#[derive(Clone, Debug)]
+pub enum CpuCall {
+    /// Loop kernel `kernel` (index into [`CpuModule::loops`]) over its whole row range.
+    Loop {
+        /// Index into [`CpuModule::loops`].
+        kernel: usize,
+    },
+    /// A dense matrix product.
+    MatMul(MatMulCall),
+    /// A forward convolution: `x` input, `w` weight, `y` output.
+    Conv(ConvCall),
+    /// A transposed convolution: `x` is `dy`, `w` the weight, `y` the input gradient `dx`.
+    ConvTranspose(ConvCall),
+    /// A convolution's weight gradient: `x` input, `w` is `dy`, `y` the weight gradient.
+    WeightGrad(ConvCall),
+    /// A strided copy (expand, permute, slice).
+    Copy(StridedCopy),
+    /// Zero `bytes` bytes at `out`, then copy the unpadded input into place.
+    Pad {
+        /// Output byte offset.
+        out: usize,
+        /// Output bytes.
+        bytes: usize,
+        /// The copy of the input into the interior.
+        copy: StridedCopy,
+    },
+    /// Concatenation: one copy per piece.
+    Concat(Vec<StridedCopy>),
+    /// One-hot rows of i32 labels (out-of-range labels give a zero row).
+    OneHot {
+        /// Labels' byte offset.
+        labels: usize,
+        /// Output byte offset (f32 `rows × classes`).
+        out: usize,
+        /// Number of labels.
+        rows: usize,
+        /// Classes per row.
+        classes: usize,
+    },
+    /// An inverted-dropout mask from [`crate::ir::dropout_keep`].
+    Dropout {
+        /// Byte offset of the i32 step counter.
+        step: usize,
+        /// Output byte offset (f32).
+        out: usize,
+        /// Elements.
+        n: usize,
+        /// Drop probability.
+        p: f64,
+        /// Per-layer salt.
+        salt: u32,
+    },
+    /// A discrete Fourier transform along one axis.
+    Fft(FftCall),
+}
+
+/// One action of a step: the group it computes and the call.
+#[derive(Clone, Debug)]
+pub struct CpuLaunch {
+    /// Index of the kernel group (into `Program::groups`).
+    pub group: GroupId,
+    /// What to run.
+    pub call: CpuCall,
+}
+
+/// Per-thread workspace the launch list needs beyond the arena, in f32 words.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Workspace {
+    /// im2col columns of one image of the largest non-pointwise convolution (complex-sized).
+    pub cols_words: usize,
+    /// A private copy of the largest weight gradient (threads other than the first add their
+    /// images' contributions there; the runtime sums the copies).
+    pub dw_words: usize,
+}
+
+/// The CPU module of a program: loop kernels, the launch list of one step, workspace sizes.
+#[derive(Clone, Debug)]
+pub struct CpuModule {
+    /// Loop kernels in schedule order.
+    pub loops: Vec<LoopKernel>,
+    /// The launches of one step, in schedule order.
+    pub launches: Vec<CpuLaunch>,
+    /// Per-thread workspace.
+    pub workspace: Workspace,
+    /// Bytes of the arena the offsets address.
+    pub arena_bytes: usize,
+}
+
+/// Imports helper `h` into `func` under the user name `u0:i`, `i` its index in [`helpers`].
+fn import_by_index(func: &mut Function, h: Helper) -> cranelift_codegen::ir::FuncRef {
+    let index = helpers().iter().position(|(k, _, _)| *k == h).expect("every helper is listed") as u32;
+    let cc = func.signature.call_conv;
+    let signature = func.import_signature(h.signature(cc));
+    let name = func.declare_imported_user_function(UserExternalName { namespace: 0, index });
+    func.import_function(ExtFuncData {
+        name: ExternalName::user(name),
+        signature,
+        colocated: false,
+        patchable: false,
+    })
+}
+
+/// Generates the CPU module of `program` for a host whose Cranelift frontend configuration is
+/// `config` (calling convention and pointer width: [`crate::back::clif::host_config`]).
+pub fn generate(program: &Program, config: TargetFrontendConfig) -> CompileResult<CpuModule> {
+    let mut loops = Vec::new();
+    let mut launches = Vec::new();
+    let mut workspace = Workspace::default();
+    let import: &mut Importer = &mut import_by_index;
+    for &gid in &program.order {
+        let grp = program.groups.get(gid).ok_or_else(|| {
+            CompileError::internal(format!("schedule names group {gid}, which does not exist"))
+        })?;
+        let call = match grp.kind {
+            GroupKind::View => continue,
+            GroupKind::Elementwise | GroupKind::Reduce => {
+                let k = lower_group(program, gid, config, import)?;
+                loops.push(LoopKernel { group: gid, func: k.func, rows: k.rows, work: k.work });
+                CpuCall::Loop { kernel: loops.len() - 1 }
+            }
+            GroupKind::Contraction | GroupKind::Movement => {
+                let v = *grp
+                    .nodes
+                    .last()
+                    .ok_or_else(|| CompileError::internal(format!("group {gid} has no nodes")))?;
+                let call = call_of(program, v)?;
+                workspace = workspace.max(&call);
+                call
+            }
+        };
+        launches.push(CpuLaunch { group: gid, call });
+    }
+    Ok(CpuModule { loops, launches, workspace, arena_bytes: program.plan.arena_bytes })
+}
+
+impl Workspace {
+    /// The workspace that covers both `self` and `call`.
+    fn max(self, call: &CpuCall) -> Workspace {
+        let cols = |c: &ConvCall| if c.shape.pointwise() { 0 } else { 2 * c.shape.k() * c.shape.p() };
+        match call {
+            CpuCall::Conv(c) | CpuCall::ConvTranspose(c) => {
+                Workspace { cols_words: self.cols_words.max(cols(c)), ..self }
+            }
+            CpuCall::WeightGrad(c) => Workspace {
+                cols_words: self.cols_words.max(cols(c)),
+                dw_words: self.dw_words.max(c.shape.w.iter().product::<usize>() * c.out_words),
+            },
+            CpuCall::Loop { .. }
+            | CpuCall::MatMul(_)
+            | CpuCall::Copy(_)
+            | CpuCall::Pad { .. }
+            | CpuCall::Concat(_)
+            | CpuCall::OneHot { .. }
+            | CpuCall::Dropout { .. }
+            | CpuCall::Fft(_) => self,
+        }
+    }
+}
+
+/// f32 words per element.
+pub(crate) fn words(complex: bool) -> usize {
+    if complex {
+        2
+    } else {
+        1
+    }
+}
+
+/// What the generator reads about one node: its graph, plan and batch.
+pub(crate) struct NodeCtx<'a> {
+    pub program: &'a Program,
+    pub v: Value,
+}
+
+impl NodeCtx<'_> {
+    pub fn graph(&self) -> &Graph {
+        &self.program.graph
+    }
+    pub fn node(&self) -> &Node {
+        self.program.graph.node(self.v)
+    }
+    pub fn input(&self, i: usize) -> CompileResult<Value> {
+        self.node().inputs.get(i).copied().ok_or_else(|| {
+            CompileError::internal(format!("{} ({}) has no operand {i}", self.v, self.node().op.mnemonic()))
+        })
+    }
+    pub fn shape(&self, x: Value) -> Vec<usize> {
+        self.program.graph.ty(x).shape.resolve(self.program.plan.batch)
+    }
+    pub fn complex(&self, x: Value) -> bool {
+        self.program.graph.ty(x).dtype.is_complex()
+    }
+    pub fn numel(&self, x: Value) -> usize {
+        self.program.graph.ty(x).shape.numel(self.program.plan.batch)
+    }
+    /// Byte offset of `x`'s buffer.
+    pub fn offset(&self, x: Value) -> CompileResult<usize> {
+        self.program.plan.slot(x).map(|s| s.offset).ok_or_else(|| {
+            CompileError::internal(format!(
+                "{x} ({}) is used by a CPU kernel but has no buffer in the memory plan",
+                self.program.graph.node(x).op.mnemonic()
+            ))
+        })
+    }
+    /// The 4-D shape of `x`.
+    pub fn dims4(&self, x: Value) -> CompileResult<[usize; 4]> {
+        let s = self.shape(x);
+        s.as_slice().try_into().map_err(|_| {
+            CompileError::internal(format!(
+                "{x} ({}) should be 4-D for a convolution, is {s:?}",
+                self.program.graph.node(x).op.mnemonic()
+            ))
+        })
+    }
+}
+
+/// The native call computing value `v`, the last node of a contraction or movement group.
+fn call_of(program: &Program, v: Value) -> CompileResult<CpuCall> {
+    let cx = NodeCtx { program, v };
+    let op = &cx.node().op;
+    match op {
+        Op::MatMul { trans, conj } => contraction::matmul(&cx, *trans, *conj).map(CpuCall::MatMul),
+        Op::Conv2d { geom, conj } => contraction::conv(&cx, *geom, *conj).map(CpuCall::Conv),
+        Op::ConvTranspose2d { geom, conj, .. } => {
+            contraction::conv_transpose(&cx, *geom, *conj).map(CpuCall::ConvTranspose)
+        }
+        Op::Conv2dWeightGrad { geom, conj, .. } => {
+            contraction::weight_grad(&cx, *geom, *conj).map(CpuCall::WeightGrad)
+        }
+        Op::Expand => movement::expand(&cx).map(CpuCall::Copy),
+        Op::Permute { perm } => movement::permute(&cx, perm).map(CpuCall::Copy),
+        Op::Slice { axis, start, .. } => movement::slice(&cx, *axis, *start).map(CpuCall::Copy),
+        Op::Pad { axis, before, .. } => movement::pad(&cx, *axis, *before),
+        Op::Concat { axis } => movement::concat(&cx, *axis).map(CpuCall::Concat),
+        Op::OneHot { classes } => {
+            let labels = cx.input(0)?;
+            Ok(CpuCall::OneHot {
+                labels: cx.offset(labels)?,
+                out: cx.offset(v)?,
+                rows: cx.numel(labels),
+                classes: *classes,
+            })
+        }
+        Op::DropoutMask { p, salt } => Ok(CpuCall::Dropout {
+            step: cx.offset(cx.input(0)?)?,
+            out: cx.offset(v)?,
+            n: cx.numel(v),
+            p: *p,
+            salt: *salt,
+        }),
+        Op::Fft { axis, inverse, norm } => movement::fft(&cx, *axis, *inverse, *norm).map(CpuCall::Fft),
+        // Loop-kernel ops and views never end a contraction or movement group: fusion puts
+        // them in elementwise/reduce/view groups, which `generate` lowers elsewhere.
+        Op::Input { .. }
+        | Op::Param { .. }
+        | Op::State { .. }
+        | Op::Scalar { .. }
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Select
+        | Op::Reduce { .. }
+        | Op::Reshape
+        | Op::Assign => Err(CompileError::internal(format!(
+            "{v} ({}) ends a contraction or movement group, but is computed by loop kernels or views",
+            op.mnemonic()
+        ))),
+    }
+}
