@@ -12,6 +12,7 @@ pub mod back;
 pub mod diag;
 pub mod error;
 pub mod front;
+pub mod init;
 pub mod interp;
 pub mod ir;
 pub mod passes;

@@ -34,6 +34,16 @@ impl HostTensor {
         };
         HostTensor { dtype, shape: shape.to_vec(), data }
     }
+    /// A tensor of `dtype`/`shape` holding `values` (one per element, row-major), rounded to
+    /// the stored precision: f32 takes the real parts, c64 both, i32 the truncated real parts.
+    pub fn from_values(dtype: DType, shape: &[usize], values: &[num_complex::Complex64]) -> Self {
+        let data = match dtype {
+            DType::F32 => HostData::F32(values.iter().map(|z| z.re as f32).collect()),
+            DType::C64 => HostData::F32(values.iter().flat_map(|z| [z.re as f32, z.im as f32]).collect()),
+            DType::I32 => HostData::I32(values.iter().map(|z| z.re as i32).collect()),
+        };
+        HostTensor { dtype, shape: shape.to_vec(), data }
+    }
     /// Number of elements (complex counts once).
     pub fn numel(&self) -> usize {
         self.shape.iter().product()

@@ -8,7 +8,7 @@
 use crate::backend::{Backend, HostData, HostTensor, RuntimeError};
 use crate::metrics::peak_rss_bytes;
 use cvc_compiler::interp::{evaluate, Tensor, TensorData};
-use cvc_compiler::ir::{DType, Graph, Op, Value};
+use cvc_compiler::ir::{DType, Graph, Value};
 use cvc_compiler::passes::Program;
 use num_complex::Complex64;
 use std::collections::HashMap;
@@ -55,10 +55,9 @@ impl InterpBackend {
         let graph = program.graph.clone();
         let batch = program.plan.batch;
         let mut leaves = HashMap::new();
-        for (h, n) in graph.nodes.iter() {
-            if matches!(n.op, Op::Input { .. } | Op::Param { .. } | Op::State { .. }) {
-                leaves.insert(h, Tensor::zeros(n.ty.dtype, &n.ty.shape.resolve(batch)));
-            }
+        for h in graph.bound_leaves() {
+            let ty = graph.ty(h);
+            leaves.insert(h, Tensor::zeros(ty.dtype, &ty.shape.resolve(batch)));
         }
         InterpBackend { graph, batch, arena_bytes: program.plan.arena_bytes, leaves, values: Vec::new() }
     }
@@ -100,15 +99,11 @@ impl Backend for InterpBackend {
 
     fn step(&mut self) -> Result<(), RuntimeError> {
         let values = evaluate(&self.graph, self.batch, &self.leaves).map_err(RuntimeError)?;
-        for (h, n) in self.graph.nodes.iter() {
-            if matches!(n.op, Op::Assign) {
-                let target = n.inputs[0];
-                let new = values[h.index()]
-                    .as_ref()
-                    .ok_or_else(|| RuntimeError(format!("{h} was not computed")))?;
-                // Persistent buffers are f32 in every back end: round as storing them would.
-                self.leaves.insert(target, to_interp(&from_interp(new)));
-            }
+        for (h, target) in self.graph.assigns() {
+            let new =
+                values[h.index()].as_ref().ok_or_else(|| RuntimeError(format!("{h} was not computed")))?;
+            // Persistent buffers are f32 in every back end: round as storing them would.
+            self.leaves.insert(target, to_interp(&from_interp(new)));
         }
         self.values = values;
         Ok(())

@@ -17,10 +17,10 @@
 use crate::backend::{Backend, HostData, HostTensor, RuntimeError};
 use crate::checkpoint::{self, Checkpoint};
 use crate::data::InputSpec;
-use crate::interp_backend::{from_interp, InterpBackend};
+use crate::interp_backend::InterpBackend;
 use cvc_compiler::front::train::{DeviceChoice, Precision, TrainConfig};
-use cvc_compiler::interp::{init_tensor, name_hash, SplitMix64};
-use cvc_compiler::ir::{DType, Graph, Mode, Op, Value};
+use cvc_compiler::init::{init_values, name_hash, SplitMix64};
+use cvc_compiler::ir::{DType, Graph, Mode, Value};
 use cvc_compiler::passes::memplan::ArenaPlan;
 use cvc_compiler::passes::optimizer::LR;
 use cvc_compiler::passes::pipeline::{self, Options};
@@ -634,9 +634,9 @@ impl Session {
         let leaves: Vec<(Value, String, bool, DType, Vec<usize>)> = g
             .persistent()
             .map(|v| {
-                let n = g.node(v);
+                let ty = g.ty(v);
                 let name = g.leaf_name(v).unwrap_or_default().to_string();
-                (v, name, matches!(n.op, Op::Param { .. }), n.ty.dtype, n.ty.shape.resolve(batch))
+                (v, name, g.is_param(v), ty.dtype, ty.shape.resolve(batch))
             })
             .collect();
         let missing: Vec<&str> =
@@ -709,8 +709,7 @@ impl Session {
 }
 
 fn unassigned_counters(g: &Graph) -> Vec<(Value, String, i32)> {
-    let assigned: Vec<Value> =
-        g.nodes.iter().filter(|(_, n)| matches!(n.op, Op::Assign)).map(|(_, n)| n.inputs[0]).collect();
+    let assigned: Vec<Value> = g.assigns().map(|(_, target)| target).collect();
     g.persistent()
         .filter(|&v| {
             let t = g.ty(v);
@@ -727,12 +726,11 @@ fn initialise(exec: &mut Exec, seed: u64) -> Result<(), RuntimeError> {
     let batch = exec.program.plan.batch;
     let mut values = Vec::new();
     for v in g.persistent() {
-        let n = g.node(v);
-        if let Op::Param { name, init } | Op::State { name, init } = &n.op {
-            let mut rng = SplitMix64::new(seed ^ name_hash(name));
-            let t = init_tensor(init, n.ty.dtype, &n.ty.shape.resolve(batch), &mut rng);
-            values.push((v, from_interp(&t)));
-        }
+        let (Some(name), Some(init)) = (g.leaf_name(v), g.init_of(v)) else { continue };
+        let ty = g.ty(v);
+        let mut rng = SplitMix64::new(seed ^ name_hash(name));
+        let t = init_values(init, ty.dtype, &ty.shape.resolve(batch), &mut rng);
+        values.push((v, HostTensor::from_values(ty.dtype, &ty.shape.resolve(batch), &t)));
     }
     for (v, t) in values {
         exec.backend.upload(v, &t)?;

@@ -152,4 +152,27 @@ impl Graph {
     pub fn find_leaf(&self, name: &str) -> Option<Value> {
         self.nodes.handles().find(|&h| self.leaf_name(h) == Some(name))
     }
+    /// The initialiser of a persistent buffer (`Param`, `State`), if `v` is one.
+    pub fn init_of(&self, v: Value) -> Option<&Init> {
+        match &self.nodes[v].op {
+            Op::Param { init, .. } | Op::State { init, .. } => Some(init),
+            _ => None,
+        }
+    }
+    /// Whether `v` is a trainable parameter.
+    pub fn is_param(&self, v: Value) -> bool {
+        matches!(self.nodes[v].op, Op::Param { .. })
+    }
+    /// Leaves a runtime binds by name: data inputs, parameters and state, in arena order.
+    pub fn bound_leaves(&self) -> impl Iterator<Item = Value> + '_ {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| matches!(n.op, Op::Input { .. }) || n.op.is_persistent())
+            .map(|(h, _)| h)
+    }
+    /// The updates of one step: `(assign node, persistent target)` pairs, in arena order. The
+    /// target holds the assign's value after the step.
+    pub fn assigns(&self) -> impl Iterator<Item = (Value, Value)> + '_ {
+        self.nodes.iter().filter(|(_, n)| matches!(n.op, Op::Assign)).map(|(h, n)| (h, n.inputs[0]))
+    }
 }

@@ -6,7 +6,7 @@ pub mod synthetic_rf;
 
 use crate::backend::{HostData, HostTensor};
 use cvc_compiler::front::train::DataSource;
-use cvc_compiler::interp::SplitMix64;
+use cvc_compiler::init::SplitMix64;
 use cvc_compiler::ir::{DType, Dim, Graph, TensorType};
 use std::path::Path;
 

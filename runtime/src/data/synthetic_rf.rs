@@ -4,7 +4,7 @@
 //! range. Deterministic for a seed: burst `i` depends only on `(seed, i)` and the settings.
 
 use crate::backend::{HostData, HostTensor};
-use cvc_compiler::interp::SplitMix64;
+use cvc_compiler::init::SplitMix64;
 use cvc_compiler::ir::DType;
 use std::f64::consts::PI;
 
