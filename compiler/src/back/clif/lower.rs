@@ -480,7 +480,10 @@ impl Emitter<'_, '_> {
                         let z = self.f32c(0.0);
                         self.flag(FloatCC::GreaterThan, a, z)
                     }
-                    _ => return Err(format!("unary {op:?} has no CPU lowering")),
+                    // Complex-aware ops are matched with their operand above.
+                    Neg | Conj | Real | Imag | Abs | Abs2 | Angle | ToComplex | StopGrad => {
+                        return Err(format!("unary {op:?} of a real operand fell through"))
+                    }
                 })
             }
         })
@@ -582,7 +585,26 @@ impl Body<'_> {
                 Op::Binary(b) => em.binary(*b, arg(0)?, arg(1)?)?,
                 Op::Select => em.select(arg(0)?, arg(1)?, arg(2)?)?,
                 Op::Assign | Op::Reduce { .. } => continue,
-                op => return Err(format!("{v}: {} cannot be fused into a loop", op.mnemonic())),
+                // Leaves are loop inputs, and fusion keeps contractions, movement and views out
+                // of loop groups: reaching one here is a fusion bug.
+                op @ (Op::Input { .. }
+                | Op::Param { .. }
+                | Op::State { .. }
+                | Op::Reshape
+                | Op::Expand
+                | Op::Permute { .. }
+                | Op::Slice { .. }
+                | Op::Pad { .. }
+                | Op::Concat { .. }
+                | Op::MatMul { .. }
+                | Op::Conv2d { .. }
+                | Op::ConvTranspose2d { .. }
+                | Op::Conv2dWeightGrad { .. }
+                | Op::Fft { .. }
+                | Op::OneHot { .. }
+                | Op::DropoutMask { .. }) => {
+                    return Err(format!("{v}: {} cannot be fused into a loop", op.mnemonic()))
+                }
             };
             vals.insert(v, x);
         }
