@@ -313,3 +313,107 @@ fn call_of(program: &Program, v: Value) -> CompileResult<CpuCall> {
         ))),
     }
 }
+
+impl std::fmt::Display for CpuModule {
+    /// The launch list, one line per launch (`cvc emit --cpu`): the group, what runs, the
+    /// resolved geometry and the arena offsets (`@byte`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(
+            f,
+            "; CPU module: {} loop kernels, {} launches, arena {} bytes, per-thread workspace {} + {} f32",
+            self.loops.len(),
+            self.launches.len(),
+            self.arena_bytes,
+            self.workspace.cols_words,
+            self.workspace.dw_words
+        )?;
+        for l in &self.launches {
+            write!(f, "group {:>4}: ", l.group)?;
+            match &l.call {
+                CpuCall::Loop { kernel } => {
+                    let k = &self.loops[*kernel];
+                    writeln!(f, "loop kernel {kernel} ({} rows, {} elements)", k.rows, k.work)
+                }
+                CpuCall::MatMul(m) => writeln!(
+                    f,
+                    "matmul {}x{}x{}  a@{} (rs {}, cs {}{}{})  b@{} (rs {}, cs {}{}{}) -> c@{}{}",
+                    m.m,
+                    m.k,
+                    m.n,
+                    m.a.offset,
+                    m.a.rs,
+                    m.a.cs,
+                    if m.a.complex { ", c64" } else { "" },
+                    if m.a.conj { ", conj" } else { "" },
+                    m.b.offset,
+                    m.b.rs,
+                    m.b.cs,
+                    if m.b.complex { ", c64" } else { "" },
+                    if m.b.conj { ", conj" } else { "" },
+                    m.c,
+                    if m.c_complex { " c64" } else { "" }
+                ),
+                CpuCall::Conv(c) => conv_line(f, "conv2d", c),
+                CpuCall::ConvTranspose(c) => conv_line(f, "conv_transpose2d", c),
+                CpuCall::WeightGrad(c) => conv_line(f, "conv2d_weight_grad", c),
+                CpuCall::Copy(c) => copy_line(f, "copy", c),
+                CpuCall::Pad { out, bytes, copy } => {
+                    write!(f, "zero {bytes} bytes @{out}, then ")?;
+                    copy_line(f, "copy", copy)
+                }
+                CpuCall::Concat(pieces) => {
+                    writeln!(f, "concat of {} pieces", pieces.len())?;
+                    for c in pieces {
+                        write!(f, "             ")?;
+                        copy_line(f, "copy", c)?;
+                    }
+                    Ok(())
+                }
+                CpuCall::OneHot { labels, out, rows, classes } => {
+                    writeln!(f, "one_hot {rows} labels @{labels} of {classes} classes -> @{out}")
+                }
+                CpuCall::Dropout { step, out, n, p, salt } => {
+                    writeln!(f, "dropout_mask p={p} salt={salt} step@{step} -> {n} f32 @{out}")
+                }
+                CpuCall::Fft(t) => writeln!(
+                    f,
+                    "{} {:?} axis {} scale {} @{} -> @{}",
+                    if t.inverse { "ifft" } else { "fft" },
+                    t.shape,
+                    t.axis,
+                    t.scale,
+                    t.src,
+                    t.dst
+                ),
+            }?;
+        }
+        Ok(())
+    }
+}
+
+fn conv_line(f: &mut std::fmt::Formatter<'_>, what: &str, c: &ConvCall) -> std::fmt::Result {
+    let g = c.shape.geom;
+    writeln!(
+        f,
+        "{what} x{:?} w{:?} out{:?} stride {:?} pad {:?} dilation {:?} groups {}  @{} @{} -> @{}{}",
+        c.shape.x,
+        c.shape.w,
+        c.shape.out,
+        g.stride,
+        g.pad,
+        g.dilation,
+        g.groups,
+        c.x,
+        c.w,
+        c.y,
+        if c.out_words == 2 { " c64" } else { "" }
+    )
+}
+
+fn copy_line(f: &mut std::fmt::Formatter<'_>, what: &str, c: &StridedCopy) -> std::fmt::Result {
+    writeln!(
+        f,
+        "{what} {:?} @{} strides {:?} -> @{} strides {:?} ({} -> {} words)",
+        c.shape, c.src, c.src_strides, c.dst, c.dst_strides, c.src_words, c.dst_words
+    )
+}
