@@ -1,4 +1,5 @@
-//! `cvc emit`: print the IR after any pass, the generated CUDA C, or the Cranelift IR.
+//! `cvc emit`: print the IR after any pass, the generated CUDA C, the Cranelift IR, or the CPU
+//! module's launch list.
 
 use super::plan::{load, options, print_out};
 use super::{CliError, CliResult};
@@ -20,6 +21,10 @@ pub struct EmitArgs {
     /// Print the Cranelift IR of every kernel.
     #[arg(long, group = "what")]
     pub clif: bool,
+    /// Print the CPU module's launch list (loop kernels and native calls with their resolved
+    /// geometry and arena offsets).
+    #[arg(long, group = "what")]
+    pub cpu: bool,
     /// With `--ir`: the pass after which to print (lower, cast, autodiff, optimizer, fusion,
     /// schedule, remat, memplan).
     #[arg(long, requires = "ir")]
@@ -34,8 +39,8 @@ pub struct EmitArgs {
 
 /// Runs `cvc emit`.
 pub fn run(args: &EmitArgs) -> CliResult {
-    if !(args.ir || args.cuda || args.clif) {
-        return Err(CliError::Message("say what to emit: --ir, --cuda or --clif".into()));
+    if !(args.ir || args.cuda || args.clif || args.cpu) {
+        return Err(CliError::Message("say what to emit: --ir, --cuda, --clif or --cpu".into()));
     }
     if args.batch == Some(0) {
         return Err(CliError::Message("--batch must be at least 1".into()));
@@ -78,11 +83,15 @@ pub fn run(args: &EmitArgs) -> CliResult {
     }
     let program = compile(checked.graph.clone(), &opts).map_err(CliError::Message)?;
     let text = if args.cuda {
-        cvc_compiler::back::cuda::emit_source(&program)
+        cvc_compiler::back::cuda::emit_source(&program).map_err(CliError::Message)?
+    } else if args.cpu {
+        let config = cvc_compiler::back::clif::host_config().map_err(CliError::Message)?;
+        cvc_compiler::back::cpu::generate(&program, config)
+            .map_err(|e| CliError::Message(e.to_string()))?
+            .to_string()
     } else {
-        cvc_compiler::back::clif::emit_text(&program)
-    }
-    .map_err(CliError::Message)?;
+        cvc_compiler::back::clif::emit_text(&program).map_err(CliError::Message)?
+    };
     print_out(&text);
     Ok(())
 }
