@@ -438,6 +438,8 @@ mod tests {
         let b: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 13) as f32 - 6.0) / 4.0).collect();
         let mut c = vec![0f32; m * n];
         let mut work = vec![0f32; WORKSPACE_F32];
+        // SAFETY: the operands and the output are vectors of exactly the extents passed, and
+        // `work` holds WORKSPACE_F32 floats.
         unsafe {
             gemm(
                 m,
@@ -485,6 +487,8 @@ mod tests {
                     (re, if cb { -im } else { im })
                 };
                 let mut c = c0.clone();
+                // SAFETY: the operands and the output are vectors of exactly the extents passed, and
+                // `work` holds WORKSPACE_F32 floats.
                 unsafe {
                     gemm(
                         m,
@@ -522,6 +526,8 @@ mod tests {
                 // Real left operand (the real parts of `a`) times the interleaved view of `b`.
                 let ar: Vec<f32> = (0..m * k).map(|q| a[2 * q]).collect();
                 let mut c = vec![0f32; 2 * m * n];
+                // SAFETY: the operands and the output are vectors of exactly the extents passed, and
+                // `work` holds WORKSPACE_F32 floats.
                 unsafe {
                     gemm(
                         m,
