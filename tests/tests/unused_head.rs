@@ -8,6 +8,7 @@
 
 use cvc_compiler::interp::{evaluate, Tensor, TensorData};
 use cvc_compiler::ir::{Graph, Value};
+use cvc_compiler::passes::pipeline::PASSES;
 use cvc_compiler::passes::{autodiff, cast};
 use cvc_runtime::backend::{HostData, HostTensor};
 use cvc_runtime::data::Dataset;
@@ -16,6 +17,7 @@ use cvc_runtime::session::{Device, Model, SessionOptions};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 const FIXTURE: &str = "tests/fixtures/ok/unused_head.cvnn";
 const BATCH: usize = 5;
@@ -172,24 +174,58 @@ fn unused_head_gets_zero_gradients_of_its_shape_in_interpreter() {
     check_on(Device::Interp);
 }
 
+/// The `cvc` binary of this test's profile, built once per run (`CVC_BIN` overrides it).
+fn cvc() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Ok(p) = std::env::var("CVC_BIN") {
+            return PathBuf::from(p);
+        }
+        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(root())
+            .args(["build", "-p", "cvc-runtime", "--bin", "cvc"])
+            .status()
+            .expect("cargo build");
+        assert!(status.success(), "building cvc failed");
+        let exe = std::env::current_exe().expect("test executable");
+        exe.parent().and_then(Path::parent).expect("target/<profile>").join("cvc")
+    })
+}
+
+fn run(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(cvc()).current_dir(root()).args(args).output().expect("run cvc");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
 /// `cvc check` warns about the head with its line, and still succeeds.
 #[test]
 fn check_warns_about_outputs_that_reach_no_loss() {
-    let exe = std::env::var("CVC_BIN").map(PathBuf::from).unwrap_or_else(|_| {
-        let exe = std::env::current_exe().expect("test executable");
-        exe.parent().and_then(Path::parent).expect("target/<profile>").join("cvc")
-    });
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .current_dir(root())
-        .args(["build", "-p", "cvc-runtime", "--bin", "cvc"])
-        .status()
-        .expect("cargo build");
-    assert!(status.success());
-    let out = Command::new(exe).current_dir(root()).args(["check", FIXTURE]).output().expect("run cvc");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "stderr:\n{stderr}");
+    let (code, _, stderr) = run(&["check", FIXTURE]);
+    assert_eq!(code, Some(0), "stderr:\n{stderr}");
     assert!(stderr.to_lowercase().contains("warning"), "no warning:\n{stderr}");
     assert!(stderr.contains("`aux`") && stderr.contains("no loss"), "stderr:\n{stderr}");
     assert!(stderr.contains("unused_head.cvnn:9:"), "no location of `aux` in:\n{stderr}");
+    assert!(stderr.contains("2 parameter tensors"), "stderr:\n{stderr}");
     assert!(!stderr.contains("`logits`") && !stderr.contains("`trunk`"), "stderr:\n{stderr}");
+}
+
+/// `cvc emit --ir --after NAME` accepts every step name of the pipeline's table: the IR after
+/// each step that runs for this model; a clear error for the re-plan steps, which run only
+/// after remat placed a checkpoint; the list of names for an unknown one.
+#[test]
+fn emit_prints_the_ir_after_every_step() {
+    for name in PASSES {
+        let (code, stdout, stderr) = run(&["emit", "--ir", "--after", name, FIXTURE]);
+        if name.starts_with("remat.") {
+            assert_eq!(code, Some(1), "{name}: {stderr}");
+            assert!(stderr.contains("does not run") && stderr.contains("checkpoint"), "{name}: {stderr}");
+        } else {
+            assert_eq!(code, Some(0), "{name}: {stderr}");
+            assert!(stdout.contains("aux"), "{name}: no IR printed:\n{stdout}");
+        }
+    }
+    let (code, _, stderr) = run(&["emit", "--ir", "--after", "nonsense", FIXTURE]);
+    assert_eq!(code, Some(1));
+    assert!(PASSES.iter().all(|n| stderr.contains(n)), "{stderr}");
 }
