@@ -1,10 +1,12 @@
 //! A model with an auxiliary output head that the loss does not use
 //! (`tests/fixtures/ok/unused_head.cvnn`), tried as a user would: a training step through the
-//! whole pipeline on the CPU back end and the interpreter back end. Every parameter gradient
+//! whole pipeline on the CPU back end, the interpreter back end and (when there is a GPU) the
+//! CUDA back end. Every parameter gradient
 //! must have its parameter's shape and match the f64 interpreter's autodiff of the
 //! unoptimised graph (and central finite differences of the interpreter's loss); the head's
 //! parameters get exact zeros, and the step leaves them as SGD leaves a parameter with a zero
-//! gradient. `cvc check` warns (exit 0) that `aux` reaches no loss.
+//! gradient. `cvc check` warns (exit 0) that `aux` reaches no loss, and `cvc emit --ir
+//! --after NAME` takes every step name of the pipeline.
 
 use cvc_compiler::interp::{evaluate, Tensor, TensorData};
 use cvc_compiler::ir::{Graph, Value};
@@ -172,6 +174,16 @@ fn unused_head_gets_zero_gradients_of_its_shape_on_cpu() {
 #[test]
 fn unused_head_gets_zero_gradients_of_its_shape_in_interpreter() {
     check_on(Device::Interp);
+}
+
+/// The same on the CUDA back end; skipped without a usable GPU unless `CVC_REQUIRE_GPU=1`.
+#[test]
+fn unused_head_gets_zero_gradients_of_its_shape_on_cuda() {
+    match cvc_runtime::cuda::available() {
+        Ok(_) => check_on(Device::Cuda),
+        Err(e) if std::env::var_os("CVC_REQUIRE_GPU").is_none() => eprintln!("skipped (no GPU: {e})"),
+        Err(e) => panic!("CVC_REQUIRE_GPU is set but no GPU is usable: {e}"),
+    }
 }
 
 /// The `cvc` binary of this test's profile, built once per run (`CVC_BIN` overrides it).
