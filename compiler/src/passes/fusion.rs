@@ -129,7 +129,10 @@ fn kind_of(op: &Op) -> GroupKind {
 
 /// Whether a user can evaluate its operand inline, per element of its loop.
 fn inlines_operands(op: &Op) -> bool {
-    op.is_elementwise() || matches!(op, Op::Assign | Op::Reduce { .. })
+    match op.class() {
+        OpClass::Elementwise | OpClass::Assign | OpClass::Reduce => true,
+        OpClass::Leaf | OpClass::View | OpClass::Movement | OpClass::Contraction => false,
+    }
 }
 
 /// Which values must be written to memory: leaves, outputs, the results of reductions,
