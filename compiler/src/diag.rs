@@ -13,9 +13,20 @@ pub struct DiagLabel {
     pub message: String,
 }
 
+/// Whether a diagnostic stops compilation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Severity {
+    /// The source cannot be compiled.
+    Error,
+    /// The source compiles, but probably not as meant.
+    Warning,
+}
+
 /// A user-facing error (or warning) about a `.cvnn` source.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Diagnostic {
+    /// Error or warning.
+    pub severity: Severity,
     /// One-line summary.
     pub message: String,
     /// The primary span (underlined first).
@@ -32,12 +43,17 @@ impl Diagnostic {
     /// An error at `span` with `label` under it.
     pub fn error(message: impl Into<String>, span: Span, label: impl Into<String>) -> Self {
         Diagnostic {
+            severity: Severity::Error,
             message: message.into(),
             primary: DiagLabel { span, message: label.into() },
             secondary: Vec::new(),
             help: None,
             notes: Vec::new(),
         }
+    }
+    /// A warning at `span` with `label` under it.
+    pub fn warning(message: impl Into<String>, span: Span, label: impl Into<String>) -> Self {
+        Diagnostic { severity: Severity::Warning, ..Diagnostic::error(message, span, label) }
     }
     /// Adds a help line.
     pub fn with_help(mut self, help: impl Into<String>) -> Self {
@@ -68,7 +84,11 @@ impl Diagnostic {
         };
         let (line, col) = self.primary.span.line_col(src);
         let mut out = Vec::new();
-        let mut rep = Report::build(ReportKind::Error, (file, clamp(self.primary.span)))
+        let kind = match self.severity {
+            Severity::Error => ReportKind::Error,
+            Severity::Warning => ReportKind::Warning,
+        };
+        let mut rep = Report::build(kind, (file, clamp(self.primary.span)))
             .with_config(Config::default().with_color(color))
             .with_message(format!("{} ({file}:{line}:{col})", self.message))
             .with_label(Label::new((file, clamp(self.primary.span))).with_message(&self.primary.message));
@@ -82,7 +102,11 @@ impl Diagnostic {
             rep = rep.with_note(n);
         }
         if rep.finish().write((file, Source::from(src)), &mut out).is_err() {
-            return format!("error: {} at {file}:{line}:{col}\n", self.message);
+            let what = match self.severity {
+                Severity::Error => "error",
+                Severity::Warning => "warning",
+            };
+            return format!("{what}: {} at {file}:{line}:{col}\n", self.message);
         }
         String::from_utf8_lossy(&out).into_owned()
     }

@@ -253,7 +253,7 @@ proptest! {
         let g = random_graph(&ops);
         let optimizer = optimizer_choice(opt);
         let opts = Options { batch, fuse, memory_budget: budget, optimizer };
-        let p = compile(g, &opts).map_err(TestCaseError::fail)?;
+        let p = compile(g, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
         schedule::validate(&p.graph, &fusion::Fusion { groups: p.groups.clone(), recomputed: vec![] }, &p.order)
             .map_err(TestCaseError::fail)?;
         let ivs: Vec<LiveInterval> = p.plan.buffers.iter().map(|b| b.interval.clone()).collect();
@@ -371,7 +371,7 @@ fn rewrites_preserve_values(file: &str, batch: usize) {
     }
     let trained = results(&g, batch, &named).expect("training graph evaluates");
     let mut h = g.clone();
-    distribute::run(&mut h).expect("distribute");
+    distribute::run(&mut h, &[]).expect("distribute");
     verify::verify(&h).expect("distributed IR verifies");
     assert_same(
         &format!("{file}: distribute (seed {s})"),
@@ -391,7 +391,7 @@ fn rewrites_preserve_values(file: &str, batch: usize) {
         .nodes
         .iter()
         .filter(|(_, n)| n.op.is_contraction() && n.origin.role == Role::Forward)
-        .find_map(|(v, _)| remat::checkpoint(&h, v).expect("checkpoint"));
+        .find_map(|(v, _)| remat::checkpoint(&h, v, &[]).expect("checkpoint"));
     if let Some((c, _, clone)) = checkpointed {
         verify::verify(&c).expect("checkpointed IR verifies");
         assert_eq!(c.node(clone).origin.role, Role::Backward);
@@ -603,7 +603,7 @@ proptest! {
             named.entry(k).or_insert(t);
         }
         let trained = results(&g, 2, &named).map_err(TestCaseError::fail)?;
-        distribute::run(&mut g).map_err(TestCaseError::fail)?;
+        distribute::run(&mut g, &[]).map_err(TestCaseError::fail)?;
         verify::verify(&g).map_err(TestCaseError::fail)?;
         assert_same(&format!("distribute, ops {ops:?}"), &trained, &results(&g, 2, &named).map_err(TestCaseError::fail)?);
         views::run(&mut g, &[]).map_err(TestCaseError::fail)?;
@@ -677,9 +677,9 @@ fn distribute_splits_sums_that_wait_for_sums() {
     let y = b.sum(e, &[0]).unwrap();
     g.outputs.push(Output { name: "y".into(), value: y });
     let before = g.clone();
-    let map = distribute::run(&mut g).expect("distribute");
+    let map = distribute::run(&mut g, &[]).expect("distribute");
     verify::verify(&g).expect("verifies");
-    assert!(map[y.index()].is_some(), "the output survives");
+    assert!(map.lookup(y).is_some(), "the output survives");
     // No sum over the batch reads a value computed from another sum.
     let mut from_sum = vec![false; g.nodes.len()];
     for (v, n) in g.nodes.iter() {

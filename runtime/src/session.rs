@@ -216,8 +216,19 @@ impl Model {
             Mode::Eval => self.eval_graph.clone(),
         };
         let opts = Options { batch, optimizer: self.config.optimizer.clone(), memory_budget, fuse: true };
-        pipeline::compile(graph, &opts)
-            .map_err(|e| RuntimeError(format!("{}: compiling {}: {e}", self.file, self.name())))
+        pipeline::compile(graph, &opts).map_err(|e| {
+            RuntimeError(match &e {
+                cvc_compiler::CompileError::User { span: Some(_), .. } => {
+                    e.render(&self.file, &self.src, false)
+                }
+                _ if e.is_internal() => format!(
+                    "{}: compiling {}: {e} (this is a bug in cvc, not in the model: please report it)",
+                    self.file,
+                    self.name()
+                ),
+                _ => format!("{}: compiling {}: {e}", self.file, self.name()),
+            })
+        })
     }
 
     /// A session on `device` with the `train` section's batch, seed and memory budget.

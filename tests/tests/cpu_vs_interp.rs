@@ -529,6 +529,7 @@ const NETWORKS: &[&str] = &[
     "tests/fixtures/ok/spectral.cvnn",
     "tests/fixtures/ok/train_full.cvnn",
     "tests/fixtures/ok/tuples.cvnn",
+    "tests/fixtures/ok/unused_head.cvnn",
 ];
 
 #[test]
@@ -588,4 +589,5 @@ network_tests! {
     net_fixture_spectral => "tests/fixtures/ok/spectral.cvnn",
     net_fixture_train_full => "tests/fixtures/ok/train_full.cvnn",
     net_fixture_tuples => "tests/fixtures/ok/tuples.cvnn",
+    net_fixture_unused_head => "tests/fixtures/ok/unused_head.cvnn",
 }

@@ -1,8 +1,9 @@
-//! The front end's driver: parse, choose the model, lower it, check the train section.
+//! The front end's driver: parse, choose the model, lower it, check the train section, and
+//! warn about what compiles but is probably not meant (bindings that reach no loss).
 
 use super::{lower, resolve, train_check, Checked, TrainConfig};
 use crate::diag::Diagnostic;
-use crate::ir::Mode;
+use crate::ir::{Graph, Mode, Op, Value};
 use cvc_grammar::ast::Item;
 use cvc_grammar::Span;
 
@@ -35,7 +36,9 @@ pub fn check_source(file: &str, src: &str, mode: Mode) -> Result<Checked, Vec<Di
         Some(t) => train_check::check_train(t, &model.name.name, &lowered.inputs)?,
         None => TrainConfig::defaults(&model.name.name),
     };
+    let warnings = unused_by_loss(&lowered.graph, &lowered.bindings);
     Ok(Checked {
+        warnings,
         file: file.to_string(),
         src: src.to_string(),
         model: model.name.name.clone(),
@@ -46,6 +49,77 @@ pub fn check_source(file: &str, src: &str, mode: Mode) -> Result<Checked, Vec<Di
         train,
         has_train_section: train_ast.is_some(),
     })
+}
+
+/// Warnings for the bindings of a training graph that the loss does not depend on: their
+/// parameters get zero gradients, which is legal (an auxiliary head read at inference) but
+/// usually a forgotten loss term. Only the first binding of each unused chain is reported
+/// (`aux = trunk |> linear(2)`, not every binding computed from `aux`).
+pub fn unused_by_loss(g: &Graph, bindings: &[(String, Value, Span)]) -> Vec<Diagnostic> {
+    let Some(loss) = g.loss else { return Vec::new() };
+    let mut reaches = vec![false; g.nodes.len()];
+    reaches[loss.index()] = true;
+    for h in g.nodes.handles().rev() {
+        if reaches[h.index()] {
+            for &i in &g.node(h).inputs {
+                reaches[i.index()] = true;
+            }
+        }
+    }
+    // The values computed from an earlier unused binding (reported through that one).
+    let mut reported = vec![false; g.nodes.len()];
+    let mut out = Vec::new();
+    for (name, v, span) in bindings {
+        if reaches[v.index()] || reported[v.index()] || matches!(g.node(*v).op, Op::Input { .. }) {
+            continue;
+        }
+        let mut covered = vec![false; g.nodes.len()];
+        covered[v.index()] = true;
+        for (h, n) in g.nodes.iter().skip(v.index() + 1) {
+            if n.inputs.iter().any(|i| covered[i.index()]) {
+                covered[h.index()] = true;
+            }
+        }
+        for (r, c) in reported.iter_mut().zip(&covered) {
+            *r |= c;
+        }
+        let params = unused_params(g, &reaches, &covered);
+        let output = g.outputs.iter().find(|o| covered[o.value.index()]).map(|o| o.name.as_str());
+        let label = match output {
+            Some(o) if o == name => "an output, but no loss term reads it".to_string(),
+            Some(o) => format!("output `{o}` is computed from it, but no loss term reads either"),
+            None => "no loss term reads it".to_string(),
+        };
+        let mut d = Diagnostic::warning(format!("`{name}` reaches no loss"), *span, label);
+        if params > 0 {
+            d = d.with_note(format!(
+                "training gives its {params} parameter tensor{} zero gradients",
+                if params == 1 { "" } else { "s" }
+            ));
+        }
+        out.push(
+            d.with_help(format!("add a term for `{name}` to the loss, or remove it if it is not needed")),
+        );
+    }
+    out
+}
+
+/// The parameters that the values marked in `covered` read (directly or through ops) and
+/// the loss does not.
+fn unused_params(g: &Graph, reaches: &[bool], covered: &[bool]) -> usize {
+    let mut seen = vec![false; g.nodes.len()];
+    let mut stack: Vec<Value> = g.nodes.handles().filter(|h| covered[h.index()]).collect();
+    let mut count = 0;
+    while let Some(x) = stack.pop() {
+        if reaches[x.index()] || std::mem::replace(&mut seen[x.index()], true) {
+            continue;
+        }
+        if matches!(g.node(x).op, Op::Param { .. }) {
+            count += 1;
+        }
+        stack.extend(g.node(x).inputs.iter().copied());
+    }
+    count
 }
 
 /// Checks raw bytes: text that is not UTF-8 is reported at the first bad byte.
@@ -120,7 +194,11 @@ pub fn render_all(file: &str, src: &str, diags: &[Diagnostic], color: bool) -> S
     for d in diags {
         if src.is_empty() {
             // Nothing to show a line of: a one-line error keeps the message readable.
-            out.push_str(&format!("error: {}\n", d.message));
+            let what = match d.severity {
+                crate::diag::Severity::Error => "error",
+                crate::diag::Severity::Warning => "warning",
+            };
+            out.push_str(&format!("{what}: {}\n", d.message));
             if let Some(h) = &d.help {
                 out.push_str(&format!("  help: {h}\n"));
             }

@@ -23,6 +23,9 @@ pub struct Lowered {
     pub params: Vec<layers::ParamInfo>,
     /// One row per input and operator application.
     pub table: Vec<TableRow>,
+    /// The model's tensor bindings in source order: name, value, the name's span (for the
+    /// warnings about bindings that reach no loss).
+    pub bindings: Vec<(String, Value, Span)>,
 }
 
 /// What a name or expression evaluates to.
@@ -81,6 +84,8 @@ struct Lowerer<'m, 'g> {
     consts: HashMap<String, (ArgValue, Span)>,
     /// Where the outermost block being expanded is used (table rows show that line).
     use_site: Option<Span>,
+    /// The model's tensor bindings so far (see [`Lowered::bindings`]).
+    bindings: Vec<(String, Value, Span)>,
     layers: usize,
 }
 
@@ -90,7 +95,7 @@ pub fn lower_model(model: &ast::Model, src: &str, mode: Mode) -> Result<Lowered,
     let mut diags = Vec::new();
     let blocks = resolve::collect_blocks(model, &mut diags);
     let mut graph = Graph::new(&model.name.name, mode);
-    let (inputs, table, params) = {
+    let (inputs, table, params, bindings) = {
         let mut l = Lowerer {
             ctx: LowerCtx::new(&mut graph, mode),
             src,
@@ -102,10 +107,16 @@ pub fn lower_model(model: &ast::Model, src: &str, mode: Mode) -> Result<Lowered,
             expanding: Vec::new(),
             use_site: None,
             consts: HashMap::new(),
+            bindings: Vec::new(),
             layers: 0,
         };
         let inputs = l.lower_items(model, &mut diags);
-        (inputs, std::mem::take(&mut l.table), std::mem::take(&mut l.ctx.params))
+        (
+            inputs,
+            std::mem::take(&mut l.table),
+            std::mem::take(&mut l.ctx.params),
+            std::mem::take(&mut l.bindings),
+        )
     };
     if !diags.is_empty() {
         return Err(diags);
@@ -115,7 +126,7 @@ pub fn lower_model(model: &ast::Model, src: &str, mode: Mode) -> Result<Lowered,
             panic!("IR of model `{}` fails verification after lowering: {e}", model.name.name);
         }
     }
-    Ok(Lowered { graph, inputs, params, table })
+    Ok(Lowered { graph, inputs, params, table, bindings })
 }
 
 fn push_fail(diags: &mut Vec<Diagnostic>, f: Fail) {
@@ -173,8 +184,11 @@ impl<'m> Lowerer<'m, '_> {
                     self.binding = b.name.name.clone();
                     match self.eval(&b.value, &scope, false) {
                         Ok(v) => {
-                            if let Val::Const(c) = &v {
-                                self.consts.insert(b.name.name.clone(), (c.clone(), b.name.span));
+                            match &v {
+                                Val::Const(c) => {
+                                    self.consts.insert(b.name.name.clone(), (c.clone(), b.name.span));
+                                }
+                                Val::Tensor(t) => self.bindings.push((b.name.name.clone(), *t, b.name.span)),
                             }
                             scope.names.insert(b.name.name.clone(), Entry::Val(v, b.name.span));
                         }

@@ -80,4 +80,6 @@ pub struct Checked {
     pub train: TrainConfig,
     /// Whether the file has a train section.
     pub has_train_section: bool,
+    /// Warnings about a source that compiles (bindings and outputs that reach no loss).
+    pub warnings: Vec<crate::diag::Diagnostic>,
 }

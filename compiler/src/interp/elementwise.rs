@@ -37,7 +37,8 @@ fn real_fn(op: UnaryOp) -> Option<fn(f64) -> f64> {
         Step => |x| if x > 0.0 { 1.0 } else { 0.0 },
         Gelu => gelu,
         GeluGrad => gelu_grad,
-        _ => return None,
+        // Defined on their own in `unary` (they are not `f64 → f64` on every dtype).
+        Neg | Conj | Real | Imag | Abs | Abs2 | Angle | ToComplex | StopGrad => return None,
     })
 }
 
@@ -55,7 +56,10 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Result<TensorData, String> {
         (TensorData::Real(v), ToComplex) => {
             TensorData::Complex(v.iter().map(|&a| Complex64::new(a, 0.0)).collect())
         }
-        (TensorData::Real(v), op) => {
+        (
+            TensorData::Real(v),
+            Exp | Log | Sqrt | Rsqrt | Recip | Sin | Cos | Tanh | Sigmoid | Relu | Step | Gelu | GeluGrad,
+        ) => {
             let f = real_fn(op).ok_or_else(|| format!("{op:?} has no real form"))?;
             TensorData::Real(v.iter().map(|&a| f(a)).collect())
         }
@@ -67,7 +71,11 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Result<TensorData, String> {
         (TensorData::Complex(v), Abs) => TensorData::Real(v.iter().map(|a| a.norm()).collect()),
         (TensorData::Complex(v), Abs2) => TensorData::Real(v.iter().map(|a| a.norm_sqr()).collect()),
         (TensorData::Complex(v), Angle) => TensorData::Real(v.iter().map(|a| a.arg()).collect()),
-        (TensorData::Complex(_), op) => return Err(format!("{op:?} of a complex tensor")),
+        (
+            TensorData::Complex(_),
+            ToComplex | Exp | Log | Sqrt | Rsqrt | Recip | Sin | Cos | Tanh | Sigmoid | Relu | Step | Gelu
+            | GeluGrad,
+        ) => return Err(format!("{op:?} of a complex tensor")),
     };
     Ok(data)
 }
@@ -146,7 +154,7 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor, out: &[usize]) -> Result<Ten
                 Sub => |p, q| p - q,
                 Mul => |p, q| p * q,
                 Div => complex_div,
-                _ => unreachable!("rejected above"),
+                Max | Complex | Greater | Equal => unreachable!("rejected above"),
             };
             TensorData::Complex(x.iter().zip(&y).map(|(&p, &q)| f(p, q)).collect())
         }

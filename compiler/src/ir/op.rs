@@ -229,26 +229,90 @@ pub enum Op {
     Assign,
 }
 
+/// How an op computes its value, for passes that treat whole classes of ops alike (see
+/// [`Op::class`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpClass {
+    /// No operands: `Input`, `Param`, `State`, `Scalar` (a scalar is also elementwise: it
+    /// is inlined into elementwise loops).
+    Leaf,
+    /// Each output element from the same-index operand elements: `Unary`, `Binary`, `Select`.
+    Elementwise,
+    /// A reduction over axes.
+    Reduce,
+    /// A reshape: the same elements in the same order (no code runs).
+    View,
+    /// Data movement or a special producer: `Expand`, `Permute`, `Slice`, `Pad`, `Concat`,
+    /// `Fft`, `OneHot`, `DropoutMask`.
+    Movement,
+    /// The matmul/convolution family.
+    Contraction,
+    /// The overwrite of a persistent buffer.
+    Assign,
+}
+
 impl Op {
     /// Whether the op computes each output element from the same-index input elements
     /// (after broadcasting), so it can be fused into a loop over the output.
     pub fn is_elementwise(&self) -> bool {
-        matches!(self, Op::Unary(_) | Op::Binary(_) | Op::Select | Op::Scalar { .. })
+        self.class() == OpClass::Elementwise || matches!(self, Op::Scalar { .. })
     }
     /// Whether the op is a graph leaf (no operands).
     pub fn is_leaf(&self) -> bool {
-        matches!(self, Op::Input { .. } | Op::Param { .. } | Op::State { .. } | Op::Scalar { .. })
+        self.class() == OpClass::Leaf
     }
     /// Whether the op is a contraction (matmul/convolution family).
     pub fn is_contraction(&self) -> bool {
-        matches!(
-            self,
-            Op::MatMul { .. } | Op::Conv2d { .. } | Op::ConvTranspose2d { .. } | Op::Conv2dWeightGrad { .. }
-        )
+        self.class() == OpClass::Contraction
     }
     /// Whether the op's value lives across steps (parameters and state).
     pub fn is_persistent(&self) -> bool {
-        matches!(self, Op::Param { .. } | Op::State { .. })
+        match self {
+            Op::Param { .. } | Op::State { .. } => true,
+            Op::Input { .. }
+            | Op::Scalar { .. }
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Select
+            | Op::Reduce { .. }
+            | Op::Reshape
+            | Op::Expand
+            | Op::Permute { .. }
+            | Op::Slice { .. }
+            | Op::Pad { .. }
+            | Op::Concat { .. }
+            | Op::MatMul { .. }
+            | Op::Conv2d { .. }
+            | Op::ConvTranspose2d { .. }
+            | Op::Conv2dWeightGrad { .. }
+            | Op::Fft { .. }
+            | Op::OneHot { .. }
+            | Op::DropoutMask { .. }
+            | Op::Assign => false,
+        }
+    }
+    /// The op's class, which decides how passes and back ends treat it. Written as one
+    /// exhaustive match, so a new primitive does not compile until it is classified.
+    pub fn class(&self) -> OpClass {
+        match self {
+            Op::Input { .. } | Op::Param { .. } | Op::State { .. } | Op::Scalar { .. } => OpClass::Leaf,
+            Op::Unary(_) | Op::Binary(_) | Op::Select => OpClass::Elementwise,
+            Op::Reduce { .. } => OpClass::Reduce,
+            Op::Reshape => OpClass::View,
+            Op::Expand
+            | Op::Permute { .. }
+            | Op::Slice { .. }
+            | Op::Pad { .. }
+            | Op::Concat { .. }
+            | Op::Fft { .. }
+            | Op::OneHot { .. }
+            | Op::DropoutMask { .. } => OpClass::Movement,
+            Op::MatMul { .. }
+            | Op::Conv2d { .. }
+            | Op::ConvTranspose2d { .. }
+            | Op::Conv2dWeightGrad { .. } => OpClass::Contraction,
+            Op::Assign => OpClass::Assign,
+        }
     }
     /// Short mnemonic used by the text form.
     pub fn mnemonic(&self) -> String {

@@ -507,9 +507,12 @@ impl Reverse<'_> {
         g: Value,
     ) -> Result<Value, String> {
         use BinaryOp::{Div, Equal, Mul};
-        if op == ReduceOp::Sum {
-            let s = self.ty(x).shape.clone();
-            return self.b.expand(g, s);
+        match op {
+            ReduceOp::Sum => {
+                let s = self.ty(x).shape.clone();
+                return self.b.expand(g, s);
+            }
+            ReduceOp::Max | ReduceOp::MaxMag => {}
         }
         let mask = if self.is_complex(x) {
             let (xr, yr) = (self.un(UnaryOp::Real, x)?, self.un(UnaryOp::Real, y)?);

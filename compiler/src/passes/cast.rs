@@ -35,14 +35,96 @@ enum Treatment {
 
 fn treatment(op: &Op, result: &TensorType, folded: Result<TensorType, String>) -> Treatment {
     let Ok(t) = folded else { return Treatment::Materialise };
+    if needs_complex_storage(op) {
+        return Treatment::Materialise;
+    }
+    if t == *result {
+        return Treatment::Fold;
+    }
+    let real_result = t.shape == result.shape && t.dtype == DType::F32 && result.dtype == DType::C64;
+    if real_result && sinks(op) {
+        Treatment::Sink
+    } else {
+        Treatment::Materialise
+    }
+}
+
+/// Whether `op` must read a pending cast as stored complex numbers: an FFT, an imaginary part,
+/// an assign or a concatenation of stored pieces.
+fn needs_complex_storage(op: &Op) -> bool {
     match op {
-        Op::Fft { .. } | Op::Assign | Op::Unary(UnaryOp::Imag) | Op::Concat { .. } => Treatment::Materialise,
-        _ if t == *result => Treatment::Fold,
-        _ if t.shape == result.shape && t.dtype == DType::F32 && result.dtype == DType::C64 => match op {
-            Op::Reduce { op: ReduceOp::Max, .. } => Treatment::Materialise,
-            _ => Treatment::Sink,
-        },
-        _ => Treatment::Materialise,
+        Op::Fft { .. } | Op::Assign | Op::Concat { .. } | Op::Unary(UnaryOp::Imag) => true,
+        Op::Unary(
+            UnaryOp::Neg
+            | UnaryOp::Conj
+            | UnaryOp::Real
+            | UnaryOp::Abs
+            | UnaryOp::Abs2
+            | UnaryOp::Angle
+            | UnaryOp::ToComplex
+            | UnaryOp::Exp
+            | UnaryOp::Log
+            | UnaryOp::Sqrt
+            | UnaryOp::Rsqrt
+            | UnaryOp::Recip
+            | UnaryOp::Sin
+            | UnaryOp::Cos
+            | UnaryOp::Tanh
+            | UnaryOp::Sigmoid
+            | UnaryOp::Relu
+            | UnaryOp::Step
+            | UnaryOp::Gelu
+            | UnaryOp::GeluGrad
+            | UnaryOp::StopGrad,
+        )
+        | Op::Input { .. }
+        | Op::Param { .. }
+        | Op::State { .. }
+        | Op::Scalar { .. }
+        | Op::Binary(_)
+        | Op::Select
+        | Op::Reduce { .. }
+        | Op::Reshape
+        | Op::Expand
+        | Op::Permute { .. }
+        | Op::Slice { .. }
+        | Op::Pad { .. }
+        | Op::MatMul { .. }
+        | Op::Conv2d { .. }
+        | Op::ConvTranspose2d { .. }
+        | Op::Conv2dWeightGrad { .. }
+        | Op::OneHot { .. }
+        | Op::DropoutMask { .. } => false,
+    }
+}
+
+/// Whether a cast may sink past `op` when `op` on the real part alone gives the real part of
+/// the result: everything but a max (the complex max compares magnitudes, not real parts).
+fn sinks(op: &Op) -> bool {
+    match op {
+        Op::Reduce { op: ReduceOp::Max, .. } => false,
+        Op::Reduce { op: ReduceOp::Sum | ReduceOp::MaxMag, .. } => true,
+        Op::Input { .. }
+        | Op::Param { .. }
+        | Op::State { .. }
+        | Op::Scalar { .. }
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Select
+        | Op::Reshape
+        | Op::Expand
+        | Op::Permute { .. }
+        | Op::Slice { .. }
+        | Op::Pad { .. }
+        | Op::Concat { .. }
+        | Op::MatMul { .. }
+        | Op::Conv2d { .. }
+        | Op::ConvTranspose2d { .. }
+        | Op::Conv2dWeightGrad { .. }
+        | Op::Fft { .. }
+        | Op::OneHot { .. }
+        | Op::DropoutMask { .. }
+        | Op::Assign => true,
     }
 }
 
@@ -50,7 +132,7 @@ fn treatment(op: &Op, result: &TensorType, folded: Result<TensorType, String>) -
 /// [`super::PipelineFacts::set_lines`]).
 pub fn run(g: &mut Graph) -> Result<Vec<CastSite>, String> {
     let mut sites = Vec::new();
-    let old = eliminate_dead(g);
+    let (old, _) = eliminate_dead(g, &[])?;
     let mut rw = Rewriter::new(&old);
     let mut pending: Vec<Option<Pending>> = vec![None; old.nodes.len()];
     for v in old.nodes.handles() {
@@ -59,13 +141,13 @@ pub fn run(g: &mut Graph) -> Result<Vec<CastSite>, String> {
             let x = n.inputs[0];
             let real = match pending[x.index()] {
                 Some(p) => p.real,
-                None => rw.mapped(x),
+                None => rw.mapped(x)?,
             };
             pending[v.index()] = Some(Pending { real, materialised: None });
             continue;
         }
         if n.inputs.iter().all(|i| pending[i.index()].is_none()) {
-            let nv = rw.copy(v);
+            let nv = rw.copy(v)?;
             if is_mixed(&old, n) {
                 sites.push(site(&old, v, nv, format!("folded into {} (mixed operands)", n.op.mnemonic())));
             }
@@ -76,10 +158,10 @@ pub fn run(g: &mut Graph) -> Result<Vec<CastSite>, String> {
             .inputs
             .iter()
             .map(|&i| match pending[i.index()] {
-                Some(p) => p.real,
+                Some(p) => Ok(p.real),
                 None => rw.mapped(i),
             })
-            .collect();
+            .collect::<Result<_, String>>()?;
         let folded = {
             let tys: Vec<&TensorType> = real_inputs.iter().map(|&i| rw.new.ty(i)).collect();
             infer(&n.op, &tys, Some(&n.ty.shape))
@@ -87,7 +169,7 @@ pub fn run(g: &mut Graph) -> Result<Vec<CastSite>, String> {
         match treatment(&n.op, &n.ty, folded) {
             Treatment::Fold => {
                 let nv = rw.emit(n.op.clone(), real_inputs, v, Some(&n.ty.shape))?;
-                rw.map[v.index()] = Some(nv);
+                rw.map.set(v, nv);
                 sites.push(site(&old, v, nv, format!("folded into {}", n.op.mnemonic())));
             }
             Treatment::Sink => {
@@ -100,7 +182,7 @@ pub fn run(g: &mut Graph) -> Result<Vec<CastSite>, String> {
                     inputs.push(materialise(&mut rw, &mut pending, &mut sites, i, &n.op)?);
                 }
                 let nv = rw.emit(n.op.clone(), inputs, v, Some(&n.ty.shape))?;
-                rw.map[v.index()] = Some(nv);
+                rw.map.set(v, nv);
             }
         }
     }
@@ -112,7 +194,7 @@ pub fn run(g: &mut Graph) -> Result<Vec<CastSite>, String> {
             materialise(&mut rw, &mut pending, &mut sites, r, &what)?;
         }
     }
-    *g = rw.finish();
+    *g = rw.finish()?.0;
     Ok(sites)
 }
 
@@ -124,13 +206,13 @@ fn materialise(
     i: Value,
     user: &Op,
 ) -> Result<Value, String> {
-    let Some(p) = pending[i.index()] else { return Ok(rw.mapped(i)) };
+    let Some(p) = pending[i.index()] else { return rw.mapped(i) };
     if let Some(m) = p.materialised {
         return Ok(m);
     }
     let m = rw.emit(Op::Unary(UnaryOp::ToComplex), vec![p.real], i, None)?;
     pending[i.index()] = Some(Pending { real: p.real, materialised: Some(m) });
-    rw.map[i.index()] = Some(m);
+    rw.map.set(i, m);
     let before = match user {
         Op::Input { name } => name.clone(),
         op => op.mnemonic(),
@@ -150,5 +232,5 @@ fn is_mixed(g: &Graph, n: &Node) -> bool {
 
 /// A cast site at old value `old_v` (for its span), now represented by new value `new_v`.
 fn site(g: &Graph, old_v: Value, new_v: Value, what: String) -> CastSite {
-    CastSite { value: new_v, line: 0, span: g.span(old_v), what }
+    CastSite { value: Some(new_v), line: 0, span: g.span(old_v), what }
 }

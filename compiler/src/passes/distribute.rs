@@ -12,7 +12,7 @@
 //! sum would add work without removing a pass), and only when every term has the summed
 //! value's full shape (a broadcast term would need its replication count).
 
-use super::rewrite::{eliminate_dead_mapped, Rewriter};
+use super::rewrite::{eliminate_dead, Rewriter, ValueMap};
 use crate::ir::*;
 use std::collections::HashMap;
 
@@ -26,9 +26,9 @@ struct Term {
     term: Value,
 }
 
-/// Rewrites the sums of `g` as described in the module doc. Returns the old→new value map
-/// (`None` for values that no longer exist).
-pub fn run(g: &mut Graph) -> Result<Vec<Option<Value>>, String> {
+/// Rewrites the sums of `g` as described in the module doc; the values in `keep` (parameter
+/// gradients) survive the clean-up. Returns the old→new value map.
+pub fn run(g: &mut Graph, keep: &[Value]) -> Result<ValueMap, String> {
     let old = g.clone();
     // Which values are computed from a reduction (directly or through any chain of ops).
     let mut from_reduce = vec![false; old.nodes.len()];
@@ -54,28 +54,28 @@ pub fn run(g: &mut Graph) -> Result<Vec<Option<Value>>, String> {
         match plan {
             Some(terms) => match emit(&mut rw, v, &terms, &sums)? {
                 Some(nv) => {
-                    rw.map[v.index()] = Some(nv);
+                    rw.map.set(v, nv);
                     changed = true;
                 }
                 // Mixed dtypes that would change the sum's type: keep it (what was emitted
                 // is unused and removed below).
                 None => {
-                    rw.copy(v);
+                    rw.copy(v)?;
                 }
             },
             None => {
-                rw.copy(v);
+                rw.copy(v)?;
             }
         }
     }
-    let first = rw.map.clone();
-    let rewritten = rw.finish();
     if !changed {
-        return Ok(old.nodes.handles().map(Some).collect());
+        return Ok(ValueMap::identity(&old));
     }
-    let (clean, second) = eliminate_dead_mapped(&rewritten);
+    let (rewritten, first) = rw.finish()?;
+    let keep: Vec<Value> = keep.iter().map(|&k| first.get(k)).collect::<Result<_, _>>()?;
+    let (clean, second) = eliminate_dead(&rewritten, &keep)?;
     *g = clean;
-    Ok(first.iter().map(|m| m.and_then(|nv| second[nv.index()])).collect())
+    Ok(first.then(&second))
 }
 
 /// Whether `v` is constant along `axes` of a value of rank `rank` (NumPy broadcasting: a
@@ -159,10 +159,10 @@ fn emit(
         |rw: &mut Rewriter, op: BinaryOp, a: Value, b: Value| rw.emit(Op::Binary(op), vec![a, b], v, None);
     let mut total: Option<Value> = None;
     for t in order {
-        let existing = sums.get(&(t, axes.clone())).and_then(|&e| rw.map[e.index()]);
+        let existing = sums.get(&(t, axes.clone())).and_then(|&e| rw.map.lookup(e));
         let sum = match existing {
             Some(e) => e,
-            None => rw.emit(op.clone(), vec![rw.mapped(t)], v, None)?,
+            None => rw.emit(op.clone(), vec![rw.mapped(t)?], v, None)?,
         };
         // The coefficient: Σ over this term's occurrences of sign · Π factors.
         let mut coef: Option<Value> = None;
@@ -170,7 +170,7 @@ fn emit(
         for occ in terms.iter().filter(|o| o.term == t) {
             let mut prod: Option<Value> = None;
             for &f in &occ.factors {
-                let f = rw.mapped(f);
+                let f = rw.mapped(f)?;
                 prod = Some(match prod {
                     None => f,
                     Some(p) => bin(rw, BinaryOp::Mul, p, f)?,

@@ -86,13 +86,7 @@ pub fn unfused(g: &Graph) -> Fusion {
         if n.op.is_leaf() && !scalar_needed {
             continue;
         }
-        let kind = match &n.op {
-            Op::Reshape => GroupKind::View,
-            op if op.is_elementwise() || matches!(op, Op::Assign) => GroupKind::Elementwise,
-            Op::Reduce { .. } => GroupKind::Reduce,
-            op if op.is_contraction() => GroupKind::Contraction,
-            _ => GroupKind::Movement,
-        };
+        let kind = kind_of(&n.op);
         let mut nodes = Vec::new();
         let mut inputs = Vec::new();
         for &i in &n.inputs {
@@ -123,18 +117,22 @@ pub const INLINE_CAP: usize = 64;
 
 /// The kind of group a node roots when it is materialised.
 fn kind_of(op: &Op) -> GroupKind {
-    match op {
-        Op::Reshape => GroupKind::View,
-        op if op.is_elementwise() || matches!(op, Op::Assign) => GroupKind::Elementwise,
-        Op::Reduce { .. } => GroupKind::Reduce,
-        op if op.is_contraction() => GroupKind::Contraction,
-        _ => GroupKind::Movement,
+    match op.class() {
+        OpClass::View => GroupKind::View,
+        // A leaf roots a group only as a scalar that is stored (an output, a loss).
+        OpClass::Elementwise | OpClass::Assign | OpClass::Leaf => GroupKind::Elementwise,
+        OpClass::Reduce => GroupKind::Reduce,
+        OpClass::Contraction => GroupKind::Contraction,
+        OpClass::Movement => GroupKind::Movement,
     }
 }
 
 /// Whether a user can evaluate its operand inline, per element of its loop.
 fn inlines_operands(op: &Op) -> bool {
-    op.is_elementwise() || matches!(op, Op::Assign | Op::Reduce { .. })
+    match op.class() {
+        OpClass::Elementwise | OpClass::Assign | OpClass::Reduce => true,
+        OpClass::Leaf | OpClass::View | OpClass::Movement | OpClass::Contraction => false,
+    }
 }
 
 /// Which values must be written to memory: leaves, outputs, the results of reductions,
@@ -165,10 +163,10 @@ pub fn materialization_keeping(g: &Graph, keep: &[Value]) -> Vec<bool> {
         let i = h.index();
         let us = &users[i];
         let foreign_user = us.iter().any(|&u| !inlines_operands(&g.node(u).op));
-        mat[i] = match &n.op {
-            Op::Scalar { .. } => roots[i] || foreign_user,
-            op if op.is_leaf() => true,
-            op if op.is_elementwise() => {
+        mat[i] = match (&n.op, n.op.class()) {
+            (Op::Scalar { .. }, _) => roots[i] || foreign_user,
+            (_, OpClass::Leaf) => true,
+            (_, OpClass::Elementwise) => {
                 let mut set = Some(vec![h]);
                 for o in n.inputs.iter().filter(|o| !mat[o.index()]) {
                     set = match (set, &cone[o.index()]) {
@@ -193,7 +191,10 @@ pub fn materialization_keeping(g: &Graph, keep: &[Value]) -> Vec<bool> {
                 }
                 m
             }
-            _ => true,
+            (
+                _,
+                OpClass::Reduce | OpClass::View | OpClass::Movement | OpClass::Contraction | OpClass::Assign,
+            ) => true,
         };
     }
     mat
@@ -353,18 +354,20 @@ pub fn combines_materialized(g: &Graph, fusion: &Fusion) -> usize {
         .count()
 }
 
-/// The fusion pass: the fusing partition (or the one-node-per-kernel baseline when `fuse` is
-/// false), with the combines and recomputed values recorded in `facts`.
-pub fn run(g: &mut Graph, fuse_nodes: bool, facts: &mut super::PipelineFacts) -> Result<Fusion, String> {
-    let f = if fuse_nodes {
-        let keep: Vec<Value> = facts.grads.iter().map(|&(_, d)| d).collect();
-        let map = super::views::run(g, &keep)?;
-        super::remat::remap(facts, &map);
-        let keep: Vec<Value> = facts.grads.iter().map(|&(_, d)| d).collect();
-        fuse_keeping(g, &keep)
+/// The partition the pipeline uses: the fusing one with the values in `keep` (parameter
+/// gradients) stored, or the one-node-per-kernel baseline when `fuse` is false.
+pub fn partition(g: &Graph, fuse: bool, keep: &[Value]) -> Fusion {
+    if fuse {
+        fuse_keeping(g, keep)
     } else {
         unfused(g)
-    };
+    }
+}
+
+/// The fusion pass: [`partition`] (the graph has been through `views` when fusing), with the
+/// combines and recomputed values recorded in `facts`.
+pub fn run(g: &Graph, fuse_nodes: bool, facts: &mut super::PipelineFacts) -> Result<Fusion, String> {
+    let f = partition(g, fuse_nodes, &facts.kept());
     facts.combines_materialized = combines_materialized(g, &f);
     let mut kernels_of = vec![0usize; g.nodes.len()];
     for k in &f.groups {

@@ -78,9 +78,13 @@ pub fn align(bytes: usize) -> usize {
 /// The buffer a value's memory belongs to: views resolve to their source, assigns to their target.
 pub fn storage_root(g: &Graph, mut v: Value) -> Value {
     loop {
-        match g.node(v).op {
-            Op::Reshape | Op::Assign => v = g.node(v).inputs[0],
-            _ => return v,
+        match g.node(v).op.class() {
+            OpClass::View | OpClass::Assign => v = g.node(v).inputs[0],
+            OpClass::Leaf
+            | OpClass::Elementwise
+            | OpClass::Reduce
+            | OpClass::Movement
+            | OpClass::Contraction => return v,
         }
     }
 }

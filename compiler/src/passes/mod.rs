@@ -23,8 +23,9 @@ use serde::Serialize;
 /// A real→complex cast the compiler placed (or folded into its consumer).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CastSite {
-    /// The `ToComplex` node, or the consumer it was folded into.
-    pub value: Value,
+    /// The `ToComplex` node, or the consumer it was folded into; `None` once a later rewrite
+    /// merged that node into another (a view hoisting the consumer, a distributed sum).
+    pub value: Option<Value>,
     /// Source line (filled in by [`PipelineFacts::set_lines`]; 0 until then).
     pub line: usize,
     /// Source span of the cast or of the consumer it was folded into.
@@ -49,6 +50,34 @@ pub struct PipelineFacts {
 }
 
 impl PipelineFacts {
+    /// The parameter gradients: values every rewrite keeps and the memory plan keeps stored
+    /// to the step's end (the runtime reads them back), even when no update reads them.
+    pub fn kept(&self) -> Vec<Value> {
+        self.grads.iter().map(|&(_, d)| d).collect()
+    }
+
+    /// Rewrites the recorded values through the map of a rewrite. A parameter or gradient
+    /// without a counterpart is an internal error; a cast site or recomputed value whose node
+    /// the rewrite removed keeps no value (a cast site stays reported: the cast still happens,
+    /// inside the rewritten consumer) or is no longer reported (a recomputed value).
+    pub fn remap(&mut self, map: &rewrite::ValueMap) -> Result<(), String> {
+        for (p, d) in &mut self.grads {
+            *d = map.get(*d).map_err(|e| format!("the gradient of parameter {p}: {e}"))?;
+            *p = map.get(*p).map_err(|e| format!("parameter {p}: {e}"))?;
+        }
+        for c in &mut self.casts {
+            c.value = c.value.and_then(|v| map.lookup(v));
+        }
+        self.recomputed.retain_mut(|(v, _)| match map.lookup(*v) {
+            Some(n) => {
+                *v = n;
+                true
+            }
+            None => false,
+        });
+        Ok(())
+    }
+
     /// Fills in the source line of every reported site from the `.cvnn` text.
     pub fn set_lines(&mut self, src: &str) {
         for c in &mut self.casts {

@@ -1,20 +1,111 @@
-//! The pass order, written out once: lowering's output → cast placement → autodiff →
-//! optimizer → distribution of sums over scaled terms → fusion → schedule → rematerialisation → memory plan.
+//! The pass order, written out once in [`STEPS`]: lowering's output → cast placement →
+//! autodiff → optimizer → distribution of sums over scaled terms → view canonicalisation →
+//! fusion → schedule → sibling sums → rematerialisation (and, when it placed checkpoints, a
+//! fresh partition and schedule of the new graph) → memory plan.
 //!
-//! Each IR-changing pass is followed by [`crate::ir::verify::verify`] in debug builds, and by
-//! the caller's trace hook (so `cvc emit --ir --after PASS` and the snapshot tests can print
-//! the IR after any pass).
+//! Each step is followed by [`crate::ir::verify::verify`] in debug builds, by the size check,
+//! and by the caller's trace hook (so `cvc emit --ir --after STEP` and the snapshot tests can
+//! print the IR after any step). Steps that do not apply (autodiff of an inference graph, the
+//! re-partition when remat placed no checkpoint) do not run and are not traced.
 
-use super::fusion::Fusion;
+use super::fusion::{Fusion, GroupId};
+use super::memplan::ArenaPlan;
 use super::{
-    autodiff, cast, distribute, fusion, memplan, optimizer, remat, schedule, PipelineFacts, Program,
+    autodiff, cast, distribute, fusion, memplan, optimizer, remat, schedule, siblings, views, PipelineFacts,
+    Program,
 };
+use crate::error::{CompileError, CompileResult};
 use crate::front::train::Optimizer;
 use crate::ir::*;
 
-/// The names of the passes, in the order they run (`lower` is the front end's output).
-pub const PASSES: [&str; 9] =
-    ["lower", "cast", "autodiff", "optimizer", "distribute", "fusion", "schedule", "remat", "memplan"];
+/// One step of the pipeline (a pass, or the front end's output for `Lower`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Step {
+    /// The lowered graph, as the front end made it.
+    Lower,
+    /// Real→complex cast placement (`cast.rs`).
+    Cast,
+    /// The backward pass (`autodiff.rs`); training graphs only.
+    Autodiff,
+    /// The optimizer update (`optimizer.rs`); training graphs only.
+    Optimizer,
+    /// Sums distributed over scaled terms (`distribute.rs`).
+    Distribute,
+    /// Reshapes and broadcasts moved out of elementwise chains (`views.rs`); fusing only.
+    Views,
+    /// The kernel partition (`fusion.rs`).
+    Fusion,
+    /// The greedy low-peak schedule (`schedule.rs`).
+    Schedule,
+    /// Sibling sums moved next to each other (`siblings.rs`).
+    Siblings,
+    /// Checkpoints placed under a memory budget (`remat.rs`).
+    Remat,
+    /// The partition of the checkpointed graph; only after remat placed a checkpoint.
+    RematFusion,
+    /// Its schedule, recomputations deferred; only after remat placed a checkpoint.
+    RematSchedule,
+    /// Its sibling sums; only after remat placed a checkpoint.
+    RematSiblings,
+    /// The static memory plan (`memplan.rs`).
+    Memplan,
+}
+
+/// Every step, in the order it runs.
+pub const STEPS: [Step; 14] = [
+    Step::Lower,
+    Step::Cast,
+    Step::Autodiff,
+    Step::Optimizer,
+    Step::Distribute,
+    Step::Views,
+    Step::Fusion,
+    Step::Schedule,
+    Step::Siblings,
+    Step::Remat,
+    Step::RematFusion,
+    Step::RematSchedule,
+    Step::RematSiblings,
+    Step::Memplan,
+];
+
+impl Step {
+    /// The step's name, as `cvc emit --ir --after NAME` and the trace hook spell it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Step::Lower => "lower",
+            Step::Cast => "cast",
+            Step::Autodiff => "autodiff",
+            Step::Optimizer => "optimizer",
+            Step::Distribute => "distribute",
+            Step::Views => "views",
+            Step::Fusion => "fusion",
+            Step::Schedule => "schedule",
+            Step::Siblings => "siblings",
+            Step::Remat => "remat",
+            Step::RematFusion => "remat.fusion",
+            Step::RematSchedule => "remat.schedule",
+            Step::RematSiblings => "remat.siblings",
+            Step::Memplan => "memplan",
+        }
+    }
+
+    /// The step called `name`, if there is one.
+    pub fn from_name(name: &str) -> Option<Step> {
+        STEPS.into_iter().find(|s| s.name() == name)
+    }
+}
+
+/// The names of the steps, in the order they run (from [`STEPS`]).
+pub const PASSES: [&str; STEPS.len()] = {
+    let mut names = [""; STEPS.len()];
+    let mut i = 0;
+    while i < STEPS.len() {
+        names[i] = STEPS[i].name();
+        i += 1;
+    }
+    names
+};
 
 /// What to compile for.
 #[derive(Clone, Debug, PartialEq)]
@@ -36,7 +127,7 @@ impl Default for Options {
 }
 
 /// Compiles a lowered graph into a [`Program`].
-pub fn compile(graph: Graph, opts: &Options) -> Result<Program, String> {
+pub fn compile(graph: Graph, opts: &Options) -> CompileResult<Program> {
     compile_traced(graph, opts, &mut |_, _| {})
 }
 
@@ -44,92 +135,176 @@ pub fn compile(graph: Graph, opts: &Options) -> Result<Program, String> {
 /// beyond it no plan is meaningful, and the planner's byte arithmetic stays far from overflow.
 pub const MAX_PROGRAM_BYTES: u64 = 1 << 50;
 
-/// Checks that the values of `g` at batch `batch` take at most [`MAX_PROGRAM_BYTES`] together.
-pub fn check_size(g: &Graph, batch: usize) -> Result<(), String> {
+/// Checks that the values of `g` at batch `batch` take at most [`MAX_PROGRAM_BYTES`] together;
+/// a user error pointing at the first value past the limit otherwise.
+pub fn check_size(g: &Graph, batch: usize) -> CompileResult<()> {
     // The first value past the limit, or `None` when all fit.
     let over = |batch: usize| {
         let mut total: u64 = 0;
-        for (_, n) in g.nodes.iter() {
+        for (h, n) in g.nodes.iter() {
             let bytes = n.ty.checked_bytes(batch).and_then(|b| u64::try_from(b).ok());
             match bytes.and_then(|b| total.checked_add(b)) {
                 Some(t) if t <= MAX_PROGRAM_BYTES => total = t,
-                _ => return Some(&n.ty),
+                _ => return Some(h),
             }
         }
         None
     };
-    let Some(ty) = over(batch) else { return Ok(()) };
+    let Some(at) = over(batch) else { return Ok(()) };
     let limit = MAX_PROGRAM_BYTES >> 40;
-    Err(match over(1) {
-        Some(ty1) => format!(
-            "the values of model `{}` need more than {limit} TiB together even at batch 1 \
-             (one of them is {ty1}): make the layers smaller",
-            g.name
+    let (v, message) = match over(1) {
+        Some(v1) => (
+            v1,
+            format!(
+                "the values of model `{}` need more than {limit} TiB together even at batch 1 \
+                 (one of them is {}): make the layers smaller",
+                g.name,
+                g.ty(v1)
+            ),
         ),
-        None => format!(
-            "at batch {batch} the values of model `{}` need more than {limit} TiB together \
-             (one of them is {ty}): lower --batch",
-            g.name
+        None => (
+            at,
+            format!(
+                "at batch {batch} the values of model `{}` need more than {limit} TiB together \
+                 (one of them is {}): lower --batch",
+                g.name,
+                g.ty(at)
+            ),
         ),
+    };
+    let span = g.span(v);
+    Err(if span.end > span.start {
+        CompileError::user_at(span, message)
+    } else {
+        CompileError::user(message)
     })
 }
 
-fn check(pass: &str, g: &Graph) -> Result<(), String> {
+/// The IR verifier, in debug builds: a failure is a compiler bug.
+fn verify_after(step: Step, g: &Graph) -> CompileResult<()> {
     if cfg!(debug_assertions) {
-        crate::ir::verify::verify(g).map_err(|e| format!("internal error: invalid IR after {pass}: {e}"))?;
+        crate::ir::verify::verify(g)
+            .map_err(|e| CompileError::internal(format!("invalid IR after {}: {e}", step.name())))?;
     }
     Ok(())
 }
 
-/// Compiles like [`compile`], calling `trace(pass, graph)` after every pass with the IR as
-/// that pass left it.
+/// What the steps have made so far.
+struct State {
+    graph: Graph,
+    facts: PipelineFacts,
+    fused: Option<Fusion>,
+    order: Option<Vec<GroupId>>,
+    /// Recomputed values remat placed (`None`: it placed none, and the re-plan steps skip).
+    checkpoints: Option<Vec<Value>>,
+    plan: Option<ArenaPlan>,
+}
+
+impl State {
+    fn fused(&self, step: Step) -> CompileResult<&Fusion> {
+        self.fused
+            .as_ref()
+            .ok_or_else(|| CompileError::internal(format!("{} ran before fusion", step.name())))
+    }
+
+    fn order(&mut self, step: Step) -> CompileResult<Vec<GroupId>> {
+        self.order
+            .take()
+            .ok_or_else(|| CompileError::internal(format!("{} ran before schedule", step.name())))
+    }
+
+    /// The groups that write a recomputed value (the ones a schedule defers).
+    fn deferred(&self, step: Step) -> CompileResult<Vec<GroupId>> {
+        let f = self.fused(step)?;
+        Ok(self.checkpoints.as_deref().map(|c| schedule::groups_writing(f, c)).unwrap_or_default())
+    }
+}
+
+/// Runs `step`; `Ok(false)` when it does not apply to this graph or these options.
+fn run_step(step: Step, s: &mut State, opts: &Options) -> CompileResult<bool> {
+    let train = s.graph.mode == Mode::Train;
+    match step {
+        Step::Lower => {}
+        Step::Cast => s.facts.casts = cast::run(&mut s.graph)?,
+        Step::Autodiff | Step::Optimizer if !train => return Ok(false),
+        Step::Autodiff => s.facts.grads = autodiff::run(&mut s.graph)?.grads,
+        Step::Optimizer => {
+            optimizer::run(&mut s.graph, &s.facts.grads, &opts.optimizer)?;
+        }
+        Step::Distribute => {
+            let map = distribute::run(&mut s.graph, &s.facts.kept())?;
+            s.facts.remap(&map)?;
+        }
+        Step::Views if !opts.fuse => return Ok(false),
+        Step::Views => {
+            let map = views::run(&mut s.graph, &s.facts.kept())?;
+            s.facts.remap(&map)?;
+        }
+        Step::Fusion => s.fused = Some(fusion::run(&s.graph, opts.fuse, &mut s.facts)?),
+        Step::Schedule => s.order = Some(schedule::run(&s.graph, s.fused(step)?, opts.batch)?),
+        Step::Siblings | Step::RematSiblings => {
+            if step == Step::RematSiblings && s.checkpoints.is_none() {
+                return Ok(false);
+            }
+            let deferred = s.deferred(step)?;
+            let order = s.order(step)?;
+            s.order = Some(siblings::run(&s.graph, s.fused(step)?, opts.batch, &deferred, order)?);
+        }
+        Step::Remat => {
+            let order = s.order(step)?;
+            let fused = s.fused(step)?.clone();
+            s.checkpoints = remat::run(&mut s.graph, &fused, &order, opts, &mut s.facts)?;
+            s.order = Some(order);
+        }
+        Step::RematFusion | Step::RematSchedule if s.checkpoints.is_none() => return Ok(false),
+        // The new graph's partition: the same as remat measured its trials with (no view
+        // step and no new facts: the checkpoint only cloned nodes that were already there).
+        Step::RematFusion => s.fused = Some(fusion::partition(&s.graph, opts.fuse, &s.facts.kept())),
+        Step::RematSchedule => {
+            let deferred = s.deferred(step)?;
+            s.order = Some(schedule::order_with(&s.graph, s.fused(step)?, opts.batch, &deferred)?);
+        }
+        Step::Memplan => {
+            let order =
+                s.order.as_deref().ok_or_else(|| CompileError::internal("memplan ran before schedule"))?;
+            // Parameter gradients stay in memory to the step's end, so the runtime can report them.
+            s.plan =
+                Some(memplan::plan_keeping(&s.graph, s.fused(step)?, order, opts.batch, &s.facts.kept()));
+        }
+    }
+    Ok(true)
+}
+
+/// Compiles like [`compile`], calling `trace(step, graph)` after every step that runs with the
+/// IR as that step left it (`step` is one of [`PASSES`]).
 pub fn compile_traced(
-    mut graph: Graph,
+    graph: Graph,
     opts: &Options,
     trace: &mut dyn FnMut(&str, &Graph),
-) -> Result<Program, String> {
+) -> CompileResult<Program> {
     if opts.batch == 0 {
-        return Err("the batch size must be at least 1".into());
+        return Err(CompileError::user("the batch size must be at least 1"));
     }
-    let batch = opts.batch;
-    let mut facts = PipelineFacts::default();
-    let mut done = |pass: &str, g: &Graph, facts: &mut PipelineFacts| -> Result<(), String> {
-        check(pass, g)?;
-        check_size(g, batch)?;
-        facts.passes.push(pass.to_string());
-        trace(pass, g);
-        Ok(())
+    let mut s = State {
+        graph,
+        facts: PipelineFacts::default(),
+        fused: None,
+        order: None,
+        checkpoints: None,
+        plan: None,
     };
-    done("lower", &graph, &mut facts)?;
-
-    facts.casts = cast::run(&mut graph)?;
-    done("cast", &graph, &mut facts)?;
-
-    if graph.mode == Mode::Train {
-        let ad = autodiff::run(&mut graph)?;
-        facts.grads = ad.grads;
-        done("autodiff", &graph, &mut facts)?;
-        optimizer::run(&mut graph, &facts.grads, &opts.optimizer)?;
-        done("optimizer", &graph, &mut facts)?;
+    for step in STEPS {
+        if !run_step(step, &mut s, opts)? {
+            continue;
+        }
+        verify_after(step, &s.graph)?;
+        check_size(&s.graph, opts.batch)?;
+        s.facts.passes.push(step.name().to_string());
+        trace(step.name(), &s.graph);
     }
-
-    let map = distribute::run(&mut graph)?;
-    super::remat::remap(&mut facts, &map);
-    done("distribute", &graph, &mut facts)?;
-
-    let mut fused: Fusion = fusion::run(&mut graph, opts.fuse, &mut facts)?;
-    done("fusion", &graph, &mut facts)?;
-
-    let mut order = schedule::run(&graph, &fused, opts.batch)?;
-    done("schedule", &graph, &mut facts)?;
-
-    remat::run(&mut graph, &mut fused, &mut order, opts, &mut facts)?;
-    done("remat", &graph, &mut facts)?;
-
-    // Parameter gradients stay in memory to the step's end, so the runtime can report them.
-    let keep: Vec<Value> = facts.grads.iter().map(|&(_, d)| d).collect();
-    let plan = memplan::plan_keeping(&graph, &fused, &order, opts.batch, &keep);
-    done("memplan", &graph, &mut facts)?;
-
-    Ok(Program { graph, groups: fused.groups, order, plan, facts })
+    let missing = |what: &str| CompileError::internal(format!("the pipeline made no {what}"));
+    let fused = s.fused.ok_or_else(|| missing("kernel partition"))?;
+    let order = s.order.ok_or_else(|| missing("schedule"))?;
+    let plan = s.plan.ok_or_else(|| missing("memory plan"))?;
+    Ok(Program { graph: s.graph, groups: fused.groups, order, plan, facts: s.facts })
 }

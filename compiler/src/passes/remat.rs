@@ -6,52 +6,55 @@
 //! the largest stored contraction output that the backward pass reads, clones the
 //! contraction right before its first backward reader, and keeps the clone when the arena
 //! shrinks. The schedule runs a clone only when a reader needs it, so the original dies
-//! after the forward pass.
+//! after the forward pass. Each trial is measured with a fresh partition, schedule and memory
+//! plan; after the pass, the pipeline runs those as steps of their own (`remat.fusion`,
+//! `remat.schedule`, `remat.siblings`) on the graph with the checkpoints kept.
 
 use super::fusion::{self, Fusion, GroupId};
 use super::pipeline::Options;
-use super::rewrite::{eliminate_dead_mapped, Rewriter};
-use super::{memplan, schedule, PipelineFacts};
+use super::rewrite::{eliminate_dead, Rewriter, ValueMap};
+use super::{memplan, schedule, siblings, PipelineFacts};
 use crate::ir::*;
 
 /// Most checkpoints tried before giving up on a budget.
 const MAX_TRIES: usize = 32;
 
 /// Checkpoints contractions until the plan fits `opts.memory_budget` (when there is one and
-/// the graph trains); records each recomputation in `facts.recomputed`. A plan that still
-/// does not fit is left for the caller to report.
+/// the graph trains), measuring each trial with the same partition, schedule and memory plan
+/// the pipeline runs afterwards; records each recomputation in `facts.recomputed`. Returns
+/// the recomputed values (in the rewritten graph) when it placed a checkpoint, so the
+/// pipeline re-partitions and re-schedules the new graph with them deferred; `None` when the
+/// graph is unchanged. A plan that still does not fit is left for the caller to report.
 pub fn run(
     g: &mut Graph,
-    fused: &mut Fusion,
-    order: &mut Vec<GroupId>,
+    fused: &Fusion,
+    order: &[GroupId],
     opts: &Options,
     facts: &mut PipelineFacts,
-) -> Result<(), String> {
-    let Some(budget) = opts.memory_budget else { return Ok(()) };
+) -> Result<Option<Vec<Value>>, String> {
+    let Some(budget) = opts.memory_budget else { return Ok(None) };
     if g.mode != Mode::Train {
-        return Ok(());
+        return Ok(None);
     }
     let mut deferred: Vec<Value> = Vec::new();
-    let keep = |f: &PipelineFacts| -> Vec<Value> { f.grads.iter().map(|&(_, d)| d).collect() };
-    let mut arena = memplan::plan_keeping(g, fused, order, opts.batch, &keep(facts)).arena_bytes;
+    let mut placed = false;
+    let mut fused = fused.clone();
+    let mut arena = memplan::plan_keeping(g, &fused, order, opts.batch, &facts.kept()).arena_bytes;
     let mut tried: Vec<String> = Vec::new();
     for _ in 0..MAX_TRIES {
         if arena as u64 <= budget {
             break;
         }
-        let Some(v) = candidate(g, fused, opts.batch, &tried) else { break };
+        let Some(v) = candidate(g, &fused, opts.batch, &tried) else { break };
         tried.push(g.node(v).origin.label.clone() + &v.to_string());
-        let Some((ng, map, clone)) = checkpoint(g, v)? else { continue };
+        let Some((ng, map, clone)) = checkpoint(g, v, &facts.kept())? else { continue };
         let mut trial = facts.clone();
-        remap(&mut trial, &map);
-        let nf = if opts.fuse { fusion::fuse_keeping(&ng, &keep(&trial)) } else { fusion::unfused(&ng) };
-        let mut defer_now: Vec<Value> = deferred.iter().filter_map(|d| map[d.index()]).collect();
+        trial.remap(&map)?;
+        // An earlier clone that this rewrite removed no longer exists, so nothing waits for it.
+        let mut defer_now: Vec<Value> = deferred.iter().filter_map(|&d| map.lookup(d)).collect();
         defer_now.push(clone);
-        let groups: Vec<GroupId> = (0..nf.groups.len())
-            .filter(|&i| nf.groups[i].outputs.iter().any(|o| defer_now.contains(o)))
-            .collect();
-        let no = schedule::order_with(&ng, &nf, opts.batch, &groups)?;
-        let na = memplan::plan_keeping(&ng, &nf, &no, opts.batch, &keep(&trial)).arena_bytes;
+        let (nf, no) = replan(&ng, opts, &trial.kept(), &defer_now)?;
+        let na = memplan::plan_keeping(&ng, &nf, &no, opts.batch, &trial.kept()).arena_bytes;
         if na < arena {
             let what = format!(
                 "{} {} recomputed in the backward pass (checkpoint for the memory budget)",
@@ -62,12 +65,27 @@ pub fn run(
             facts.recomputed.push((clone, what));
             deferred = defer_now;
             *g = ng;
-            *fused = nf;
-            *order = no;
+            fused = nf;
             arena = na;
+            placed = true;
         }
     }
-    Ok(())
+    Ok(placed.then_some(deferred))
+}
+
+/// The partition and schedule of a checkpointed graph: the pipeline's `remat.fusion`,
+/// `remat.schedule` and `remat.siblings` steps, which run exactly this after [`run`].
+fn replan(
+    g: &Graph,
+    opts: &Options,
+    keep: &[Value],
+    deferred: &[Value],
+) -> Result<(Fusion, Vec<GroupId>), String> {
+    let f = fusion::partition(g, opts.fuse, keep);
+    let groups = schedule::groups_writing(&f, deferred);
+    let order = schedule::order_with(g, &f, opts.batch, &groups)?;
+    let order = siblings::run(g, &f, opts.batch, &groups, order)?;
+    Ok((f, order))
 }
 
 /// The largest stored forward contraction output read by the backward pass, not tried yet.
@@ -125,31 +143,37 @@ struct Checkpoint<'a, 'g> {
 
 impl Checkpoint<'_, '_> {
     /// The recomputed copy of `x` (`v` or a node of its chain), emitted on first use.
-    fn ensure(&mut self, x: Value) -> Value {
+    fn ensure(&mut self, x: Value) -> Result<Value, String> {
         if let Some(c) = self.clones[x.index()] {
-            return c;
+            return Ok(c);
         }
         let g = self.rw.old;
         let n = g.node(x);
-        let inputs: Vec<Value> = n
-            .inputs
-            .iter()
-            .map(|&i| if i == self.v || self.chain[i.index()] { self.ensure(i) } else { self.rw.mapped(i) })
-            .collect();
+        let inputs = self.operands(n)?;
         let origin = Origin { role: Role::Backward, label: format!("recompute({})", n.origin.label) };
         let c = self.rw.push(Node { op: n.op.clone(), inputs, ty: n.ty.clone(), origin }, g.span(x));
         self.clones[x.index()] = Some(c);
-        c
+        Ok(c)
+    }
+
+    /// The operands of `n` in the new graph: recomputed copies of `v` and its chain, the
+    /// mapped values of everything else.
+    fn operands(&mut self, n: &Node) -> Result<Vec<Value>, String> {
+        n.inputs
+            .iter()
+            .map(|&i| if i == self.v || self.chain[i.index()] { self.ensure(i) } else { self.rw.mapped(i) })
+            .collect()
     }
 }
 
 /// A checkpointed graph, the old→new value map, and the recomputed value.
-pub type Checkpointed = (Graph, Vec<Option<Value>>, Value);
+pub type Checkpointed = (Graph, ValueMap, Value);
 
 /// A copy of `g` where the backward pass recomputes `v` (and the forward elementwise values
 /// it reads from `v`) right before it needs them, instead of reading the stored ones.
-/// Returns the graph, the old→new value map and the recomputed `v`.
-pub fn checkpoint(g: &Graph, v: Value) -> Result<Option<Checkpointed>, String> {
+/// Returns the graph, the old→new value map and the recomputed `v`; the values in `keep`
+/// (parameter gradients) survive the clean-up.
+pub fn checkpoint(g: &Graph, v: Value, keep: &[Value]) -> Result<Option<Checkpointed>, String> {
     let users = g.users();
     let (chain, readers) = backward_readers(g, &users, v);
     if readers.is_empty() {
@@ -160,38 +184,20 @@ pub fn checkpoint(g: &Graph, v: Value) -> Result<Option<Checkpointed>, String> {
     for h in g.nodes.handles() {
         if readers.binary_search(&h).is_ok() {
             let n = g.node(h);
-            let inputs: Vec<Value> = n
-                .inputs
-                .iter()
-                .map(|&i| if i == v || cp.chain[i.index()] { cp.ensure(i) } else { cp.rw.mapped(i) })
-                .collect();
+            let inputs = cp.operands(n)?;
             let node = Node { op: n.op.clone(), inputs, ty: n.ty.clone(), origin: n.origin.clone() };
             let nv = cp.rw.push(node, g.span(h));
-            cp.rw.map[h.index()] = Some(nv);
+            cp.rw.map.set(h, nv);
         } else {
-            cp.rw.copy(h);
+            cp.rw.copy(h)?;
         }
     }
-    let clone = cp.clones[v.index()].expect("a backward reader recomputed v");
-    let first_map = rw.map.clone();
+    let clone =
+        cp.clones[v.index()].ok_or_else(|| format!("checkpoint: no backward reader recomputed {v}"))?;
+    let (rewritten, first) = rw.finish()?;
     // Forward values that only the backward pass read are now dead.
-    let (graph, dce) = eliminate_dead_mapped(&rw.finish());
-    let map = first_map.iter().map(|m| m.and_then(|x| dce[x.index()])).collect();
-    let clone = dce[clone.index()].expect("the clone is read");
-    Ok(Some((graph, map, clone)))
-}
-
-/// Rewrites the values recorded in `facts` through an old→new map.
-pub fn remap(facts: &mut PipelineFacts, map: &[Option<Value>]) {
-    let m = |v: Value| map.get(v.index()).copied().flatten().unwrap_or(v);
-    for (p, d) in &mut facts.grads {
-        *p = m(*p);
-        *d = m(*d);
-    }
-    for c in &mut facts.casts {
-        c.value = m(c.value);
-    }
-    for (v, _) in &mut facts.recomputed {
-        *v = m(*v);
-    }
+    let keep: Vec<Value> = keep.iter().map(|&k| first.get(k)).collect::<Result<_, _>>()?;
+    let (graph, dce) = eliminate_dead(&rewritten, &keep)?;
+    let clone = dce.get(clone).map_err(|e| format!("checkpoint: the recomputed {v}: {e}"))?;
+    Ok(Some((graph, first.then(&dce), clone)))
 }

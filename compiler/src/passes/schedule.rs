@@ -5,12 +5,11 @@
 //! gradient is ready, and the gradient dies), ties broken by the fusion order. Groups marked
 //! as recomputations run only when a reader needs them. Besides data dependencies, every
 //! group that reads a parameter or state buffer runs before the `Assign` that overwrites it.
-//! Last, [`siblings::gather`] moves sums over the same data next to each other, so a back end
-//! can compute them in one pass.
+//! The pipeline's next step, `siblings` ([`super::siblings::run`]), moves sums over the same
+//! data next to each other, so a back end can compute them in one pass.
 
 use super::fusion::{Fusion, GroupId, GroupKind};
 use super::memplan::{align, storage_root};
-use super::siblings;
 use crate::ir::*;
 
 /// The groups each group must wait for: producers of its inputs, and, for a group holding an
@@ -79,6 +78,13 @@ pub fn run(g: &Graph, fusion: &Fusion, batch: usize) -> Result<Vec<GroupId>, Str
     order_with(g, fusion, batch, &[])
 }
 
+/// The groups that write one of `values` (the recomputations a schedule defers).
+pub fn groups_writing(fusion: &Fusion, values: &[Value]) -> Vec<GroupId> {
+    (0..fusion.groups.len())
+        .filter(|&i| fusion.groups[i].outputs.iter().any(|o| values.contains(o)))
+        .collect()
+}
+
 /// Like [`run`], with the groups in `deferred` (recomputations) run as late as possible.
 pub fn order_with(
     g: &Graph,
@@ -95,10 +101,7 @@ pub fn order_with(
         }
     }
     let mut waiting: Vec<usize> = deps.iter().map(|d| d.len()).collect();
-    let mut is_deferred = vec![false; n];
-    for &d in deferred {
-        is_deferred[d] = true;
-    }
+    let is_deferred = deferred_flags(n, deferred);
 
     // Remaining readers of each buffer (storage root), by group.
     let mut pinned = vec![false; g.nodes.len()];
@@ -162,8 +165,8 @@ pub fn order_with(
             .filter(|(_, &gi)| wanted(gi, &done))
             .max_by_key(|(_, &gi)| (score(gi), std::cmp::Reverse(gi)))
             .or_else(|| ready.iter().enumerate().min_by_key(|(_, &gi)| gi))
-            .map(|(i, _)| i)
-            .expect("ready is not empty");
+            .map(|(i, _)| i);
+        let Some(pick) = pick else { break };
         let gi = ready.swap_remove(pick);
         done[gi] = true;
         order.push(gi);
@@ -183,5 +186,16 @@ pub fn order_with(
             order.len()
         ));
     }
-    Ok(siblings::gather(g, fusion, batch, &deps, &is_deferred, order))
+    Ok(order)
+}
+
+/// `flags[gi]`: whether group `gi` is one of `deferred`.
+pub fn deferred_flags(groups: usize, deferred: &[GroupId]) -> Vec<bool> {
+    let mut flags = vec![false; groups];
+    for &d in deferred {
+        if let Some(f) = flags.get_mut(d) {
+            *f = true;
+        }
+    }
+    flags
 }

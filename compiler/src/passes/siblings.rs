@@ -1,6 +1,6 @@
-//! Sibling reductions side by side: the last step of scheduling moves sums over the same
-//! domain and axes next to each other, so a back end can compute them in one pass over the
-//! data.
+//! Sibling reductions side by side: the pipeline step after scheduling moves sums over the
+//! same domain and axes next to each other, so a back end can compute them in one pass over
+//! the data.
 //!
 //! Batch normalisation is the case that matters: its statistics (the mean of the real and of
 //! the imaginary part, then their variances) and, in the backward pass, the sums of the
@@ -16,6 +16,7 @@
 //! depends on ([`super::schedule::validate`] checks this in the tests).
 
 use super::fusion::{Fusion, GroupId, GroupKind};
+use super::schedule;
 use crate::ir::*;
 
 /// How far ahead (in groups) a sibling is looked for.
@@ -38,6 +39,25 @@ fn sum_key<'a>(g: &'a Graph, fusion: &'a Fusion, gi: GroupId) -> Option<(&'a Sha
 fn small(g: &Graph, fusion: &Fusion, gi: GroupId, batch: usize) -> bool {
     let k = &fusion.groups[gi];
     k.kind == GroupKind::View || k.outputs.iter().all(|&o| g.ty(o).bytes(batch) <= SMALL)
+}
+
+/// The siblings step: [`gather`] over the schedule `order` of `fusion`, where the groups in
+/// `deferred` (recomputations) stay where the schedule put them. The result is checked to be
+/// a valid schedule.
+pub fn run(
+    g: &Graph,
+    fusion: &Fusion,
+    batch: usize,
+    deferred: &[GroupId],
+    order: Vec<GroupId>,
+) -> Result<Vec<GroupId>, String> {
+    let deps = schedule::dependencies(g, fusion);
+    let flags = schedule::deferred_flags(fusion.groups.len(), deferred);
+    let order = gather(g, fusion, batch, &deps, &flags, order);
+    if cfg!(debug_assertions) {
+        schedule::validate(g, fusion, &order).map_err(|e| format!("siblings broke the schedule: {e}"))?;
+    }
+    Ok(order)
 }
 
 /// Reorders `order` so that sibling sums (same domain, same axes) follow each other where the

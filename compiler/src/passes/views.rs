@@ -1,4 +1,4 @@
-//! View canonicalisation, run by the fusion pass before partitioning: moves reshapes and
+//! View canonicalisation, the pipeline step before fusion's partitioning: moves reshapes and
 //! materialised broadcasts (`Expand`) out of elementwise chains so the chains fuse into
 //! their consumers instead of being stored.
 //!
@@ -14,7 +14,7 @@
 //! Every rewrite is an identity on values: elementwise ops commute with broadcasting and
 //! with reshapes that keep the row-major element order.
 
-use super::rewrite::{eliminate_dead, Rewriter};
+use super::rewrite::{eliminate_dead, Rewriter, ValueMap};
 use crate::ir::*;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -127,7 +127,7 @@ impl<'a> Canon<'a> {
 
     /// The new value standing for old `v`, emitting a pending broadcast/reshape if needed.
     fn value(&mut self, v: Value) -> Result<Value, String> {
-        let Some(p) = self.pending[v.index()].clone() else { return Ok(self.rw.mapped(v)) };
+        let Some(p) = self.pending[v.index()].clone() else { return self.rw.mapped(v) };
         if let Some(m) = p.materialised {
             return Ok(m);
         }
@@ -139,8 +139,10 @@ impl<'a> Canon<'a> {
             let s = self.old().ty(v).shape.clone();
             x = self.rw.emit(Op::Reshape, vec![x], v, Some(&s))?;
         }
-        self.pending[v.index()].as_mut().expect("pending").materialised = Some(x);
-        self.rw.map[v.index()] = Some(x);
+        if let Some(p) = self.pending[v.index()].as_mut() {
+            p.materialised = Some(x);
+        }
+        self.rw.map.set(v, x);
         Ok(x)
     }
 
@@ -221,7 +223,7 @@ impl<'a> Canon<'a> {
         for &i in &self.old().node(v).inputs {
             self.value(i)?;
         }
-        self.rw.copy(v);
+        self.rw.copy(v)?;
         Ok(())
     }
 
@@ -257,7 +259,7 @@ impl<'a> Canon<'a> {
                     let from = &g.ty(x).shape;
                     if let Some(groups) = axis_groups(from, &n.ty.shape) {
                         if let Some(h) = self.hoist(x, from, &n.ty.shape, &groups)? {
-                            self.rw.map[v.index()] = Some(h);
+                            self.rw.map.set(v, h);
                             return Ok(());
                         }
                     }
@@ -268,7 +270,7 @@ impl<'a> Canon<'a> {
         }
         let has_pending = n.inputs.iter().any(|i| self.pending[i.index()].is_some());
         if !has_pending {
-            self.rw.copy(v);
+            self.rw.copy(v)?;
             return Ok(());
         }
         if is_elementwise_node(n) {
@@ -276,8 +278,8 @@ impl<'a> Canon<'a> {
                 return Ok(());
             }
         } else if let Op::Reduce { op, axes } = &n.op {
-            let p = self.pending[n.inputs[0].index()].clone().expect("pending operand");
-            if let Some(groups) = &p.groups {
+            let p = self.pending[n.inputs[0].index()].clone();
+            if let Some((p, groups)) = p.as_ref().and_then(|p| Some((p, p.groups.as_ref()?))) {
                 if let Some(ax) = map_axes(axes, groups) {
                     let mut src = p.src;
                     if self.rw.new.ty(src).shape != p.full {
@@ -285,7 +287,7 @@ impl<'a> Canon<'a> {
                     }
                     let r = self.rw.emit(Op::Reduce { op: *op, axes: ax }, vec![src], v, None)?;
                     let back = self.rw.emit(Op::Reshape, vec![r], v, Some(&n.ty.shape))?;
-                    self.rw.map[v.index()] = Some(back);
+                    self.rw.map.set(v, back);
                     return Ok(());
                 }
             }
@@ -298,23 +300,23 @@ impl<'a> Canon<'a> {
         let g = self.old();
         let n = g.node(v);
         let lead = n.inputs.iter().find_map(|&i| {
-            self.pending[i.index()].as_ref().filter(|p| p.groups.is_some()).map(|p| (i, p.clone()))
+            let p = self.pending[i.index()].as_ref()?;
+            Some((i, p.full.clone(), p.groups.clone()?))
         });
         let mut ins = Vec::with_capacity(n.inputs.len());
         let (full, groups) = match lead {
-            Some((li, lp)) => {
+            Some((li, lp_full, groups)) => {
                 let s = &n.ty.shape;
                 if g.ty(li).shape != *s {
                     return Ok(false);
                 }
-                let groups = lp.groups.clone().expect("lead has groups");
                 for &o in &n.inputs {
-                    match self.in_space(o, s, &lp.full, &groups, v)? {
+                    match self.in_space(o, s, &lp_full, &groups, v)? {
                         Some(x) => ins.push(x),
                         None => return Ok(false),
                     }
                 }
-                (lp.full, Some(groups))
+                (lp_full, Some(groups))
             }
             None => {
                 for &o in &n.inputs {
@@ -329,7 +331,7 @@ impl<'a> Canon<'a> {
         let u = self.rw.emit(n.op.clone(), ins, v, None)?;
         let ut = self.rw.new.ty(u).clone();
         if groups.is_none() && ut == n.ty {
-            self.rw.map[v.index()] = Some(u);
+            self.rw.map.set(v, u);
         } else {
             self.pending[v.index()] = Some(Pending { src: u, full, groups, materialised: None });
         }
@@ -337,9 +339,9 @@ impl<'a> Canon<'a> {
     }
 }
 
-/// Rewrites `g` as described in the module doc; the values in `keep` (and the outputs and
-/// loss) stay stored as they are. Returns the old→new value map.
-pub fn run(g: &mut Graph, keep: &[Value]) -> Result<Vec<Option<Value>>, String> {
+/// Rewrites `g` as described in the module doc; the values in `keep` (parameter gradients)
+/// and the outputs and loss stay stored as they are. Returns the old→new value map.
+pub fn run(g: &mut Graph, keep: &[Value]) -> Result<ValueMap, String> {
     let old = g.clone();
     let users = old.users();
     let mut c = Canon {
@@ -357,17 +359,11 @@ pub fn run(g: &mut Graph, keep: &[Value]) -> Result<Vec<Option<Value>>, String> 
     for r in roots {
         c.value(r)?;
     }
-    let map = c.rw.map.clone();
-    let built = c.rw.finish();
-    let kept = super::rewrite::live_nodes(&built);
-    let mut index = vec![None; built.nodes.len()];
-    let mut n = 0;
-    for (i, k) in kept.iter().enumerate() {
-        if *k {
-            index[i] = Some(Value::from_index(n));
-            n += 1;
-        }
-    }
-    *g = eliminate_dead(&built);
-    Ok(map.into_iter().map(|m| m.and_then(|v| index[v.index()])).collect())
+    let (built, map) = c.rw.finish()?;
+    // A kept value that no operation reads (the zero gradient of a parameter the loss does not
+    // use, whose broadcast the users absorbed) must survive the clean-up: it is a root too.
+    let keep: Vec<Value> = keep.iter().map(|&k| map.get(k)).collect::<Result<_, _>>()?;
+    let (clean, dce) = eliminate_dead(&built, &keep)?;
+    *g = clean;
+    Ok(map.then(&dce))
 }

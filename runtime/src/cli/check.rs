@@ -1,5 +1,6 @@
 //! `cvc check FILE [--json]`: parse and check a `.cvnn` file, print its layer table
-//! (binding/op, output shape with the symbolic batch `B`, dtype, parameters) and totals.
+//! (binding/op, output shape with the symbolic batch `B`, dtype, parameters) and totals, and
+//! its warnings (bindings and outputs that reach no loss) on stderr; warnings keep exit 0.
 
 use super::{CliError, CliResult};
 use cvc_compiler::front::{self, train, Checked, TableRow};
@@ -22,6 +23,10 @@ pub struct CheckArgs {
 pub fn run(args: &CheckArgs) -> CliResult {
     match front::check_file(&args.file, Mode::Train) {
         Ok(c) => {
+            if !c.warnings.is_empty() {
+                let color = std::io::stderr().is_terminal();
+                eprint!("{}", front::render_all(&c.file, &c.src, &c.warnings, color));
+            }
             if args.json {
                 let text = serde_json::to_string_pretty(&to_json(&c))
                     .map_err(|e| CliError::Message(e.to_string()))?;

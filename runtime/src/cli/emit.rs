@@ -2,7 +2,7 @@
 //! module's launch list.
 
 use super::plan::{load, options, print_out};
-use super::{CliError, CliResult};
+use super::{compile_failed, CliError, CliResult};
 use cvc_compiler::ir::print::print_graph;
 use cvc_compiler::passes::pipeline::{compile, compile_traced, PASSES};
 use std::path::PathBuf;
@@ -25,8 +25,8 @@ pub struct EmitArgs {
     /// geometry and arena offsets).
     #[arg(long, group = "what")]
     pub cpu: bool,
-    /// With `--ir`: the pass after which to print (lower, cast, autodiff, optimizer, fusion,
-    /// schedule, remat, memplan).
+    /// With `--ir`: the pipeline step after which to print (`lower`, `cast`, ... `memplan`:
+    /// an unknown name lists them all).
     #[arg(long, requires = "ir")]
     pub after: Option<String>,
     /// Batch size (default: the train section's batch).
@@ -62,7 +62,7 @@ pub fn run(args: &EmitArgs) -> CliResult {
                 text = Some(print_graph(g, Some(&src)));
             }
         })
-        .map_err(CliError::Message)?;
+        .map_err(|e| compile_failed(&checked, &e))?;
         let _ = program;
         return match text {
             Some(t) => {
@@ -70,18 +70,26 @@ pub fn run(args: &EmitArgs) -> CliResult {
                 Ok(())
             }
             None => {
-                let why = if args.eval {
-                    "--eval compiles inference only"
-                } else {
-                    "the model declares no `loss`, so it compiles for inference only"
+                let why = match after {
+                    "remat.fusion" | "remat.schedule" | "remat.siblings" => {
+                        "rematerialisation placed no checkpoint (it runs for a training step under a \
+                         memory budget that the plan exceeds)"
+                            .to_string()
+                    }
+                    _ => {
+                        let mode = if args.eval {
+                            "--eval compiles inference only"
+                        } else {
+                            "the model declares no `loss`, so it compiles for inference only"
+                        };
+                        format!("{mode}, without autodiff or optimizer passes")
+                    }
                 };
-                Err(CliError::Message(format!(
-                    "pass `{after}` does not run for this model: {why}, without autodiff or optimizer passes"
-                )))
+                Err(CliError::Message(format!("pass `{after}` does not run for this model: {why}")))
             }
         };
     }
-    let program = compile(checked.graph.clone(), &opts).map_err(CliError::Message)?;
+    let program = compile(checked.graph.clone(), &opts).map_err(|e| compile_failed(&checked, &e))?;
     let text = if args.cuda {
         cvc_compiler::back::cuda::emit_source(&program).map_err(CliError::Message)?
     } else if args.cpu {

@@ -36,3 +36,12 @@ impl From<String> for CliError {
 
 /// Result of a subcommand.
 pub type CliResult = Result<(), CliError>;
+
+/// Reports a compile error of `checked`'s model on stderr, against its source (a user error
+/// with a span as a labelled excerpt; an internal error says it is a bug in cvc).
+pub fn compile_failed(checked: &cvc_compiler::front::Checked, e: &cvc_compiler::CompileError) -> CliError {
+    use std::io::IsTerminal;
+    let color = std::io::stderr().is_terminal();
+    eprint!("{}", e.render(&checked.file, &checked.src, color));
+    CliError::Reported
+}

@@ -141,7 +141,8 @@ pub fn run(args: &PlanArgs) -> CliResult {
         return max_batch(&checked, budget, fuse, args.json);
     }
     let opts = options(&checked, args.batch, args.memory_budget, fuse);
-    let mut program = compile(checked.graph.clone(), &opts).map_err(CliError::Message)?;
+    let mut program =
+        compile(checked.graph.clone(), &opts).map_err(|e| super::compile_failed(&checked, &e))?;
     program.facts.set_lines(&checked.src);
     if let Some(path) = &args.timeline {
         let svg = crate::timeline::render_svg(&program, &checked.src);
@@ -169,8 +170,12 @@ pub fn run(args: &PlanArgs) -> CliResult {
 
 /// The largest batch whose plan fits `budget` (with checkpointing allowed), by doubling
 /// then bisection over plans.
-pub fn largest_batch(c: &Checked, budget: u64, fuse: bool) -> Result<Option<(usize, Program)>, String> {
-    let fits = |b: usize| -> Result<Option<Program>, String> {
+pub fn largest_batch(
+    c: &Checked,
+    budget: u64,
+    fuse: bool,
+) -> Result<Option<(usize, Program)>, cvc_compiler::CompileError> {
+    let fits = |b: usize| -> Result<Option<Program>, cvc_compiler::CompileError> {
         if cvc_compiler::passes::pipeline::check_size(&c.graph, b).is_err() {
             return Ok(None);
         }
@@ -201,9 +206,10 @@ pub fn largest_batch(c: &Checked, budget: u64, fuse: bool) -> Result<Option<(usi
 }
 
 fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool) -> CliResult {
-    match largest_batch(c, budget, fuse).map_err(CliError::Message)? {
+    match largest_batch(c, budget, fuse).map_err(|e| super::compile_failed(c, &e))? {
         None => {
-            cvc_compiler::passes::pipeline::check_size(&c.graph, 1).map_err(CliError::Message)?;
+            cvc_compiler::passes::pipeline::check_size(&c.graph, 1)
+                .map_err(|e| super::compile_failed(c, &e))?;
             Err(CliError::Message(format!(
                 "even batch 1 needs more than {} ({} of parameters and state alone)",
                 human_bytes(budget),
