@@ -15,6 +15,7 @@ pub mod front;
 pub mod interp;
 pub mod ir;
 pub mod passes;
+pub mod units;
 
 pub use diag::Diagnostic;
 pub use error::{CompileError, CompileResult};

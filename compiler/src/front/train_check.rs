@@ -62,7 +62,10 @@ fn eval(e: &Expr) -> Result<TVal, Diagnostic> {
     Ok(match &e.kind {
         ExprKind::Int(n) => TVal::Int(*n),
         ExprKind::Float(x) => TVal::Float(*x),
-        ExprKind::Size(n) => TVal::Size(*n),
+        ExprKind::Size(text) => TVal::Size(
+            crate::units::parse_bytes(text)
+                .map_err(|err| Diagnostic::error(err.to_string(), e.span, "not a byte size"))?,
+        ),
         ExprKind::Bool(b) => TVal::Bool(*b),
         ExprKind::Str(s) => TVal::Str(s.clone()),
         ExprKind::Range(a, b) => TVal::Range(*a, *b),
