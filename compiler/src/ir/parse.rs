@@ -186,7 +186,12 @@ impl<'a> Cursor<'a> {
         w.parse().or_else(|_| self.err_at(start, format!("`{w}` is not {what}")))
     }
     fn usize(&mut self) -> Res<usize> {
-        self.number("a non-negative integer")
+        let start = {
+            self.skip_ws();
+            self.pos
+        };
+        let w = self.word("a non-negative integer", |c| c.is_ascii_digit())?;
+        w.parse().or_else(|_| self.err_at(start, format!("`{w}` is too large")))
     }
     fn f64(&mut self) -> Res<f64> {
         self.number("a number")
@@ -461,6 +466,22 @@ fn tensor_type(c: &mut Cursor) -> Res<TensorType> {
     Ok(TensorType::new(dtype, Shape(dims)))
 }
 
+/// Mnemonics of the ops with bracketed attributes besides leaves and reductions.
+const WITH_ATTRS: [&str; 12] = [
+    "permute",
+    "slice",
+    "pad",
+    "concat",
+    "matmul",
+    "conv2d",
+    "conv_transpose2d",
+    "conv2d_weight_grad",
+    "fft",
+    "ifft",
+    "one_hot",
+    "dropout_mask",
+];
+
 /// The op named `mnemonic` with its bracketed attributes (as [`super::print::attrs`] writes them).
 fn op_with_attrs(c: &mut Cursor, mnemonic: &str, at: usize) -> Res<Op> {
     let geom = |c: &mut Cursor| -> Res<ConvGeom> {
@@ -524,6 +545,9 @@ fn op_with_attrs(c: &mut Cursor, mnemonic: &str, at: usize) -> Res<Op> {
         "reshape" => Op::Reshape,
         "expand" => Op::Expand,
         "assign" => Op::Assign,
+        m if !m.starts_with("reduce_") && !WITH_ATTRS.contains(&m) => {
+            return c.err_at(at, format!("unknown op `{m}`"));
+        }
         _ => {
             c.expect("[")?;
             let op = match mnemonic {
@@ -691,13 +715,13 @@ mod tests {
     }
 
     const SMALL: &str = "graph m (Train) {
-  %0 = input[x] : f32[B, 3]  ; Input x @2
-  %1 = param[w, init=Glorot { fan_in: 3, fan_out: 3 }] : c64[3]  ; Param w @3
+  %0 = input[x]() : f32[B, 3]  ; Input x @2
+  %1 = param[w, init=Glorot { fan_in: 3, fan_out: 3 }]() : c64[3]  ; Param w @3
   %2 = mul(%0, %1) : c64[B, 3]  ; Forward y/mul @4
   %3 = abs2(%2) : f32[B, 3]  ; Forward y/abs2 @4
   %4 = reduce_sum[axes=[0, 1]](%3) : f32[1, 1]  ; Forward loss
   %5 = reshape(%4) : f32[]  ; Forward loss
-  %6 = scalar[0.5*B^-1] : f32[]  ; Forward
+  %6 = scalar[0.5*B^-1]() : f32[]  ; Forward
   %7 = mul(%5, %6) : f32[]  ; Forward mean loss @7
   output y = %2
   loss = %7
@@ -717,10 +741,10 @@ mod tests {
 
     #[test]
     fn hand_numbering_and_comments_are_accepted_and_renumbered() {
-        let text = "; a comment\ngraph g (Eval) {\n\n  %10 = input[a] : f32[2]  ; Input\n  ; inside\n  %20 = neg(%10) : f32[2]  ; Forward n\n  output n = %20\n}\n";
+        let text = "; a comment\ngraph g (Eval) {\n\n  %10 = input[a]() : f32[2]  ; Input\n  ; inside\n  %20 = neg(%10) : f32[2]  ; Forward n\n  output n = %20\n}\n";
         let p = parse_graph(text).expect("parses");
         let printed = print_graph(&p.graph, None);
-        assert_eq!(printed, "graph g (Eval) {\n  %0 = input[a] : f32[2]  ; Input\n  %1 = neg(%0) : f32[2]  ; Forward n\n  output n = %1\n}\n");
+        assert_eq!(printed, "graph g (Eval) {\n  %0 = input[a]() : f32[2]  ; Input\n  %1 = neg(%0) : f32[2]  ; Forward n\n  output n = %1\n}\n");
     }
 
     fn error_of(text: &str) -> IrParseError {
@@ -729,7 +753,7 @@ mod tests {
 
     #[test]
     fn errors_name_line_and_column() {
-        let head = "graph g (Eval) {\n  %0 = input[a] : f32[2]  ; Input\n";
+        let head = "graph g (Eval) {\n  %0 = input[a]() : f32[2]  ; Input\n";
         let e = error_of(&format!("{head}  %1 = nope(%0) : f32[2]  ; Forward\n}}\n"));
         assert_eq!((e.line, e.col), (3, 8), "{e}");
         assert!(e.message.contains("unknown op `nope`"), "{e}");
@@ -737,7 +761,7 @@ mod tests {
         assert_eq!((e.line, e.col), (3, 12), "{e}");
         assert!(e.message.contains("%7 is not defined"), "{e}");
         let e = error_of(&format!("{head}  %1 = abs(%0) : c64[2]  ; Forward\n}}\n"));
-        assert_eq!((e.line, e.col), (3, 17), "{e}");
+        assert_eq!((e.line, e.col), (3, 18), "{e}");
         assert!(e.message.contains("f32[2]"), "{e}");
         let e = error_of(&format!("{head}  %1 = add(%0) : f32[2]  ; Forward\n}}\n"));
         assert!(e.message.contains("takes 2 operands"), "{e}");
@@ -758,7 +782,7 @@ mod tests {
         assert!(e.message.contains("after the closing"), "{e}");
         // A read of an assign's result is caught by the verifier, at the reader's line.
         let e = error_of(
-            "graph g (Train) {\n  %0 = param[w, init=Zeros] : f32[2]  ; Param\n  %1 = input[a] : f32[2]  ; Input\n  %2 = assign(%0, %1) : f32[2]  ; Update\n  %3 = neg(%2) : f32[2]  ; Update\n}\n",
+            "graph g (Train) {\n  %0 = param[w, init=Zeros]() : f32[2]  ; Param\n  %1 = input[a]() : f32[2]  ; Input\n  %2 = assign(%0, %1) : f32[2]  ; Update\n  %3 = neg(%2) : f32[2]  ; Update\n}\n",
         );
         assert_eq!(e.line, 5, "{e}");
         assert!(e.message.contains("assign"), "{e}");
@@ -767,8 +791,8 @@ mod tests {
     #[test]
     fn every_attribute_form_reads_back() {
         let text = "graph a (Train) {
-  %0 = input[x] : c64[B, 2, 8, 8]  ; Input x
-  %1 = param[k, init=He { fan_in: 18 }] : c64[4, 2, 3, 3]  ; Param k
+  %0 = input[x]() : c64[B, 2, 8, 8]  ; Input x
+  %1 = param[k, init=He { fan_in: 18 }]() : c64[4, 2, 3, 3]  ; Param k
   %2 = conv2d[stride=[1, 1], pad=[1, 1], dilation=[1, 1], groups=1, conj=[false, false]](%0, %1) : c64[B, 4, 8, 8]  ; Forward c
   %3 = conv_transpose2d[stride=[1, 1], pad=[1, 1], dilation=[1, 1], groups=1, out=[8, 8], conj=[false, true]](%2, %1) : c64[B, 2, 8, 8]  ; Backward
   %4 = conv2d_weight_grad[stride=[1, 1], pad=[1, 1], dilation=[1, 1], groups=1, kernel=[3, 3], conj=[true, false]](%0, %2) : c64[4, 2, 3, 3]  ; Backward
@@ -779,16 +803,16 @@ mod tests {
   %9 = pad[axis=3, 1, 1](%8) : c64[B, 8, 8, 4]  ; Forward
   %10 = concat[axis=3](%9, %7) : c64[B, 8, 8, 8]  ; Forward
   %11 = reduce_maxmag[axes=[3]](%10) : c64[B, 8, 8, 1]  ; Forward
-  %12 = state[step, init=Zeros] : i32[]  ; State
+  %12 = state[step, init=Zeros]() : i32[]  ; State
   %13 = dropout_mask[p=0.25, salt=7](%12) : f32[B, 8, 8, 1]  ; Forward
-  %14 = param[m, init=Uniform { bound: 0.125 }] : f32[8, 8]  ; Param
-  %15 = param[n, init=Rayleigh { fan_in: 8, fan_out: 8 }] : c64[8, 8]  ; Param
+  %14 = param[m, init=Uniform { bound: 0.125 }]() : f32[8, 8]  ; Param
+  %15 = param[n, init=Rayleigh { fan_in: 8, fan_out: 8 }]() : c64[8, 8]  ; Param
   %16 = matmul[trans=[true, false], conj=[false, true]](%14, %15) : c64[8, 8]  ; Forward
-  %17 = state[s, init=Constant(-1.5)] : f32[]  ; State
-  %18 = state[o, init=Ones] : f32[]  ; State
-  %19 = input[labels] : i32[B]  ; Input
+  %17 = state[s, init=Constant(-1.5)]() : f32[]  ; State
+  %18 = state[o, init=Ones]() : f32[]  ; State
+  %19 = input[labels]() : i32[B]  ; Input
   %20 = one_hot[classes=10](%19) : f32[B, 10]  ; Forward
-  %21 = scalar[-0.0001] : f32[]  ; Forward
+  %21 = scalar[-0.0001]() : f32[]  ; Forward
   %22 = select(%13, %11, %11) : c64[B, 8, 8, 1]  ; Forward
   %23 = expand(%17) : f32[B, 10]  ; Forward
   %24 = assign(%17, %21) : f32[]  ; Update
