@@ -30,6 +30,8 @@ pub struct ParsedGraph {
     pub graph: Graph,
     /// Text of blank lines, as many as the largest `@LINE`: node spans index it.
     pub source: String,
+    /// The value each written `%ID` names (hand-written text may number values freely).
+    pub ids: HashMap<usize, Value>,
 }
 
 /// A parse error at a 1-based line and column of the IR text.
@@ -62,6 +64,7 @@ const UNARY: [UnaryOp; 22] = {
 
 /// Position of `u` in [`UNARY`]: an exhaustive match, so a new variant fails to compile here
 /// until the table lists it.
+#[cfg(test)]
 fn unary_slot(u: UnaryOp) -> usize {
     use UnaryOp::*;
     match u {
@@ -97,6 +100,7 @@ const BINARY: [BinaryOp; 8] = {
 };
 
 /// Position of `b` in [`BINARY`] (exhaustive, as [`unary_slot`]).
+#[cfg(test)]
 fn binary_slot(b: BinaryOp) -> usize {
     use BinaryOp::*;
     match b {
@@ -114,6 +118,7 @@ fn binary_slot(b: BinaryOp) -> usize {
 /// Every reduction kind (see [`reduce_slot`]).
 const REDUCE: [ReduceOp; 3] = [ReduceOp::Sum, ReduceOp::Max, ReduceOp::MaxMag];
 
+#[cfg(test)]
 fn reduce_slot(r: ReduceOp) -> usize {
     match r {
         ReduceOp::Sum => 0,
@@ -418,7 +423,7 @@ impl GraphText {
             let line = node.and_then(|n| self.lines.get(n).copied()).unwrap_or(1);
             return Err(IrParseError { line, col: 1, message: format!("invalid IR: {e}") });
         }
-        Ok(ParsedGraph { graph: self.graph, source: "\n".repeat(self.max_line) })
+        Ok(ParsedGraph { graph: self.graph, source: "\n".repeat(self.max_line), ids: self.ids })
     }
 }
 
