@@ -86,13 +86,19 @@ pub fn parse_bytes(s: &str) -> Result<u64, ByteSizeError> {
     if unit.starts_with('e') && unit[1..].starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+') {
         return Err(ByteSizeError::Exponent(s.to_string()));
     }
-    let factor =
-        unit_factor(&unit).ok_or_else(|| ByteSizeError::UnknownUnit { input: s.to_string(), unit: unit.clone() })?;
+    let factor = unit_factor(&unit)
+        .ok_or_else(|| ByteSizeError::UnknownUnit { input: s.to_string(), unit: unit.clone() })?;
     let digits = num.replace('_', "");
     let (whole, frac) = digits.split_once('.').unwrap_or((&digits, ""));
     let all_digits = |p: &str| p.bytes().all(|b| b.is_ascii_digit());
     let dangling_dot = digits.contains('.') && frac.is_empty();
-    if whole.is_empty() || dangling_dot || !all_digits(whole) || !all_digits(frac) || num.starts_with('_') || num.ends_with('_') {
+    if whole.is_empty()
+        || dangling_dot
+        || !all_digits(whole)
+        || !all_digits(frac)
+        || num.starts_with('_')
+        || num.ends_with('_')
+    {
         return Err(bad());
     }
     let too_large = || ByteSizeError::TooLarge(s.to_string());
@@ -164,7 +170,13 @@ mod tests {
         assert_eq!(parse_bytes(""), Err(ByteSizeError::Empty));
         assert_eq!(parse_bytes("   "), Err(ByteSizeError::Empty));
         for bad in ["GiB", "-1GiB", "1..2MiB", ".5GiB", "_1", "1_", "1.GiB", "1.GiB x"] {
-            assert!(matches!(parse_bytes(bad), Err(ByteSizeError::BadNumber(_) | ByteSizeError::UnknownUnit { .. })), "{bad:?}");
+            assert!(
+                matches!(
+                    parse_bytes(bad),
+                    Err(ByteSizeError::BadNumber(_) | ByteSizeError::UnknownUnit { .. })
+                ),
+                "{bad:?}"
+            );
         }
         assert_eq!(
             parse_bytes("4XB"),
@@ -179,7 +191,10 @@ mod tests {
     #[test]
     fn overflow_is_an_error_not_a_wrap() {
         assert_eq!(parse_bytes("18446744073709551615"), Ok(u64::MAX));
-        assert_eq!(parse_bytes("18446744073709551616"), Err(ByteSizeError::TooLarge("18446744073709551616".into())));
+        assert_eq!(
+            parse_bytes("18446744073709551616"),
+            Err(ByteSizeError::TooLarge("18446744073709551616".into()))
+        );
         assert!(matches!(parse_bytes("16777216TiB"), Err(ByteSizeError::TooLarge(_))));
         assert_eq!(parse_bytes("16777215TiB"), Ok(16_777_215 << 40));
         assert!(matches!(parse_bytes("1e999GB"), Err(ByteSizeError::Exponent(_))));

@@ -63,11 +63,14 @@ fn filetests() -> Vec<PathBuf> {
 fn header(text: &str, ids: &std::collections::HashMap<usize, Value>) -> Result<Header, String> {
     let mut h = Header { batch: 4, ..Header::default() };
     let value = |s: &str| -> Result<Value, String> {
-        let n: usize = s.trim().strip_prefix('%').and_then(|n| n.parse().ok()).ok_or(format!("`{s}` is not a %N"))?;
+        let n: usize =
+            s.trim().strip_prefix('%').and_then(|n| n.parse().ok()).ok_or(format!("`{s}` is not a %N"))?;
         ids.get(&n).copied().ok_or(format!("%{n} is not in the input graph"))
     };
     for line in text.lines().take_while(|l| !l.trim_start().starts_with("graph")) {
-        let Some((key, val)) = line.trim().strip_prefix(';').and_then(|l| l.split_once(':')) else { continue };
+        let Some((key, val)) = line.trim().strip_prefix(';').and_then(|l| l.split_once(':')) else {
+            continue;
+        };
         let val = val.trim();
         match key.trim() {
             "pass" => h.pass = val.to_string(),
@@ -249,7 +252,8 @@ fn check_file(path: &Path, bless: bool) -> Result<(), String> {
     };
     let parsed = parse_graph(&input).map_err(|e| format!("input:{e}"))?;
     let h = header(&input, &parsed.ids)?;
-    let got = run_pass(&h, parsed.graph, &parsed.source).map_err(|e| format!("pass {} failed: {e}", h.pass))?;
+    let got =
+        run_pass(&h, parsed.graph, &parsed.source).map_err(|e| format!("pass {} failed: {e}", h.pass))?;
     if got == expected {
         return Ok(());
     }
@@ -285,8 +289,13 @@ fn pass_filetests() {
 #[test]
 fn every_pass_has_filetests() {
     let files = filetests();
-    for pass in cvc_compiler::passes::pipeline::PASSES.iter().filter(|p| **p != "lower").chain(&["views", "siblings"]) {
-        let n = files.iter().filter(|f| f.parent().and_then(|d| d.file_name()).is_some_and(|d| d == *pass)).count();
+    for pass in
+        cvc_compiler::passes::pipeline::PASSES.iter().filter(|p| **p != "lower").chain(&["views", "siblings"])
+    {
+        let n = files
+            .iter()
+            .filter(|f| f.parent().and_then(|d| d.file_name()).is_some_and(|d| d == *pass))
+            .count();
         assert!(n >= 2, "pass {pass} has {n} filetests");
     }
 }
@@ -306,12 +315,18 @@ fn printed_ir_of_every_fixture_reads_back() {
         let name = path.file_name().expect("name").to_string_lossy().to_string();
         let src = std::fs::read_to_string(&path).expect("reads");
         {
-            let mut checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+            let mut checked =
+                check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
             if checked.graph.loss.is_none() {
                 checked = check_source(&name, &src, Mode::Eval).unwrap_or_else(|d| panic!("{name}: {d:?}"));
             }
             let mode = checked.graph.mode;
-            let opts = Options { batch: 2, optimizer: checked.train.optimizer.clone(), memory_budget: None, fuse: true };
+            let opts = Options {
+                batch: 2,
+                optimizer: checked.train.optimizer.clone(),
+                memory_budget: None,
+                fuse: true,
+            };
             let mut failures = Vec::new();
             compile_traced(checked.graph.clone(), &opts, &mut |pass, g| {
                 let printed = print_graph(g, Some(&src));

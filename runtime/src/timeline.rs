@@ -3,8 +3,8 @@
 //! readable units.
 
 use crate::buffers::{line_of, BufferKind};
-use cvc_compiler::units::human_bytes;
 use cvc_compiler::passes::Program;
+use cvc_compiler::units::human_bytes;
 use std::fmt::Write as _;
 
 const WIDTH: f64 = 1200.0;

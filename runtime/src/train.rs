@@ -388,7 +388,11 @@ pub fn memory_report(session: &Session) -> String {
             let ty = format!("{}{:?}", n.ty.dtype, n.ty.shape.resolve(plan.batch));
             (
                 bytes,
-                format!("{:>10}  {ty:<22} {:<34} line {line}", metrics::human_bytes(bytes as u64), n.origin.label),
+                format!(
+                    "{:>10}  {ty:<22} {:<34} line {line}",
+                    metrics::human_bytes(bytes as u64),
+                    n.origin.label
+                ),
             )
         })
         .collect();

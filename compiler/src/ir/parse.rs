@@ -57,8 +57,8 @@ impl std::error::Error for IrParseError {}
 const UNARY: [UnaryOp; 22] = {
     use UnaryOp::*;
     [
-        Neg, Conj, Real, Imag, Abs, Abs2, Angle, ToComplex, Exp, Log, Sqrt, Rsqrt, Recip, Sin, Cos, Tanh, Sigmoid,
-        Relu, Step, Gelu, GeluGrad, StopGrad,
+        Neg, Conj, Real, Imag, Abs, Abs2, Angle, ToComplex, Exp, Log, Sqrt, Rsqrt, Recip, Sin, Cos, Tanh,
+        Sigmoid, Relu, Step, Gelu, GeluGrad, StopGrad,
     ]
 };
 
@@ -164,7 +164,8 @@ impl<'a> Cursor<'a> {
         if self.eat(s) {
             Ok(())
         } else {
-            let found = self.rest().chars().next().map_or("the end of the line".to_string(), |c| format!("`{c}`"));
+            let found =
+                self.rest().chars().next().map_or("the end of the line".to_string(), |c| format!("`{c}`"));
             self.err(format!("expected `{s}`, found {found}"))
         }
     }
@@ -269,7 +270,8 @@ pub fn parse_graph(text: &str) -> Result<ParsedGraph, IrParseError> {
     head.expect("{")?;
     end_of_line(&mut head)?;
 
-    let mut b = GraphText { graph: Graph::new(&name, mode), ids: HashMap::new(), lines: Vec::new(), max_line: 0 };
+    let mut b =
+        GraphText { graph: Graph::new(&name, mode), ids: HashMap::new(), lines: Vec::new(), max_line: 0 };
     let mut closed = false;
     let mut last_line = head.line;
     for mut c in lines {
@@ -377,7 +379,11 @@ impl GraphText {
         // The label is the rest of the line, less a trailing ` @LINE`.
         let rest = c.rest().trim();
         let (label, line) = match rest.rsplit_once('@') {
-            Some((l, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (l.is_empty() || l.ends_with(' ')) => {
+            Some((l, n))
+                if !n.is_empty()
+                    && n.bytes().all(|b| b.is_ascii_digit())
+                    && (l.is_empty() || l.ends_with(' ')) =>
+            {
                 let n: usize = n.parse().or_else(|_| c.err("source line number too large"))?;
                 if n == 0 {
                     return c.err("source lines count from 1");
@@ -398,7 +404,12 @@ impl GraphText {
             let tys: Vec<&TensorType> = inputs.iter().map(|&i| self.graph.ty(i)).collect();
             match builder::infer(&op, &tys, Some(&ty.shape)) {
                 Ok(t) if t == ty => {}
-                Ok(t) => return c.err_at(ty_at, format!("type {ty} written, but `{mnemonic}` of these operands is {t}")),
+                Ok(t) => {
+                    return c.err_at(
+                        ty_at,
+                        format!("type {ty} written, but `{mnemonic}` of these operands is {t}"),
+                    )
+                }
                 Err(e) => return c.err_at(op_at, e),
             }
         }
@@ -419,7 +430,8 @@ impl GraphText {
     fn finish(self) -> Result<ParsedGraph, IrParseError> {
         if let Err(e) = verify::verify(&self.graph) {
             // Messages start with the offending `%N:`; point at that node's line.
-            let node = e.strip_prefix('%').and_then(|r| r.split(':').next()).and_then(|n| n.parse::<usize>().ok());
+            let node =
+                e.strip_prefix('%').and_then(|r| r.split(':').next()).and_then(|n| n.parse::<usize>().ok());
             let line = node.and_then(|n| self.lines.get(n).copied()).unwrap_or(1);
             return Err(IrParseError { line, col: 1, message: format!("invalid IR: {e}") });
         }
@@ -461,13 +473,7 @@ fn tensor_type(c: &mut Cursor) -> Res<TensorType> {
         "i32" => DType::I32,
         d => return c.err_at(at, format!("unknown dtype `{d}` (f32, c64 or i32)")),
     };
-    let dims = c.list(|c| {
-        if c.eat("B") {
-            Ok(Dim::Batch)
-        } else {
-            c.usize().map(Dim::Fixed)
-        }
-    })?;
+    let dims = c.list(|c| if c.eat("B") { Ok(Dim::Batch) } else { c.usize().map(Dim::Fixed) })?;
     Ok(TensorType::new(dtype, Shape(dims)))
 }
 
@@ -557,7 +563,9 @@ fn op_with_attrs(c: &mut Cursor, mnemonic: &str, at: usize) -> Res<Op> {
             c.expect("[")?;
             let op = match mnemonic {
                 m if m.starts_with("reduce_") => {
-                    let Some(&op) = REDUCE.iter().find(|r| Op::Reduce { op: **r, axes: vec![] }.mnemonic() == m) else {
+                    let Some(&op) =
+                        REDUCE.iter().find(|r| Op::Reduce { op: **r, axes: vec![] }.mnemonic() == m)
+                    else {
                         return c.err_at(at, format!("unknown reduction `{m}`"));
                     };
                     c.key("axes")?;
@@ -626,7 +634,12 @@ fn op_with_attrs(c: &mut Cursor, mnemonic: &str, at: usize) -> Res<Op> {
                         "Backward" => FftNorm::Backward,
                         "Ortho" => FftNorm::Ortho,
                         "Forward" => FftNorm::Forward,
-                        n => return c.err_at(norm_at, format!("unknown FFT norm `{n}` (Backward, Ortho, Forward)")),
+                        n => {
+                            return c.err_at(
+                                norm_at,
+                                format!("unknown FFT norm `{n}` (Backward, Ortho, Forward)"),
+                            )
+                        }
                     };
                     Op::Fft { axis, inverse: mnemonic == "ifft", norm }
                 }
@@ -737,10 +750,10 @@ mod tests {
     fn printed_text_reads_back_identically() {
         let p = parse_graph(SMALL).expect("parses");
         assert_eq!(print_graph(&p.graph, Some(&p.source)), SMALL);
-        assert_eq!(p.graph.node(Value::from_index(1)).op, Op::Param {
-            name: "w".into(),
-            init: Init::Glorot { fan_in: 3, fan_out: 3 }
-        });
+        assert_eq!(
+            p.graph.node(Value::from_index(1)).op,
+            Op::Param { name: "w".into(), init: Init::Glorot { fan_in: 3, fan_out: 3 } }
+        );
         assert_eq!(p.graph.loss, Some(Value::from_index(7)));
     }
 

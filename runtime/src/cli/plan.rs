@@ -3,13 +3,13 @@
 //! the largest batch for a memory budget, and a timeline picture of the arena.
 
 use super::{CliError, CliResult};
-use cvc_compiler::front::{check_file, render_all, Checked};
 use crate::buffers::{line_of, BufferKind};
+use cvc_compiler::front::{check_file, render_all, Checked};
 use cvc_compiler::ir::{Mode, Value};
-use cvc_compiler::units::human_bytes;
 use cvc_compiler::passes::fusion::GroupKind;
 use cvc_compiler::passes::pipeline::{compile, Options};
 use cvc_compiler::passes::Program;
+use cvc_compiler::units::human_bytes;
 use cvc_grammar::LineIndex;
 use std::fmt::Write as _;
 use std::io::IsTerminal;
