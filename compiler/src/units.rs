@@ -83,6 +83,9 @@ pub fn parse_bytes(s: &str) -> Result<u64, ByteSizeError> {
     let (num, unit) = t.split_at(split);
     let unit = unit.trim_start().to_ascii_lowercase();
     let bad = || ByteSizeError::BadNumber(s.to_string());
+    if num.is_empty() {
+        return Err(bad());
+    }
     if unit.starts_with('e') && unit[1..].starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+') {
         return Err(ByteSizeError::Exponent(s.to_string()));
     }
@@ -184,6 +187,7 @@ mod tests {
         );
         assert_eq!(parse_bytes("1e9"), Err(ByteSizeError::Exponent("1e9".into())));
         assert_eq!(parse_bytes("1e-3GB"), Err(ByteSizeError::Exponent("1e-3GB".into())));
+        assert_eq!(parse_bytes("junk"), Err(ByteSizeError::BadNumber("junk".into())));
         let msg = parse_bytes("4XB").unwrap_err().to_string();
         assert!(msg.contains("`xb`") && msg.contains("GiB"), "{msg}");
     }
