@@ -16,6 +16,7 @@ pub mod init;
 pub mod interp;
 pub mod ir;
 pub mod passes;
+pub mod units;
 
 pub use diag::Diagnostic;
 pub use error::{CompileError, CompileResult};

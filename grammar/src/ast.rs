@@ -258,8 +258,10 @@ pub enum ExprKind {
     Int(i64),
     /// A float literal.
     Float(f64),
-    /// A byte size: `4GiB`, `512MiB` (binary units) or `2GB` (decimal).
-    Size(u64),
+    /// A number with a unit, as written (`4GiB`, `4g`, `2GB`): a byte size, read by the
+    /// compiler's one byte-size parser (`cvc_compiler::units::parse_bytes`), which also
+    /// reports unknown units.
+    Size(String),
     /// `true` / `false`.
     Bool(bool),
     /// A string literal (escapes resolved).

@@ -472,7 +472,7 @@ fn build_expr(p: Pair<Rule>) -> Result<Expr, ParseError> {
         }
         Rule::int => Ok(Expr { kind: ExprKind::Int(parse_int(&p)?), span }),
         Rule::float => Ok(Expr { kind: ExprKind::Float(parse_float(&p)?), span }),
-        Rule::size => Ok(Expr { kind: ExprKind::Size(parse_size(&p)?), span }),
+        Rule::size => Ok(Expr { kind: ExprKind::Size(p.as_str().to_string()), span }),
         Rule::boolean => Ok(Expr { kind: ExprKind::Bool(p.as_str() == "true"), span }),
         Rule::string => {
             let body = p.into_inner().next().map_or("", |b| b.as_str());
@@ -530,27 +530,6 @@ fn number(p: &Pair<Rule>) -> Result<f64, ParseError> {
         Rule::int => parse_int(p).map(|v| v as f64),
         _ => parse_float(p),
     }
-}
-
-fn parse_size(p: &Pair<Rule>) -> Result<u64, ParseError> {
-    let s = p.as_str();
-    let split = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let mult: f64 = match unit {
-        "kB" | "KB" => 1e3,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        "TB" => 1e12,
-        "KiB" => 1024.0,
-        "MiB" => 1024.0 * 1024.0,
-        "GiB" => 1024.0 * 1024.0 * 1024.0,
-        _ => 1024.0f64.powi(4),
-    };
-    let bytes = num.parse::<f64>().unwrap_or(f64::INFINITY) * mult;
-    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
-        return Err(err(span_of(p), format!("size `{s}` is too large"), "out of range"));
-    }
-    Ok(bytes.round() as u64)
 }
 
 fn unescape(s: &str) -> String {

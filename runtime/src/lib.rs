@@ -2,6 +2,7 @@
 //! trains models, loads data, writes checkpoints, and holds the `cvc` command line.
 
 pub mod backend;
+pub mod buffers;
 pub mod checkpoint;
 pub mod cli;
 pub mod cpu;

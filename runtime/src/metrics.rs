@@ -138,18 +138,6 @@ pub fn peak_rss_bytes() -> Option<usize> {
     Some(kb * 1024)
 }
 
-/// Bytes as a short human string (`1.5 MiB`).
-pub fn human_bytes(b: usize) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut x = b as f64;
-    let mut u = 0;
-    while x >= 1024.0 && u + 1 < UNITS.len() {
-        x /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{x:.1} {}", UNITS[u])
-    }
-}
+/// Bytes as a short human string (`1.5 MiB`): the compiler's one formatter, re-exported for
+/// embedders.
+pub use cvc_compiler::units::human_bytes;

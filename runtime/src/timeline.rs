@@ -2,8 +2,9 @@
 //! per stored value coloured by what it holds, the peak step marked, a legend, and axes in
 //! readable units.
 
-use crate::cli::plan::{human_bytes, BufferKind};
+use crate::buffers::{line_of, BufferKind};
 use cvc_compiler::passes::Program;
+use cvc_compiler::units::human_bytes;
 use std::fmt::Write as _;
 
 const WIDTH: f64 = 1200.0;
@@ -117,7 +118,7 @@ pub fn render_svg(p: &Program, src: &str) -> String {
             let (x0, x1) = (x(from as f64), x(to.max(from + 1) as f64));
             let (y0, y1) = (y((b.offset + iv.bytes) as f64), y(b.offset as f64));
             let n = p.graph.node(v);
-            let line = crate::cli::plan::line_of(&p.graph, v, &lines);
+            let line = line_of(&p.graph, v, &lines);
             let _ = writeln!(
                 s,
                 r#"<rect x="{x0:.2}" y="{y0:.2}" width="{:.2}" height="{:.2}" fill="{}" fill-opacity="0.85" stroke="white" stroke-width="0.3"><title>{v} {} {} ({}) steps {from}..{} line {line}</title></rect>"#,

@@ -363,17 +363,17 @@ pub fn memory_report(session: &Session) -> String {
     let model = session.model();
     let g = &session.program().graph;
     let mut s = format!("memory (batch {}, {}):\n", plan.batch, session.device_name());
-    s.push_str(&format!("  planned arena   {:>12}\n", metrics::human_bytes(plan.arena_bytes)));
+    s.push_str(&format!("  planned arena   {:>12}\n", metrics::human_bytes(plan.arena_bytes as u64)));
     s.push_str(&format!(
         "  lower bound     {:>12}  (fragmentation {:.1}%)\n",
-        metrics::human_bytes(plan.lower_bound_bytes),
+        metrics::human_bytes(plan.lower_bound_bytes as u64),
         plan.fragmentation_pct()
     ));
-    s.push_str(&format!("  parameters+state{:>12}\n", metrics::human_bytes(plan.persistent_bytes)));
+    s.push_str(&format!("  parameters+state{:>12}\n", metrics::human_bytes(plan.persistent_bytes as u64)));
     match session.measured_peak_bytes() {
         Some(b) => s.push_str(&format!(
             "  measured peak   {:>12}  ({})\n",
-            metrics::human_bytes(b),
+            metrics::human_bytes(b as u64),
             peak_kind(session)
         )),
         None => s.push_str("  measured peak   unknown\n"),
@@ -388,7 +388,11 @@ pub fn memory_report(session: &Session) -> String {
             let ty = format!("{}{:?}", n.ty.dtype, n.ty.shape.resolve(plan.batch));
             (
                 bytes,
-                format!("{:>10}  {ty:<22} {:<34} line {line}", metrics::human_bytes(bytes), n.origin.label),
+                format!(
+                    "{:>10}  {ty:<22} {:<34} line {line}",
+                    metrics::human_bytes(bytes as u64),
+                    n.origin.label
+                ),
             )
         })
         .collect();
@@ -404,7 +408,7 @@ pub fn memory_report(session: &Session) -> String {
     }
     if live.len() > 12 {
         let rest: usize = live[12..].iter().map(|x| x.0).sum();
-        s.push_str(&format!("    ... {} more ({})\n", live.len() - 12, metrics::human_bytes(rest)));
+        s.push_str(&format!("    ... {} more ({})\n", live.len() - 12, metrics::human_bytes(rest as u64)));
     }
     s
 }

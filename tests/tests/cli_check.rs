@@ -166,7 +166,7 @@ fn huge_batch_is_a_user_error() {
     // A budget far beyond any plan stops the search instead of overflowing.
     let out = run(&["plan", "--max-batch", "1000TiB", file]);
     assert_eq!(out.status.code(), Some(0));
-    assert!(text(&out.stdout).contains("largest batch that fits in 1000.00 TiB: at least "));
+    assert!(text(&out.stdout).contains("largest batch that fits in 1000.0 TiB: at least "));
 }
 
 /// A binary file is a located "not UTF-8" error whose snippet holds no control bytes.
@@ -257,7 +257,7 @@ fn bad_byte_counts_say_why() {
         ("--memory-budget", "1e99GiB", "exponents are not accepted"),
         ("--memory-budget", "0", "at least 1 byte"),
         ("--max-batch", "99999999999999999999GiB", "below 16 EiB"),
-        ("--max-batch", "junk", "is not a byte count"),
+        ("--max-batch", "junk", "is not a byte size"),
     ] {
         let out = run(&["plan", flag, value, e]);
         assert_eq!(out.status.code(), Some(1), "{flag} {value}");

@@ -29,8 +29,7 @@ fn expr_text(e: &Expr, top: bool) -> String {
     match &e.kind {
         ExprKind::Int(n) => n.to_string(),
         ExprKind::Float(x) => format!("{x:?}"),
-        ExprKind::Size(n) if *n > 0 && n % 1024 == 0 => format!("{}KiB", n / 1024),
-        ExprKind::Size(n) => n.to_string(),
+        ExprKind::Size(text) => text.clone(),
         ExprKind::Bool(b) => b.to_string(),
         ExprKind::Str(s) => format!(
             "\"{}\"",
@@ -317,7 +316,7 @@ fn numbers_sizes_and_strings() {
 train M { memory_budget = 4GiB  split = 0.25  data = npz("a \"b\".npz")  optimizer = adam(lr = 1e-3) }"#;
     let f = cvc_grammar::parse(src).unwrap();
     let Item::Train(t) = &f.items[1] else { panic!() };
-    assert_eq!(t.settings[0].value.kind, ExprKind::Size(4 << 30));
+    assert_eq!(t.settings[0].value.kind, ExprKind::Size("4GiB".into()));
     assert_eq!(t.settings[1].value.kind, ExprKind::Float(0.25));
     let ExprKind::Call { callee, args } = &t.settings[2].value.kind else { panic!("npz call") };
     assert_eq!(callee.text(), "npz");

@@ -348,7 +348,11 @@ impl<'m> Lowerer<'m, '_> {
         match &e.kind {
             ExprKind::Int(n) => Ok(Val::Const(ArgValue::Int(*n))),
             ExprKind::Float(x) => Ok(Val::Const(ArgValue::Float(*x))),
-            ExprKind::Size(n) => Ok(Val::Const(ArgValue::Int(i64::try_from(*n).unwrap_or(i64::MAX)))),
+            ExprKind::Size(text) => {
+                let n = crate::units::parse_bytes(text)
+                    .map_err(|err| Diagnostic::error(err.to_string(), e.span, "not a byte size"))?;
+                Ok(Val::Const(ArgValue::Int(i64::try_from(n).unwrap_or(i64::MAX))))
+            }
             ExprKind::Bool(b) => Ok(Val::Const(ArgValue::Bool(*b))),
             ExprKind::Str(s) => Ok(Val::Const(ArgValue::Str(s.clone()))),
             ExprKind::Range(a, b) => Ok(Val::Const(ArgValue::Range(*a, *b))),

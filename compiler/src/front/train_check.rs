@@ -62,7 +62,10 @@ fn eval(e: &Expr) -> Result<TVal, Diagnostic> {
     Ok(match &e.kind {
         ExprKind::Int(n) => TVal::Int(*n),
         ExprKind::Float(x) => TVal::Float(*x),
-        ExprKind::Size(n) => TVal::Size(*n),
+        ExprKind::Size(text) => TVal::Size(
+            crate::units::parse_bytes(text)
+                .map_err(|err| Diagnostic::error(err.to_string(), e.span, "not a byte size"))?,
+        ),
         ExprKind::Bool(b) => TVal::Bool(*b),
         ExprKind::Str(s) => TVal::Str(s.clone()),
         ExprKind::Range(a, b) => TVal::Range(*a, *b),
@@ -577,5 +580,44 @@ fn schedule(v: &TVal, span: Span) -> Result<Schedule, Diagnostic> {
             })
         }
         other => Err(unknown_choice("schedule", other, &SCHEDULES, span)),
+    }
+}
+
+#[cfg(test)]
+mod byte_size_tests {
+    use crate::front::check_source;
+    use crate::ir::Mode;
+
+    fn budget(value: &str) -> Result<Option<u64>, (String, usize, usize)> {
+        let src = format!("model M {{ input x: c64[B, 4] }}\ntrain M {{ memory_budget = {value} }}\n");
+        match check_source("m.cvnn", &src, Mode::Eval) {
+            Ok(c) => Ok(c.train.memory_budget),
+            Err(d) => {
+                let (line, col) = d[0].primary.span.line_col(&src);
+                Err((d[0].message.clone(), line, col))
+            }
+        }
+    }
+
+    /// The train section reads sizes with the command line's parser: `4g` is 4 GiB there too.
+    #[test]
+    fn train_section_sizes_use_the_shared_parser() {
+        assert_eq!(budget("4g"), Ok(Some(4 << 30)));
+        assert_eq!(budget("4GiB"), Ok(Some(4 << 30)));
+        assert_eq!(budget("1.5GiB"), Ok(Some(3 << 29)));
+        assert_eq!(budget("2GB"), Ok(Some(2_000_000_000)));
+        assert_eq!(budget("512m"), Ok(Some(512 << 20)));
+        assert_eq!(budget("1000"), Ok(Some(1000)));
+    }
+
+    #[test]
+    fn bad_sizes_are_diagnostics_at_the_value() {
+        let (msg, line, col) = budget("4XB").expect_err("unknown unit");
+        assert!(msg.contains("unknown byte unit `xb`"), "{msg}");
+        assert_eq!((line, col), (2, 27));
+        let (msg, ..) = budget("99999999999TiB").expect_err("too large");
+        assert!(msg.contains("too large"), "{msg}");
+        let (msg, ..) = budget("0GiB").expect_err("zero");
+        assert!(msg.contains("more than 0"), "{msg}");
     }
 }

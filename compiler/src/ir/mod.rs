@@ -14,6 +14,7 @@
 pub mod arena;
 pub mod builder;
 pub mod op;
+pub mod parse;
 pub mod print;
 pub mod types;
 pub mod verify;

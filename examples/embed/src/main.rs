@@ -64,9 +64,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let plan = session.plan();
     println!(
         "memory plan: arena {} (lower bound {}, parameters and state {}), {} buffers alive at the peak",
-        human_bytes(plan.arena_bytes),
-        human_bytes(plan.lower_bound_bytes),
-        human_bytes(plan.persistent_bytes),
+        human_bytes(plan.arena_bytes as u64),
+        human_bytes(plan.lower_bound_bytes as u64),
+        human_bytes(plan.persistent_bytes as u64),
         plan.live_at_peak.len()
     );
     Ok(())

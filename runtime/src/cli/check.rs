@@ -132,7 +132,7 @@ pub fn table_text(c: &Checked) -> String {
         group(pc),
         group(real_only),
         group(pr),
-        bytes_text(pr * 4)
+        cvc_compiler::units::human_bytes(pr as u64 * 4)
     ));
     for o in &c.graph.outputs {
         out.push_str(&format!("output {}: {}\n", o.name, c.graph.ty(o.value)));
@@ -144,23 +144,6 @@ pub fn table_text(c: &Checked) -> String {
         out.push_str(&format!("train: {}\n", train_text(&c.train)));
     }
     out
-}
-
-fn bytes_text(b: usize) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if b < 1024 {
-        return format!("{b} B");
-    }
-    let mut x = b as f64;
-    let mut unit = "B";
-    for u in UNITS {
-        if x < 1024.0 {
-            break;
-        }
-        x /= 1024.0;
-        unit = u;
-    }
-    format!("{x:.1} {unit}")
 }
 
 /// One line summarising the training settings.
@@ -196,7 +179,7 @@ fn train_text(t: &train::TrainConfig) -> String {
         t.seed
     );
     if let Some(b) = t.memory_budget {
-        s.push_str(&format!(", memory budget {}", bytes_text(usize::try_from(b).unwrap_or(usize::MAX))));
+        s.push_str(&format!(", memory budget {}", cvc_compiler::units::human_bytes(b)));
     }
     s
 }

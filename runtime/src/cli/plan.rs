@@ -3,11 +3,13 @@
 //! the largest batch for a memory budget, and a timeline picture of the arena.
 
 use super::{CliError, CliResult};
+use crate::buffers::{line_of, BufferKind};
 use cvc_compiler::front::{check_file, render_all, Checked};
-use cvc_compiler::ir::{Graph, Mode, Role, Value};
+use cvc_compiler::ir::{Mode, Value};
 use cvc_compiler::passes::fusion::GroupKind;
 use cvc_compiler::passes::pipeline::{compile, Options};
 use cvc_compiler::passes::Program;
+use cvc_compiler::units::human_bytes;
 use cvc_grammar::LineIndex;
 use std::fmt::Write as _;
 use std::io::IsTerminal;
@@ -25,10 +27,10 @@ pub struct PlanArgs {
     #[arg(long)]
     pub json: bool,
     /// Recompute (checkpoint) until the arena fits this many bytes, e.g. `4GiB`.
-    #[arg(long, value_parser = parse_bytes)]
+    #[arg(long, value_parser = parse_budget)]
     pub memory_budget: Option<u64>,
     /// Print the largest batch whose plan fits this many bytes, e.g. `8GiB`.
-    #[arg(long, value_parser = parse_bytes, conflicts_with_all = ["batch", "memory_budget", "timeline"])]
+    #[arg(long, value_parser = parse_budget, conflicts_with_all = ["batch", "memory_budget", "timeline"])]
     pub max_batch: Option<u64>,
     /// Write an SVG picture of the arena over the schedule to this file.
     #[arg(long)]
@@ -41,45 +43,14 @@ pub struct PlanArgs {
     pub no_fuse: bool,
 }
 
-/// Parses a byte count: a number with an optional unit (`B`, `KiB`, `MiB`, `GiB`, `TiB`,
-/// `KB`, `MB`, `GB`, `TB`), e.g. `4GiB`, `512MiB`, `1.5GB`, `1000000`.
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let num: f64 = num
-        .replace('_', "")
-        .parse()
-        .map_err(|_| format!("`{s}` is not a byte count (write e.g. 4GiB, 512MiB or 1000000)"))?;
-    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tib" => 1024.0f64.powi(4),
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        u if u.starts_with('e')
-            && u[1..].starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+') =>
-        {
-            return Err(format!("`{s}`: exponents are not accepted; write e.g. 4GiB, 512MiB or 1000000"))
-        }
-        u => {
-            return Err(format!(
-                "unknown byte unit `{u}` in `{s}` (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"
-            ))
-        }
-    };
-    let bytes = num * scale;
-    if !bytes.is_finite() || bytes < 1.0 {
-        return Err(format!("`{s}` is not a usable byte count: it must be at least 1 byte"));
+/// Parses a memory budget (`--memory-budget`, `--max-batch`): a byte size in the forms of
+/// [`cvc_compiler::units::parse_bytes`] (`4GiB`, `4g`, `512MiB`, `2GB`, `1000000`), at least 1 byte.
+pub fn parse_budget(s: &str) -> Result<u64, String> {
+    match cvc_compiler::units::parse_bytes(s) {
+        Ok(0) => Err(format!("`{s}` is not a usable memory budget: it must be at least 1 byte")),
+        Ok(b) => Ok(b),
+        Err(e) => Err(e.to_string()),
     }
-    if bytes >= u64::MAX as f64 {
-        return Err(format!("`{s}` is not a usable byte count: it must be below 16 EiB"));
-    }
-    Ok(bytes as u64)
 }
 
 /// Writes `text` to stdout; a closed pipe (`cvc plan ... | head`) ends output quietly.
@@ -87,21 +58,6 @@ pub fn print_out(text: &str) {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
-}
-
-/// Formats bytes in binary units (`1.50 GiB`, `512.0 MiB`, `300 B`).
-pub fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
-    if b < 1024 {
-        return format!("{b} B");
-    }
-    let mut v = b as f64 / 1024.0;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.2} {}", UNITS[u])
 }
 
 /// Checks a `.cvnn` file for planning: a training step when the model has a loss (and
@@ -240,55 +196,6 @@ fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool) -> CliResult {
                 ));
             }
             Ok(())
-        }
-    }
-}
-
-/// 1-based source line of a value (0 when it has no span); `lines` indexes the source.
-pub fn line_of(g: &Graph, v: Value, lines: &LineIndex) -> usize {
-    let sp = g.span(v);
-    if sp.end == 0 || sp.end as usize > lines.text_len() {
-        return 0;
-    }
-    lines.line(sp.start as usize)
-}
-
-/// What a buffer holds, for reports and the timeline.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-pub enum BufferKind {
-    /// A trainable parameter.
-    Param,
-    /// The gradient of a parameter.
-    Gradient,
-    /// Optimizer moments, running statistics, counters.
-    OptimizerState,
-    /// A data input or forward activation.
-    Activation,
-    /// A backward or optimizer temporary.
-    BackwardTemp,
-}
-
-impl BufferKind {
-    /// Label for legends.
-    pub fn name(self) -> &'static str {
-        match self {
-            BufferKind::Param => "parameter",
-            BufferKind::Gradient => "gradient",
-            BufferKind::OptimizerState => "optimizer state",
-            BufferKind::Activation => "forward activation",
-            BufferKind::BackwardTemp => "backward temporary",
-        }
-    }
-    /// Classifies value `v` of a compiled program.
-    pub fn of(p: &Program, v: Value) -> BufferKind {
-        if p.facts.grads.iter().any(|&(_, d)| d == v) {
-            return BufferKind::Gradient;
-        }
-        match p.graph.node(v).origin.role {
-            Role::Param => BufferKind::Param,
-            Role::State => BufferKind::OptimizerState,
-            Role::Input | Role::Forward => BufferKind::Activation,
-            Role::Backward | Role::Update => BufferKind::BackwardTemp,
         }
     }
 }

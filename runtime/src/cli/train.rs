@@ -58,30 +58,11 @@ pub struct TrainArgs {
     #[arg(long)]
     pub seed: Option<u64>,
     /// Memory budget for the plan, e.g. 512MiB, 2GB or a byte count.
-    #[arg(long, value_parser = parse_bytes)]
+    #[arg(long, value_parser = super::plan::parse_budget)]
     pub memory_budget: Option<u64>,
     /// No progress bar or per-epoch lines (metrics.jsonl is still written).
     #[arg(long, short)]
     pub quiet: bool,
-}
-
-/// Parses a byte size: a number with an optional unit (B, KB, MB, GB, KiB, MiB, GiB).
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let x: f64 = num.parse().map_err(|_| format!("'{s}' is not a size (examples: 512MiB, 2GB, 1000000)"))?;
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "kb" | "k" => 1e3,
-        "mb" | "m" => 1e6,
-        "gb" | "g" => 1e9,
-        "kib" => 1024.0,
-        "mib" => 1024.0 * 1024.0,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        other => return Err(format!("unknown size unit '{other}' (use B, KB, MB, GB, KiB, MiB or GiB)")),
-    };
-    Ok((x * mult) as u64)
 }
 
 /// Loads and checks a model, printing diagnostics on failure.

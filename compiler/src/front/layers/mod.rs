@@ -259,22 +259,46 @@ pub(crate) struct OpDef {
     pub(crate) lower: LowerFn,
 }
 
+/// The operator families in documentation order, each with its table rows.
+const FAMILIES: [(&str, &[OpDef]); 9] = [
+    ("dense", dense::DEFS),
+    ("convolution", conv::DEFS),
+    ("normalisation", norm::DEFS),
+    ("activation", activation::DEFS),
+    ("pooling", pool::DEFS),
+    ("elementwise", elementwise::DEFS),
+    ("shape", shape::DEFS),
+    ("spectral", spectral::DEFS),
+    ("losses", loss::DEFS),
+];
+
 fn table() -> &'static [&'static OpDef] {
     static TABLE: OnceLock<Vec<&'static OpDef>> = OnceLock::new();
-    TABLE.get_or_init(|| {
-        let families: [&[OpDef]; 9] = [
-            dense::DEFS,
-            conv::DEFS,
-            norm::DEFS,
-            activation::DEFS,
-            pool::DEFS,
-            elementwise::DEFS,
-            shape::DEFS,
-            spectral::DEFS,
-            loss::DEFS,
-        ];
-        families.iter().flat_map(|f| f.iter()).collect()
-    })
+    TABLE.get_or_init(|| FAMILIES.iter().flat_map(|(_, f)| f.iter()).collect())
+}
+
+/// The operator table of `docs/LANGUAGE.md`, rendered from the signatures above (one row per
+/// family, every operator's signature as `cvc check` shows it), so the documentation cannot
+/// list an operator the compiler lacks or miss one it has. A test compares it with the file.
+pub fn operator_table_markdown() -> String {
+    let mut s = String::from("| family | operators |\n| --- | --- |\n");
+    for (family, defs) in FAMILIES {
+        // `|` inside a signature (`kind = naive | whitening`) would end the table cell.
+        let sigs: Vec<String> = defs
+            .iter()
+            .map(|d| {
+                let sig = d.signature.replace('|', "\\|");
+                // A signature holding a backtick needs a double-backtick code span.
+                if sig.contains('`') {
+                    format!("`` {sig} ``")
+                } else {
+                    format!("`{sig}`")
+                }
+            })
+            .collect();
+        s.push_str(&format!("| {family} | {} |\n", sigs.join(", ")));
+    }
+    s
 }
 
 /// Every operator name the library lowers (for "did you mean" suggestions).
