@@ -501,7 +501,7 @@ pub fn check_training_steps(
                 Some(o) => norm_diff(&b, o) + 4.0 * ROUNDING * norm(&b),
                 None => norm(&b),
             };
-            if !(d <= plan_tol * scale) {
+            if d.is_nan() || d > plan_tol * scale {
                 failures.push(format!(
                     "step {step}: {what}: the program's memory plan differs from the keep-everything plan by {d:.2e} (allowed {plan_tol:.0e} of {scale:.2e})"
                 ));

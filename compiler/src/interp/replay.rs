@@ -237,8 +237,8 @@ fn rounding_of(op: &Op, ins: &[Operand], out: &Tensor) -> Result<(Vec<f64>, Opti
             let x = spread(0)?;
             let mut bound = Vec::with_capacity(n);
             let mut mask = x.mask.clone();
-            for i in 0..n {
-                let (z, e, o) = (x.value[i], x.bound[i], mag[i]);
+            for (i, &o) in mag.iter().enumerate() {
+                let (z, e) = (x.value[i], x.bound[i]);
                 let a = z.norm();
                 let (b, kink) = unary_bound(*u, z, a, e, o);
                 bound.push(b);
@@ -252,10 +252,10 @@ fn rounding_of(op: &Op, ins: &[Operand], out: &Tensor) -> Result<(Vec<f64>, Opti
             let (x, y) = (spread(0)?, spread(1)?);
             let mut mask = merge(x.mask.clone(), y.mask.as_deref());
             let mut bound = Vec::with_capacity(n);
-            for i in 0..n {
+            for (i, &o) in mag.iter().enumerate() {
                 let (p, q) = (x.value[i], y.value[i]);
                 let (ep, eq) = (x.bound[i], y.bound[i]);
-                let (bd, kink) = binary_bound(*b, p, q, ep, eq, mag[i]);
+                let (bd, kink) = binary_bound(*b, p, q, ep, eq, o);
                 bound.push(bd);
                 if kink {
                     mask.get_or_insert_with(|| vec![false; n])[i] = true;
