@@ -1,6 +1,6 @@
 //! Gradient checks of autodiff: every differentiable op, with random shapes, dtypes, flags and
 //! geometries, against central finite differences in f64 on the real and imaginary parts of
-//! every input. Seeds are fresh each run and printed on failure (`CVC_TEST_SEED` replays one).
+//! every input. Seeds are fixed per case (`CVC_SEED` varies them; see `docs/TESTING.md`).
 
 use cvc_compiler::interp::check::{check_coordinates, random_tensor, GradCheckConfig};
 use cvc_compiler::interp::{evaluate, SplitMix64, Tensor, TensorData};
@@ -9,22 +9,12 @@ use cvc_compiler::ir::verify::verify;
 use cvc_compiler::ir::*;
 use cvc_compiler::passes::autodiff::gradients;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+
+#[path = "../../tests/src/seed.rs"]
+mod seed;
 
 const F: DType = DType::F32;
 const C: DType = DType::C64;
-
-/// A fresh seed per case: `CVC_TEST_SEED` if set, else the clock mixed with a counter.
-fn next_seed() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    if let Some(s) = std::env::var("CVC_TEST_SEED").ok().and_then(|s| s.parse().ok()) {
-        return s;
-    }
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64);
-    let mut rng =
-        SplitMix64::new(t.unwrap_or(0) ^ COUNTER.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37));
-    rng.next_u64()
-}
 
 /// Where an input's random values lie (to stay off kinks and out of domain errors).
 #[derive(Clone, Copy, PartialEq)]
@@ -146,9 +136,9 @@ fn check(name: &str, specs: &[Spec], build: &BuildFn) {
 }
 
 fn check_full(name: &str, specs: &[Spec], batch: usize, max_coords: Option<usize>, build: &BuildFn) {
-    let seed = next_seed();
+    let seed = seed::seed_for(&format!("gradcheck::{name}"));
     if let Err(e) = run_case(seed, specs, batch, max_coords, build) {
-        panic!("{name}: {e}\n  seed {seed} (replay with CVC_TEST_SEED={seed})");
+        panic!("{name}: {e}\n  seed {seed:#x} (the line printed above says how to replay it)");
     }
 }
 
@@ -197,7 +187,7 @@ fn stop_grad_blocks_the_gradient() {
     let l = b.reshape(l, Shape::scalar()).unwrap();
     let dx = gradients(&mut g, l, &[x]).unwrap()[0];
     verify(&g).unwrap();
-    let mut rng = SplitMix64::new(next_seed());
+    let mut rng = SplitMix64::new(seed::seed_for("gradcheck::stop_grad_blocks_the_gradient"));
     let leaves = HashMap::from([(x, random_tensor(C, &[3], 1, &mut rng))]);
     let vals = evaluate(&g, 1, &leaves).unwrap();
     let d = vals[dx.index()].as_ref().unwrap();
@@ -420,7 +410,7 @@ fn gradcheck_network(path: &std::path::Path, coords: Option<usize>) {
     let name = path.file_name().unwrap().to_string_lossy().to_string();
     let src = std::fs::read_to_string(path).unwrap();
     let checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
-    let seed = next_seed();
+    let seed = seed::seed_for(&format!("gradcheck::network {name}"));
     let started = std::time::Instant::now();
     let result = (|| -> Result<(), String> {
         let mut g = checked.graph.clone();
@@ -477,7 +467,7 @@ fn gradcheck_network(path: &std::path::Path, coords: Option<usize>) {
         Ok(())
     })();
     if let Err(e) = result {
-        panic!("{name}: {e}\n  seed {seed} (replay with CVC_TEST_SEED={seed})");
+        panic!("{name}: {e}\n  seed {seed:#x} (the line printed above says how to replay it)");
     }
     eprintln!("{name}: gradients agree ({:.1} s)", started.elapsed().as_secs_f64());
 }

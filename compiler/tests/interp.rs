@@ -11,16 +11,11 @@ use cvc_compiler::passes::{autodiff, optimizer};
 use num_complex::Complex64;
 use std::collections::HashMap;
 
+#[path = "../../tests/src/seed.rs"]
+mod seed;
+
 fn c(re: f64, im: f64) -> Complex64 {
     Complex64::new(re, im)
-}
-
-fn seed() -> u64 {
-    if let Some(s) = std::env::var("CVC_TEST_SEED").ok().and_then(|s| s.parse().ok()) {
-        return s;
-    }
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64);
-    SplitMix64::new(t.unwrap_or(7)).next_u64()
 }
 
 /// Evaluates `op` on constant inputs (as `Input` leaves) and returns its value.
@@ -106,7 +101,7 @@ fn as_complex(t: &Tensor) -> Tensor {
 
 #[test]
 fn conv2d_matches_a_direct_reference() {
-    let s = seed();
+    let s = seed::seed_for("interp::conv2d_matches_a_direct_reference");
     let mut rng = SplitMix64::new(s);
     for geom in geometries() {
         for (dx, dw) in [(DType::C64, DType::C64), (DType::F32, DType::C64), (DType::F32, DType::F32)] {
@@ -125,7 +120,7 @@ fn conv2d_matches_a_direct_reference() {
 #[test]
 fn conv_transpose_and_weight_grad_are_the_adjoints() {
     // ⟨conv(x, w), dy⟩ = ⟨x, conv_transpose(dy, w)⟩ = ⟨w, weight_grad(x, dy)⟩ (bilinear forms).
-    let s = seed();
+    let s = seed::seed_for("interp::conv_transpose_and_weight_grad_are_the_adjoints");
     let mut rng = SplitMix64::new(s);
     let dot = |a: &Tensor, b: &Tensor| -> Complex64 {
         a.to_complex_vec().iter().zip(b.to_complex_vec()).map(|(p, q)| p * q).sum()
@@ -362,7 +357,7 @@ impl Reference {
 
 /// Runs `steps` steps of `opt` in the interpreter and in the reference, comparing after each.
 fn compare_optimizer(opt: Optimizer, steps: usize) {
-    let s = seed();
+    let s = seed::seed_for(&format!("interp::compare_optimizer {opt:?}"));
     let g = model(&opt);
     let mut sess = Session::new(&g, 1, s);
     let mut rng = SplitMix64::new(s ^ 1);

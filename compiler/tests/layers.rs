@@ -1,7 +1,7 @@
 //! Tests of the layer library (`front::layers`): output types of every operator, diagnostics
 //! for bad calls, and numerical agreement with independent naive f64 formulas, evaluated by
-//! the reference interpreter. Random inputs are seeded; the seed is printed on failure
-//! (set `CVC_SEED` to replay one).
+//! the reference interpreter. Random inputs have fixed seeds (`CVC_SEED` varies them; see
+//! `docs/TESTING.md`).
 
 #![allow(clippy::result_large_err)] // Diagnostic by value, as the layer interface returns it.
 
@@ -15,6 +15,9 @@ use cvc_compiler::Diagnostic;
 use cvc_grammar::Span;
 use num_complex::Complex64 as C;
 use std::collections::HashMap;
+
+#[path = "../../tests/src/seed.rs"]
+mod seed;
 
 // ---------------------------------------------------------------- random numbers
 
@@ -42,14 +45,9 @@ impl Rng {
     }
 }
 
-/// A fresh seed per run (or `CVC_SEED`), printed so a failure can be replayed.
+/// The test's fixed seed (varied by `CVC_SEED`; see `tests/src/seed.rs`).
 fn rng(test: &str) -> Rng {
-    let seed = std::env::var("CVC_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        t.as_nanos() as u64 ^ (test.len() as u64).wrapping_mul(0x9E37_79B9)
-    });
-    eprintln!("{test}: seed = {seed} (replay with CVC_SEED={seed})");
-    Rng(seed)
+    Rng(seed::seed_for(&format!("layers::{test}")))
 }
 
 // ---------------------------------------------------------------- building graphs

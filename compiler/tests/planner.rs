@@ -17,11 +17,17 @@ use cvc_compiler::passes::{cast, distribute, remat, schedule, views, Program};
 use proptest::prelude::*;
 use std::collections::HashMap;
 
-fn seed() -> u64 {
-    let s =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
-    println!("seed {s}");
-    s
+#[path = "../../tests/src/seed.rs"]
+mod seed;
+
+/// A proptest configuration with `cases` cases and a fixed RNG seed (proptest's default is
+/// a fresh random seed per run), varied by `CVC_SEED` like every other test seed.
+fn fixed_cases(cases: u32, block: &str) -> ProptestConfig {
+    let seed = seed::seed_for(&format!("planner::proptest {block}"));
+    ProptestConfig {
+        rng_seed: proptest::test_runner::RngSeed::Fixed(seed),
+        ..ProptestConfig::with_cases(cases)
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -46,7 +52,7 @@ fn interval_strategy() -> impl Strategy<Value = Vec<LiveInterval>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
+    #![proptest_config(fixed_cases(200, "placements"))]
     #[test]
     fn placements_never_overlap_live_buffers(ivs in interval_strategy()) {
         let steps = ivs.iter().map(|iv| iv.last + 1).max().unwrap_or(1);
@@ -241,7 +247,7 @@ fn check_written_before_read(p: &Program) -> Result<(), String> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(fixed_cases(48, "random_graphs"))]
     #[test]
     fn random_graphs_plan_soundly(
         ops in prop::collection::vec((0u8..9, 0u8..255), 1..12),
@@ -347,7 +353,7 @@ fn example(name: &str) -> String {
 fn rewrites_preserve_values(file: &str, batch: usize) {
     let src = example(file);
     let checked = check_source(file, &src, Mode::Train).unwrap_or_else(|d| panic!("{file}: {d:?}"));
-    let s = seed();
+    let s = seed::seed_for(&format!("planner::rewrites_preserve_values {file}"));
     let mut rng = SplitMix64::new(s);
     let mut g = checked.graph.clone();
     if g.loss.is_none() {
@@ -502,7 +508,7 @@ fn cast_graph(body: impl FnOnce(&mut Builder, Value, Value) -> Value) -> Graph {
 /// Runs the cast pass, checks the values are unchanged, and returns the sites and the
 /// number of `ToComplex` nodes left.
 fn place_casts(g: Graph) -> (Vec<String>, usize, Graph) {
-    let s = seed();
+    let s = seed::seed_for(&format!("planner::place_casts {}", g.name));
     let mut rng = SplitMix64::new(s);
     let named = leaves(&g, 3, &mut rng);
     let before = results(&g, 3, &named).expect("evaluates");
@@ -582,7 +588,7 @@ fn cast_sinks_past_a_real_contraction_to_the_output() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(40))]
+    #![proptest_config(fixed_cases(40, "random_rewrites"))]
     /// Cast placement, autodiff + optimizer, distribution of sums and view canonicalisation
     /// keep every output,
     /// the loss and every update of random graphs (pooling-like reshapes and broadcasts
@@ -695,7 +701,7 @@ fn distribute_splits_sums_that_wait_for_sums() {
         (3, 3),
         "Σ d·x, Σ c and the output's sum become Σ d·x and Σ c (reused) and Σ x"
     );
-    let s = seed();
+    let s = seed::seed_for("planner::distribute_splits_sums_that_wait_for_sums");
     let mut rng = SplitMix64::new(s);
     let named = leaves(&before, 3, &mut rng);
     assert_same(

@@ -8,6 +8,9 @@ use cvc_runtime::data::synthetic_rf::{generate, RfConfig};
 use cvc_runtime::data::{epoch_order, split, Dataset, InputSpec};
 use std::io::Cursor;
 
+#[path = "../../tests/src/seed.rs"]
+mod seed;
+
 fn tmp(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("cvc-data-test-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
@@ -166,8 +169,7 @@ fn validation_names_array_expected_and_found() {
 
 #[test]
 fn synthetic_rf_is_deterministic_balanced_and_normalised() {
-    let seed = 0x5eed_u64 ^ std::process::id() as u64;
-    println!("seed {seed}");
+    let seed = seed::seed_for("data::synthetic_rf_is_deterministic_balanced_and_normalised");
     let cfg = RfConfig { classes: 5, length: 128, snr_db: (0.0, 20.0), count: 103, seed };
     let a = generate(&cfg).unwrap();
     let b = generate(&cfg).unwrap();

@@ -1,1 +1,6 @@
-pub fn placeholder() {}
+//! Shared code of the cross-crate tests: how a test seed is chosen ([`seed`]) and the
+//! differential check of a back end against the reference interpreter ([`differential`]),
+//! which the CPU tests run in CI and the GPU tests run on a device through the same code.
+
+pub mod differential;
+pub mod seed;

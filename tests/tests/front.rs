@@ -494,10 +494,9 @@ fn mutate(rng: &mut Rng, src: &[u8], all: &[Vec<u8>]) -> Vec<u8> {
 /// result or diagnostics, never panic, and every diagnostic must render.
 #[test]
 fn mutated_sources_never_panic() {
-    let seed =
-        std::env::var("CVC_MUTATION_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5EED_CAFE_u64);
+    let seed = cvc_tests::seed::seed_for("front::mutated_sources_never_panic");
     let count: usize = std::env::var("CVC_MUTATIONS").ok().and_then(|s| s.parse().ok()).unwrap_or(5000);
-    eprintln!("mutation seed {seed:#x}, {count} mutations (CVC_MUTATION_SEED / CVC_MUTATIONS to change)");
+    eprintln!("{count} mutations (CVC_MUTATIONS to change; CVC_SEED varies the seed)");
     let mut files: Vec<Vec<u8>> = all_sources().into_iter().map(|(_, s)| s.into_bytes()).collect();
     files.extend(cvnn_in(&root().join("tests/fixtures/err")).iter().map(|p| std::fs::read(p).unwrap()));
     let mut rng = Rng(seed | 1);

@@ -10,6 +10,7 @@ mod elementwise;
 mod eval;
 mod init;
 mod layout;
+pub mod replay;
 mod session;
 mod tensor;
 
