@@ -9,12 +9,14 @@
 #![allow(clippy::result_large_err)]
 
 pub mod back;
+pub mod config;
 pub mod diag;
 pub mod error;
 pub mod front;
 pub mod interp;
 pub mod ir;
 pub mod passes;
+pub mod target;
 
 pub use diag::Diagnostic;
 pub use error::{CompileError, CompileResult};

@@ -2,14 +2,15 @@
 //! every example's forward values, loss and parameter gradients on the CUDA back end against
 //! the f64 reference interpreter, on fresh random inputs, within a relative error of 1e-4.
 
+use cvc_compiler::config::{Optimizer, OptimizerKind, Precision};
 use cvc_compiler::front::check_source;
-use cvc_compiler::front::train::{Optimizer, OptimizerKind, Precision};
 use cvc_compiler::interp::{evaluate, Session, SplitMix64, Tensor, TensorData};
 use cvc_compiler::ir::{DType, Graph, Mode, Op, Value};
 use cvc_compiler::passes::fusion::Fusion;
 use cvc_compiler::passes::memplan::{bump, storage_root};
 use cvc_compiler::passes::pipeline::{compile, Options};
 use cvc_compiler::passes::Program;
+use cvc_compiler::target::KernelConfig;
 use cvc_runtime::backend::{Backend, HostData, HostTensor};
 use cvc_runtime::cuda::CudaBackend;
 use num_complex::Complex64;
@@ -37,6 +38,15 @@ fn gpu_or_skip() -> bool {
             false
         }
     }
+}
+
+/// The CUDA kernel choices of this run: the spec in `CVC_KERNELS` (e.g. `conv=gemm,fill=528`,
+/// see `KernelConfig::parse`; `bench/gpu-variants.sh` sets it per variant), else the defaults.
+fn kernels() -> KernelConfig {
+    let spec = std::env::var("CVC_KERNELS").unwrap_or_default();
+    let k = KernelConfig::parse(&spec).unwrap_or_else(|e| panic!("CVC_KERNELS={spec}: {e}"));
+    eprintln!("kernels: {k}");
+    k
 }
 
 fn seed() -> u64 {
@@ -341,8 +351,8 @@ fn forward_backward(path: &Path, rng: &mut SplitMix64) -> Vec<String> {
     let inputs = random_inputs(&g, batch, &ex.classes, rng);
     let leaves = leaves_of(&g, &state, &inputs);
     let want = evaluate(&g, batch, &leaves).unwrap_or_else(|e| panic!("{}: interpreter: {e}", ex.name));
-    let mut be =
-        CudaBackend::new(&ex.program, Precision::Fp32).unwrap_or_else(|e| panic!("{}: {e}", ex.name));
+    let mut be = CudaBackend::new(&ex.program, Precision::Fp32, &kernels())
+        .unwrap_or_else(|e| panic!("{}: {e}", ex.name));
     eprintln!("{}: {}", ex.name, be.compile_info());
     upload_leaves(&mut be, &g, &leaves);
     be.step().unwrap_or_else(|e| panic!("{}: step: {e}", ex.name));
@@ -497,8 +507,8 @@ fn train_two_steps(path: &Path, rng: &mut SplitMix64) -> Vec<String> {
     let g = &ex.program.graph;
     let mut session = Session::new(g, batch, rng.next_u64());
     session.state = session.state.iter().map(|(k, t)| (k.clone(), round(t))).collect();
-    let mut be =
-        CudaBackend::new(&ex.program, Precision::Fp32).unwrap_or_else(|e| panic!("{}: {e}", ex.name));
+    let mut be = CudaBackend::new(&ex.program, Precision::Fp32, &kernels())
+        .unwrap_or_else(|e| panic!("{}: {e}", ex.name));
     let grad_of: HashMap<Value, Value> = ex.program.facts.grads.iter().copied().collect();
     for step in 0..2 {
         // Both sides start every step from the same (f32) state, so each step's update is
@@ -584,7 +594,7 @@ fn bench_seed_cnn() {
         let inputs = random_inputs(g, batch, &ex.classes, &mut rng);
         let leaves = leaves_of(g, &session.state, &inputs);
         let t = std::time::Instant::now();
-        let mut be = CudaBackend::new(&ex.program, precision).unwrap_or_else(|e| panic!("{e}"));
+        let mut be = CudaBackend::new(&ex.program, precision, &kernels()).unwrap_or_else(|e| panic!("{e}"));
         let start_s = t.elapsed().as_secs_f64();
         eprintln!(
             "seed_cnn batch {batch} {precision:?}: plan {compile_s:.2} s, start {start_s:.2} s ({})",

@@ -2,8 +2,8 @@
 //! for sm_90 (no GPU needed). Skips when NVRTC cannot be loaded, unless `CVC_REQUIRE_NVRTC=1`.
 
 use cvc_compiler::back::cuda;
+use cvc_compiler::config::Precision;
 use cvc_compiler::front::check_source;
-use cvc_compiler::front::train::Precision;
 use cvc_compiler::ir::Mode;
 use cvc_compiler::passes::pipeline::{compile, Options};
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@ use super::fusion::Fusion;
 use super::{
     autodiff, cast, distribute, fusion, memplan, optimizer, remat, schedule, PipelineFacts, Program,
 };
-use crate::front::train::Optimizer;
+use crate::config::Optimizer;
 use crate::ir::*;
 
 /// The names of the passes, in the order they run (`lower` is the front end's output).

@@ -78,7 +78,7 @@ pub fn run(args: &EmitArgs) -> CliResult {
     }
     let program = compile(checked.graph.clone(), &opts).map_err(CliError::Message)?;
     let text = if args.cuda {
-        cvc_compiler::back::cuda::emit_source(&program)
+        cvc_compiler::back::cuda::emit_source(&program, &cvc_compiler::target::CudaTarget::h200())
     } else {
         cvc_compiler::back::clif::emit_text(&program)
     }

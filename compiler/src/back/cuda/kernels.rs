@@ -200,7 +200,7 @@ pub(crate) fn elementwise(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<
     code.push_str("  }\n}\n");
     Ok(Kernel {
         code,
-        grid: [grid_for(n, BLOCK as usize), 1, 1],
+        grid: [ctx.grid_for(n, BLOCK as usize), 1, 1],
         block: [BLOCK, 1, 1],
         zero: Vec::new(),
         scratch: 0,
@@ -363,14 +363,15 @@ pub(crate) fn reduce(
     let o_n: usize = out_shape.iter().product();
     let r_n: usize = axes.iter().map(|&a| domain[a]).product();
     // Lanes per output and splits of the reduced range over blocks: enough blocks for eight
-    // per SM of an H200 (132 SMs), so the loads of many blocks are in flight at once.
+    // per SM (the device's `fill_blocks`), so the loads of many blocks are in flight at once.
+    let fill = ctx.target.device.fill_blocks();
     let (lanes, splits) = if r_n <= 32 {
         (1usize, 1usize)
     } else if r_n <= 4096 || o_n >= 2048 {
         (32, 1)
     } else {
-        let s = if op == ReduceOp::Sum && o_n < 1056 {
-            1056usize.div_ceil(o_n).min(r_n.div_ceil(4096)).max(1)
+        let s = if op == ReduceOp::Sum && o_n < fill {
+            fill.div_ceil(o_n).min(r_n.div_ceil(4096)).min(ctx.target.device.max_grid[1]).max(1)
         } else {
             1
         };
@@ -528,8 +529,7 @@ pub(crate) fn reduce(
         }
     }
     code.push_str("  }\n}\n");
-    let grid_x =
-        if lanes == 256 { o_n.clamp(1, 65535) as u32 } else { grid_for(o_n * lanes, BLOCK as usize) };
+    let grid_x = if lanes == 256 { ctx.grid_for(o_n, 1) } else { ctx.grid_for(o_n * lanes, BLOCK as usize) };
     Ok(Kernel {
         code,
         grid: [grid_x, splits as u32, 1],
@@ -655,7 +655,7 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Ker
     code.push_str("  }\n}\n");
     Ok(Kernel {
         code,
-        grid: [grid_for(on, BLOCK as usize), 1, 1],
+        grid: [ctx.grid_for(on, BLOCK as usize), 1, 1],
         block: [BLOCK, 1, 1],
         zero: Vec::new(),
         scratch: 0,

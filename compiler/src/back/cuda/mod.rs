@@ -34,11 +34,12 @@ mod gemm;
 mod kernels;
 mod wgrad;
 
-use crate::front::train::Precision;
+use crate::config::Precision;
 use crate::ir::*;
 use crate::passes::fusion::{GroupKind, KernelGroup};
 use crate::passes::memplan::ArenaPlan;
 use crate::passes::Program;
+use crate::target::CudaTarget;
 use std::fmt::Write;
 
 /// Threads per block of the generated kernels.
@@ -89,17 +90,20 @@ pub struct CudaModule {
     pub scratch: (usize, usize),
 }
 
-/// The CUDA C source of every kernel of `program` (fp32 numerics), as `cvc emit --cuda` prints.
-pub fn emit_source(program: &Program) -> Result<String, String> {
-    generate(program, Precision::Fp32).map(|m| m.source)
+/// The CUDA C source of every kernel of `program` for `target`, as `cvc emit --cuda` prints
+/// (for [`CudaTarget::h200`]).
+pub fn emit_source(program: &Program, target: &CudaTarget) -> Result<String, String> {
+    generate(program, target).map(|m| m.source)
 }
 
-/// Generates the module and launch list of `program`.
+/// Generates the module and launch list of `program` for `target`.
 ///
-/// `Precision::Tf32` generates contractions on TF32 tensor cores (`mma.sync.m16n8k8`,
-/// fp32 accumulation); everything else is identical to fp32.
-pub fn generate(program: &Program, precision: Precision) -> Result<CudaModule, String> {
-    let ctx = Ctx { g: &program.graph, plan: &program.plan, batch: program.plan.batch, precision };
+/// With `Precision::Tf32` contractions run on TF32 tensor cores (`mma.sync.m16n8k8`,
+/// fp32 accumulation); everything else is identical to fp32. The target's device bounds the
+/// shared memory and grids of the kernels, and its kernel choices pick between the direct and
+/// implicit-GEMM kernels and their tilings.
+pub fn generate(program: &Program, target: &CudaTarget) -> Result<CudaModule, String> {
+    let ctx = Ctx { g: &program.graph, plan: &program.plan, batch: program.plan.batch, target };
     let mut source = String::new();
     source.push_str(PRELUDE);
     let mut steps = Vec::new();
@@ -194,15 +198,25 @@ pub(crate) struct Kernel {
     pub scratch: usize,
 }
 
-/// What kernel generators read: the graph, the memory plan, the batch size.
+/// What kernel generators read: the graph, the memory plan, the batch size, the target.
 pub(crate) struct Ctx<'a> {
     pub g: &'a Graph,
     pub plan: &'a ArenaPlan,
     pub batch: usize,
-    pub precision: Precision,
+    pub target: &'a CudaTarget,
 }
 
 impl Ctx<'_> {
+    /// Contraction numerics.
+    pub fn precision(&self) -> Precision {
+        self.target.precision
+    }
+    /// Grid size of a grid-stride loop over `n` items with `per_block` items per block pass
+    /// (at most the target's [`KernelConfig::grid_stride_blocks`](crate::target::KernelConfig)).
+    pub fn grid_for(&self, n: usize, per_block: usize) -> u32 {
+        let cap = self.target.kernels.grid_stride_blocks.min(self.target.device.max_grid[0]).max(1);
+        n.div_ceil(per_block.max(1)).clamp(1, cap) as u32
+    }
     /// Concrete shape of `v`.
     pub fn shape(&self, v: Value) -> Vec<usize> {
         self.g.ty(v).shape.resolve(self.batch)
@@ -279,11 +293,6 @@ pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {
         s[i] = s[i + 1] * shape[i + 1];
     }
     s
-}
-
-/// Grid size of a grid-stride loop over `n` items with `per_block` items per block pass.
-pub(crate) fn grid_for(n: usize, per_block: usize) -> u32 {
-    n.div_ceil(per_block.max(1)).clamp(1, 16384) as u32
 }
 
 /// Helpers every kernel may use.
