@@ -103,6 +103,12 @@ pub fn emit_source(program: &Program, target: &CudaTarget) -> Result<String, Str
 /// shared memory and grids of the kernels, and its kernel choices pick between the direct and
 /// implicit-GEMM kernels and their tilings.
 pub fn generate(program: &Program, target: &CudaTarget) -> Result<CudaModule, String> {
+    if target.precision == Precision::Tf32 && target.device.compute_capability < (8, 0) {
+        return Err(format!(
+            "TF32 tensor cores need compute capability 8.0 or newer; the target is {} (use precision = fp32)",
+            target.device.arch()
+        ));
+    }
     let ctx = Ctx { g: &program.graph, plan: &program.plan, batch: program.plan.batch, target };
     let mut source = String::new();
     source.push_str(PRELUDE);
