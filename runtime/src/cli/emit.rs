@@ -87,10 +87,10 @@ pub fn run(args: &EmitArgs) -> CliResult {
         let kernels = KernelConfig::parse(args.kernels.as_deref().unwrap_or_default())
             .map_err(|e| CliError::Message(format!("--kernels: {e}")))?;
         cvc_compiler::back::cuda::emit_source(&program, &CudaTarget::h200().with_kernels(kernels))
+            .map_err(|e| CliError::Message(e.to_string()))?
     } else {
-        cvc_compiler::back::clif::emit_text(&program)
-    }
-    .map_err(CliError::Message)?;
+        cvc_compiler::back::clif::emit_text(&program).map_err(CliError::Message)?
+    };
     print_out(&text);
     Ok(())
 }

@@ -56,7 +56,7 @@ struct Direct {
 /// implicit GEMM serves better (strided, narrow or short outputs, very large kernels, tiles
 /// that do not fit the device) or where the target's [`ConvKernel::Gemm`] asks for the
 /// implicit GEMM (to measure one against the other).
-pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, String> {
+pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kernel>> {
     let choice = ctx.target.kernels.conv;
     if ctx.precision() != Precision::Fp32 || choice == ConvKernel::Gemm {
         return Ok(None);

@@ -51,8 +51,8 @@ fn conj_if(c: bool, x: String) -> String {
 }
 
 /// A contraction group.
-pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Kernel, String> {
-    let v = *group.nodes.last().ok_or("empty contraction group")?;
+pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResult<Kernel> {
+    let v = *group.nodes.last().ok_or_else(|| internal!("empty contraction group"))?;
     if let Some(k) = super::conv::direct(ctx, v, name)? {
         return Ok(k);
     }
@@ -215,7 +215,7 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<
                 b_k_fast: true,
             }
         }
-        other => return Err(format!("{v}: {} is not a contraction", other.mnemonic())),
+        other => return Err(internal!("{v}: {} is not a contraction", other.mnemonic())),
     };
     emit(ctx, &gemm, v, name)
 }
@@ -263,30 +263,35 @@ fn patch_gather(p: &Patch) -> String {
 }
 
 /// Checks that a contraction's grid fits the target device.
-fn grid_fits(ctx: &Ctx, v: Value, grid: [usize; 3]) -> Result<(), String> {
+fn grid_fits(ctx: &Ctx, v: Value, grid: [usize; 3]) -> CompileResult<()> {
     let max = ctx.target.device.max_grid;
     if grid.iter().zip(&max).any(|(g, m)| g > m) {
-        return Err(format!(
+        return Err(user!(
             "{v}: contraction grid too large ({} × {} × {} blocks; the device allows {} × {} × {})",
-            grid[0], grid[1], grid[2], max[0], max[1], max[2]
+            grid[0],
+            grid[1],
+            grid[2],
+            max[0],
+            max[1],
+            max[2]
         ));
     }
     Ok(())
 }
 
 /// Checks that a contraction's shared-memory tiles fit the target device.
-fn shared_fits(ctx: &Ctx, v: Value, bytes: usize) -> Result<(), String> {
+fn shared_fits(ctx: &Ctx, v: Value, bytes: usize) -> CompileResult<()> {
     let max = ctx.target.device.shared_per_block;
     if bytes > max {
-        return Err(format!(
+        return Err(user!(
             "{v}: the contraction's tiles need {bytes} bytes of shared memory per block; the device allows {max}"
         ));
     }
     Ok(())
 }
 
-fn dims(s: &[usize]) -> Result<[usize; 4], String> {
-    s.try_into().map_err(|_| format!("a convolution operand of shape {s:?} is not 4-D"))
+fn dims(s: &[usize]) -> CompileResult<[usize; 4]> {
+    s.try_into().map_err(|_| internal!("a convolution operand of shape {s:?} is not 4-D"))
 }
 
 fn tile(extent: usize, max: usize) -> usize {
@@ -302,7 +307,7 @@ fn split_k(ctx: &Ctx, gm: &Gemm, tiles: usize, bk: usize) -> (usize, usize) {
     (gm.k.div_ceil(chunk), chunk)
 }
 
-fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, String> {
+fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
     if ctx.precision() == Precision::Tf32 {
         return emit_tf32(ctx, gm, v, name);
     }
@@ -400,7 +405,7 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, String> {
 /// computing a 32 × 16 piece of the block tile through `mma.sync.m16n8k8` on TF32 operands.
 /// Complex operands are kept as separate re/im planes in shared memory and multiplied as
 /// real products (4 for complex × complex, 2 for mixed, 1 for real).
-fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, String> {
+fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
     let bm = if gm.m <= 32 { 32 } else { 64 };
     let bn = if bm == 32 { 128 } else { 64 };
     let wm = bm / 32; // warps along M

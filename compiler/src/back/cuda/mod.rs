@@ -29,12 +29,30 @@
 //! - sums accumulate in f64 (complex: two f64) for accuracy; `Max`/`MaxMag` keep the first
 //!   of equal candidates, as the interpreter does.
 
+/// An internal error (an invariant of the program or of code generation did not hold), with
+/// a formatted message. User errors (a model too large for the target) are built on purpose
+/// with `user!`.
+macro_rules! internal {
+    ($($t:tt)*) => {
+        $crate::error::CompileError::internal(format!($($t)*))
+    };
+}
+
+/// A user error (the model or the target asks for what this back end cannot generate), with a
+/// formatted message.
+macro_rules! user {
+    ($($t:tt)*) => {
+        $crate::error::CompileError::user(format!($($t)*))
+    };
+}
+
 mod conv;
 mod gemm;
 mod kernels;
 mod wgrad;
 
 use crate::config::Precision;
+use crate::error::CompileResult;
 use crate::ir::*;
 use crate::passes::fusion::{GroupKind, KernelGroup};
 use crate::passes::memplan::ArenaPlan;
@@ -92,7 +110,7 @@ pub struct CudaModule {
 
 /// The CUDA C source of every kernel of `program` for `target`, as `cvc emit --cuda` prints
 /// (for [`CudaTarget::h200`]).
-pub fn emit_source(program: &Program, target: &CudaTarget) -> Result<String, String> {
+pub fn emit_source(program: &Program, target: &CudaTarget) -> CompileResult<String> {
     generate(program, target).map(|m| m.source)
 }
 
@@ -102,9 +120,9 @@ pub fn emit_source(program: &Program, target: &CudaTarget) -> Result<String, Str
 /// fp32 accumulation); everything else is identical to fp32. The target's device bounds the
 /// shared memory and grids of the kernels, and its kernel choices pick between the direct and
 /// implicit-GEMM kernels and their tilings.
-pub fn generate(program: &Program, target: &CudaTarget) -> Result<CudaModule, String> {
+pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaModule> {
     if target.precision == Precision::Tf32 && target.device.compute_capability < (8, 0) {
-        return Err(format!(
+        return Err(user!(
             "TF32 tensor cores need compute capability 8.0 or newer; the target is {} (use precision = fp32)",
             target.device.arch()
         ));
@@ -117,7 +135,7 @@ pub fn generate(program: &Program, target: &CudaTarget) -> Result<CudaModule, St
     let scratch_start = program.plan.arena_bytes.next_multiple_of(256);
     let mut scratch_end = scratch_start;
     let group_at = |gi: usize| {
-        program.groups.get(gi).ok_or_else(|| format!("schedule names group {gi}, which does not exist"))
+        program.groups.get(gi).ok_or_else(|| internal!("schedule names group {gi}, which does not exist"))
     };
     let mut at = 0;
     while at < program.order.len() {
@@ -232,16 +250,16 @@ impl Ctx<'_> {
         self.g.ty(v).dtype
     }
     /// Byte offset of `v`'s buffer in the arena.
-    pub fn offset(&self, v: Value) -> Result<usize, String> {
+    pub fn offset(&self, v: Value) -> CompileResult<usize> {
         self.plan.slots.get(v.index()).copied().flatten().map(|s| s.offset).ok_or_else(|| {
-            format!(
+            internal!(
                 "{v} ({}) is used by a kernel but has no buffer in the memory plan",
                 self.g.node(v).op.mnemonic()
             )
         })
     }
     /// A typed pointer expression to `v`'s buffer.
-    pub fn ptr(&self, v: Value) -> Result<String, String> {
+    pub fn ptr(&self, v: Value) -> CompileResult<String> {
         Ok(format!("(({}*)(A + {}ull))", ctype(self.dtype(v)), self.offset(v)?))
     }
     /// Bytes of `v`'s buffer.
@@ -285,9 +303,9 @@ pub(crate) fn flit(x: f64) -> String {
 }
 
 /// Checks that 32-bit indexing covers `n` elements (complex: `2n` floats).
-pub(crate) fn check_size(n: usize, what: &str) -> Result<(), String> {
+pub(crate) fn check_size(n: usize, what: &str) -> CompileResult<()> {
     if n.saturating_mul(2) >= (1usize << 31) {
-        return Err(format!("{what} has {n} elements: too many for the CUDA back end's 32-bit indexing"));
+        return Err(user!("{what} has {n} elements: too many for the CUDA back end's 32-bit indexing"));
     }
     Ok(())
 }

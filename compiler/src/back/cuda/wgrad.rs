@@ -55,7 +55,7 @@ fn variant(choice: WgradKernel, cg: usize) -> Option<Variant> {
 /// where the implicit GEMM serves (strided or dilated layers, outputs narrower or shorter than
 /// a tile, fewer than 8 output channels per group, kernels of more than 9 taps, TF32
 /// numerics).
-pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, String> {
+pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kernel>> {
     let node = ctx.g.node(v);
     let Op::Conv2dWeightGrad { geom, kernel, conj } = &node.op else {
         return Ok(None);
