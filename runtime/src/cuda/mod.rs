@@ -1,5 +1,7 @@
-//! The CUDA back end: compiles the generated CUDA C with NVRTC (cached on disk), carves one
-//! device allocation into the plan's buffers and replays the launch list each step.
+//! The CUDA back end: queries the device (SM count, shared memory per block, compute
+//! capability, grid limits) into the `CudaTarget` the kernels are generated for, compiles the
+//! generated CUDA C with NVRTC (cached on disk), carves one device allocation into the plan's
+//! buffers and replays the launch list each step.
 //!
 //! cudarc loads libcuda, libnvrtc at run time and panics when a library is missing, so every
 //! entry point first checks that the library can be opened ([`available`], [`nvrtc_version`]).
@@ -343,8 +345,8 @@ impl CudaBackend {
     fn attach(name: String) -> Result<CudaBackend, RuntimeError> {
         let device = result::device::get(0).map_err(driver_err("device lookup"))?;
         // SAFETY: `device` was just returned by `cuDeviceGet`; the retained context is
-        // released exactly once, by `Drop` (the back end owns it from the next statement on,
-        // or here if binding fails).
+        // released exactly once: here if binding it fails, else by the back end's `Drop`
+        // (the back end owns it once binding succeeds).
         let ctx = unsafe { result::primary_ctx::retain(device) }.map_err(driver_err("context creation"))?;
         // SAFETY: `ctx` is the live primary context just retained.
         if let Err(e) = unsafe { result::ctx::set_current(ctx) } {
@@ -352,8 +354,7 @@ impl CudaBackend {
             let _ = unsafe { result::primary_ctx::release(device) };
             return Err(driver_err("context binding")(e));
         }
-        let (free_before, _) = result::mem_get_info().map_err(driver_err("memory query"))?;
-        Ok(CudaBackend {
+        let mut backend = CudaBackend {
             device,
             ctx,
             module: std::ptr::null_mut(),
@@ -361,7 +362,7 @@ impl CudaBackend {
             arena: 0,
             arena_bytes: 0,
             values: Vec::new(),
-            free_before,
+            free_before: 0,
             peak: Cell::new(0),
             name,
             compile: CompileInfo {
@@ -380,7 +381,10 @@ impl CudaBackend {
             },
             target: CudaTarget::default(),
             staging: Vec::new(),
-        })
+        };
+        // Measured before the module and arena exist, so the peak counts both.
+        backend.free_before = result::mem_get_info().map_err(driver_err("memory query"))?.0;
+        Ok(backend)
     }
 
     /// Compiles (or loads from the cache) the generated source for `arch`, loads the module
