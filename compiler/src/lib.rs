@@ -9,6 +9,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod back;
+pub mod config;
 pub mod diag;
 pub mod error;
 pub mod front;
@@ -16,6 +17,7 @@ pub mod init;
 pub mod interp;
 pub mod ir;
 pub mod passes;
+pub mod target;
 pub mod units;
 
 pub use diag::Diagnostic;

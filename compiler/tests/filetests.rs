@@ -16,8 +16,8 @@
 //! A second test reads back the IR of every fixture after every pass: printing, parsing and
 //! printing again must give the same text.
 
+use cvc_compiler::config::{Optimizer, OptimizerKind};
 use cvc_compiler::front::check_source;
-use cvc_compiler::front::train::{Optimizer, OptimizerKind};
 use cvc_compiler::ir::parse::parse_graph;
 use cvc_compiler::ir::print::print_graph;
 use cvc_compiler::ir::{Graph, Mode, Value};

@@ -2,7 +2,7 @@
 //! direct convolution written differently, adjoint identities, and PyTorch's optimizer
 //! formulas re-implemented on R² vectors.
 
-use cvc_compiler::front::train::{Optimizer, OptimizerKind};
+use cvc_compiler::config::{Optimizer, OptimizerKind};
 use cvc_compiler::interp::check::random_tensor;
 use cvc_compiler::interp::*;
 use cvc_compiler::ir::builder::Builder;

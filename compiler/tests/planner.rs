@@ -176,8 +176,8 @@ fn r_shape(ty: &TensorType) -> Shape {
     Shape(vec![Dim::Batch, Dim::Fixed(4), Dim::Fixed(3), Dim::Fixed(2)])
 }
 
-fn optimizer_choice(i: usize) -> cvc_compiler::front::train::Optimizer {
-    use cvc_compiler::front::train::{Optimizer, OptimizerKind};
+fn optimizer_choice(i: usize) -> cvc_compiler::config::Optimizer {
+    use cvc_compiler::config::{Optimizer, OptimizerKind};
     let kind = match i {
         0 => OptimizerKind::Sgd { momentum: 0.0, nesterov: false },
         1 => OptimizerKind::Sgd { momentum: 0.9, nesterov: true },

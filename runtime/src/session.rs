@@ -18,13 +18,15 @@ use crate::backend::{Backend, HostData, HostTensor, RuntimeError};
 use crate::checkpoint::{self, Checkpoint};
 use crate::data::InputSpec;
 use crate::interp_backend::InterpBackend;
-use cvc_compiler::front::train::{DeviceChoice, Precision, TrainConfig};
+use cvc_compiler::config::Precision;
+use cvc_compiler::front::train::{DeviceChoice, TrainConfig};
 use cvc_compiler::init::{init_values, name_hash, SplitMix64};
 use cvc_compiler::ir::{DType, Graph, Mode, Value};
 use cvc_compiler::passes::memplan::ArenaPlan;
 use cvc_compiler::passes::optimizer::LR;
 use cvc_compiler::passes::pipeline::{self, Options};
 use cvc_compiler::passes::Program;
+use cvc_compiler::target::KernelConfig;
 use cvc_compiler::Diagnostic;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -352,7 +354,9 @@ fn backend_for(
 ) -> Result<Box<dyn Backend>, RuntimeError> {
     Ok(match device {
         Device::Cpu | Device::Auto => Box::new(crate::cpu::CpuBackend::new(program)?),
-        Device::Cuda => Box::new(crate::cuda::CudaBackend::new(program, precision)?),
+        Device::Cuda => {
+            Box::new(crate::cuda::CudaBackend::new(program, precision, &KernelConfig::default())?)
+        }
         Device::Interp => Box::new(InterpBackend::new(program)),
     })
 }

@@ -4,12 +4,13 @@
 //! every stored value within 1e-4 relative plus the replay's f32 rounding bound. Seeds are
 //! fixed (`CVC_SEED` varies them) and never retried: a wrong kernel fails on the first seed.
 
+use cvc_compiler::config::{Optimizer, OptimizerKind, Precision};
 use cvc_compiler::front::check_source;
-use cvc_compiler::front::train::{Optimizer, OptimizerKind, Precision};
 use cvc_compiler::interp::{Session, SplitMix64, Tensor, TensorData};
 use cvc_compiler::ir::{DType, Graph, Mode, Op, Value};
 use cvc_compiler::passes::pipeline::{compile, Options};
 use cvc_compiler::passes::Program;
+use cvc_compiler::target::KernelConfig;
 use cvc_runtime::backend::{Backend, HostData, HostTensor};
 use cvc_runtime::cuda::CudaBackend;
 use cvc_tests::differential::{check_training_steps, from_host, to_host};
@@ -39,6 +40,15 @@ fn gpu_or_skip() -> bool {
             false
         }
     }
+}
+
+/// The CUDA kernel choices of this run: the spec in `CVC_KERNELS` (e.g. `conv=gemm,fill=528`,
+/// see `KernelConfig::parse`; `bench/gpu-variants.sh` sets it per variant), else the defaults.
+fn kernels() -> KernelConfig {
+    let spec = std::env::var("CVC_KERNELS").unwrap_or_default();
+    let k = KernelConfig::parse(&spec).unwrap_or_else(|e| panic!("CVC_KERNELS={spec}: {e}"));
+    eprintln!("kernels: {k}");
+    k
 }
 
 fn flat(t: &Tensor) -> Vec<f64> {
@@ -242,7 +252,7 @@ fn every_fixture_matches_the_interpreter_forward_and_backward() {
 
 /// The CUDA back end for a program, in fp32.
 fn cuda(p: &Program) -> Result<Box<dyn Backend>, String> {
-    let be = CudaBackend::new(p, Precision::Fp32).map_err(|e| e.0)?;
+    let be = CudaBackend::new(p, Precision::Fp32, &kernels()).map_err(|e| e.0)?;
     eprintln!("{}: {}", p.graph.name, be.compile_info());
     Ok(Box::new(be))
 }
@@ -316,7 +326,7 @@ fn bench_seed_cnn() {
         let inputs = random_inputs(g, batch, &ex.classes, &mut rng);
         let leaves = leaves_of(g, &session.state, &inputs);
         let t = std::time::Instant::now();
-        let mut be = CudaBackend::new(&ex.program, precision).unwrap_or_else(|e| panic!("{e}"));
+        let mut be = CudaBackend::new(&ex.program, precision, &kernels()).unwrap_or_else(|e| panic!("{e}"));
         let start_s = t.elapsed().as_secs_f64();
         eprintln!(
             "seed_cnn batch {batch} {precision:?}: plan {compile_s:.2} s, start {start_s:.2} s ({})",

@@ -2,10 +2,12 @@
 //! for sm_90 (no GPU needed). Skips when NVRTC cannot be loaded, unless `CVC_REQUIRE_NVRTC=1`.
 
 use cvc_compiler::back::cuda;
+use cvc_compiler::config::Precision;
 use cvc_compiler::front::check_source;
-use cvc_compiler::front::train::Precision;
 use cvc_compiler::ir::Mode;
 use cvc_compiler::passes::pipeline::{compile, Options};
+use cvc_compiler::target::{CudaTarget, KernelConfig};
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
 fn nvrtc_or_skip() -> bool {
@@ -64,7 +66,7 @@ fn every_generated_kernel_compiles_with_nvrtc_for_sm90() {
             }
             let opts = Options { batch: 3, optimizer: checked.train.optimizer.clone(), ..Options::default() };
             let program = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name} ({mode:?}): {e}"));
-            let module = cuda::generate(&program, Precision::Fp32)
+            let module = cuda::generate(&program, &CudaTarget::h200())
                 .unwrap_or_else(|e| panic!("{name} ({mode:?}): {e}"));
             assert!(!module.kernels.is_empty(), "{name}: no kernels generated");
             let cubin = cvc_runtime::cuda::compile_cubin(&module.source, "sm_90")
@@ -96,7 +98,8 @@ fn tf32_kernels_compile_with_nvrtc_for_sm90() {
         let checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
         let opts = Options { batch: 5, optimizer: checked.train.optimizer.clone(), ..Options::default() };
         let program = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let module = cuda::generate(&program, Precision::Tf32).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let module = cuda::generate(&program, &CudaTarget::h200().with_precision(Precision::Tf32))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(module.source.contains("mma.sync"), "{name}: no tensor-core kernel generated");
         let cubin = cvc_runtime::cuda::compile_cubin(&module.source, "sm_90")
             .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -124,7 +127,8 @@ fn unfused_kernels_compile_with_nvrtc() {
             ..Options::default()
         };
         let program = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let source = cuda::emit_source(&program).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let source =
+            cuda::emit_source(&program, &CudaTarget::h200()).unwrap_or_else(|e| panic!("{name}: {e}"));
         cvc_runtime::cuda::compile_ptx(&source, "sm_90").unwrap_or_else(|e| panic!("{name}: {e}"));
     }
 }
@@ -168,7 +172,7 @@ fn seed_network_at_batch_1024_shares_batchnorm_passes_and_compiles() {
     let checked = check_source("seed_cnn.cvnn", &src, Mode::Train).expect("checks");
     let opts = Options { batch: 1024, optimizer: checked.train.optimizer.clone(), ..Options::default() };
     let program = compile(checked.graph, &opts).expect("compiles");
-    let module = cuda::generate(&program, Precision::Fp32).expect("generates");
+    let module = cuda::generate(&program, &CudaTarget::h200()).expect("generates");
     let is_bn_reduce = |gi: usize| {
         let k = &program.groups[gi];
         k.kind == cvc_compiler::passes::fusion::GroupKind::Reduce
@@ -190,4 +194,276 @@ fn seed_network_at_batch_1024_shares_batchnorm_passes_and_compiles() {
     }
     let cubin = cvc_runtime::cuda::compile_cubin(&module.source, "sm_90").expect("NVRTC compiles");
     assert!(cubin.starts_with(b"\x7fELF"));
+}
+
+/// One program per file for the variant test: the training step (inference where the model
+/// has no loss), at batch 64 (large enough for split-K contractions).
+fn variant_programs() -> Vec<(String, cvc_compiler::passes::Program)> {
+    cvnn_files()
+        .iter()
+        .map(|path| {
+            let src = std::fs::read_to_string(path).expect("readable .cvnn");
+            let name = path.file_name().expect("file name").to_string_lossy().into_owned();
+            let mut checked =
+                check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+            if checked.graph.loss.is_none() {
+                checked = check_source(&name, &src, Mode::Eval).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+            }
+            let opts =
+                Options { batch: 64, optimizer: checked.train.optimizer.clone(), ..Options::default() };
+            (name.clone(), compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name}: {e}")))
+        })
+        .collect()
+}
+
+/// A module's source split into the shared prelude and one chunk per kernel (its `// group`
+/// comment lines and its code).
+fn kernel_chunks(source: &str) -> (String, Vec<String>) {
+    let mut prelude = String::new();
+    let mut chunks: Vec<String> = Vec::new();
+    for line in source.split_inclusive('\n') {
+        let starts_kernel =
+            line.starts_with("// group ") && chunks.last().is_none_or(|c| c.contains("__global__"));
+        if starts_kernel {
+            chunks.push(String::new());
+        }
+        match chunks.last_mut() {
+            Some(c) => c.push_str(line),
+            None => prelude.push_str(line),
+        }
+    }
+    (prelude, chunks)
+}
+
+/// A kernel's code with its integer constants zeroed except array sizes (shapes, offsets,
+/// splits and trip counts are constants; `[N]` sizes the shared and register arrays): kernels
+/// that differ only in constants have the same structure (loops, tiles, shared arrays,
+/// atomics, branches), so NVRTC accepts both or neither, and compiling one of them is enough.
+fn structure(chunk: &str) -> String {
+    let b = chunk.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let starts_number =
+            b[i].is_ascii_digit() && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_'));
+        if !starts_number {
+            out.push(b[i]);
+            i += 1;
+            continue;
+        }
+        let end = (i..b.len()).find(|&j| !b[j].is_ascii_digit()).unwrap_or(b.len());
+        if i > 0 && b[i - 1] == b'[' {
+            out.extend_from_slice(&b[i..end]); // an array size: shared memory and registers
+        } else {
+            out.push(b'0');
+        }
+        i = end;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Kernels of `source` that declare a shared array named `array` (` Ws[` for the direct
+/// convolution, ` Ds[` for the direct weight gradient, ` As[` for the fp32 implicit GEMM).
+fn kernels_declaring(source: &str, array: &str) -> usize {
+    source.lines().filter(|l| l.contains("__shared__") && l.contains(array)).count()
+}
+
+/// What a variant must change, judged on the default module of each file and the variant's.
+#[derive(Clone, Copy)]
+enum Expect {
+    /// The source changes exactly in the files whose default module declares this array;
+    /// with `gone`, the variant's module declares none.
+    ChangesWhere { array: &'static str, gone: bool },
+    /// Only files whose default declares the array may change, and at least one does.
+    SomeOf(&'static str),
+    /// The source may change anywhere a contraction or a split sum is; at least one does.
+    Some,
+    /// The source stays the same everywhere; the launch list changes in at least one file.
+    LaunchesOnly,
+}
+
+/// Every kernel choice, both precisions and three devices: each variant's kernels compile with
+/// NVRTC for its device's architecture, and each variant changes the generated source where it
+/// applies (and only there, where that can be said), so a choice that stops reaching code
+/// generation fails here. Kernels a variant leaves unchanged are the default's, which the tests
+/// above compile; here each changed kernel of a new [`structure`] is compiled (to PTX), with
+/// the prelude.
+#[test]
+fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
+    let nvrtc = nvrtc_or_skip();
+    let programs = variant_programs();
+    let spec = |s: &str| KernelConfig::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+    let h200 = CudaTarget::h200();
+    let a100 = cvc_compiler::target::CudaDevice {
+        sm_count: 108,
+        compute_capability: (8, 0),
+        shared_per_block_optin: 163 * 1024,
+        ..cvc_compiler::target::CudaDevice::h200()
+    };
+    let small = cvc_compiler::target::CudaDevice {
+        sm_count: 16,
+        shared_per_block: 24 * 1024,
+        shared_per_block_optin: 24 * 1024,
+        ..cvc_compiler::target::CudaDevice::h200()
+    };
+    use Expect::*;
+    let kernel_variants: Vec<(&str, Expect)> = vec![
+        ("conv=gemm", ChangesWhere { array: " Ws[", gone: true }),
+        ("conv=direct64", Some),
+        ("ck=6", SomeOf(" Ws[")),
+        ("ck=9", SomeOf(" Ws[")),
+        ("wgrad=gemm", ChangesWhere { array: " Ds[", gone: true }),
+        ("wgrad=pf", ChangesWhere { array: " Ds[", gone: false }),
+        ("wgrad=ot4pf", ChangesWhere { array: " Ds[", gone: false }),
+        ("wgrad=ot2", SomeOf(" Ds[")),
+        ("wgrad=ot4", SomeOf(" Ds[")),
+        ("fill=264", Some),
+        ("fill=66", Some),
+        ("bk=32", SomeOf(" As[")),
+        ("grid=64", LaunchesOnly),
+    ];
+    // Kernels that differ from the default module, by architecture, each kind once.
+    let mut changed_kernels: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    let mut seen = HashSet::new();
+    let mut prelude = String::new();
+    let mut collect_changed = |what: &str, file: &str, base: &str, source: &str, arch: String| {
+        let (_, before) = kernel_chunks(base);
+        let (p, after) = kernel_chunks(source);
+        prelude = p;
+        // The default's kernels count as compiled: the tests above compile them for sm_90.
+        if arch == "sm_90" {
+            seen.extend(before.iter().map(|c| (arch.clone(), structure(c))));
+        }
+        for c in after {
+            if !before.contains(&c) && seen.insert((arch.clone(), structure(&c))) {
+                changed_kernels.entry(arch.clone()).or_default().push((format!("{what}, {file}"), c));
+            }
+        }
+    };
+    for precision in [Precision::Fp32, Precision::Tf32] {
+        let base_target = h200.clone().with_precision(precision);
+        let defaults: Vec<_> = programs
+            .iter()
+            .map(|(f, p)| cuda::generate(p, &base_target).unwrap_or_else(|e| panic!("{f}: {e}")))
+            .collect();
+        // TF32 against fp32: every file with a contraction changes, and gets tensor-core code.
+        if precision == Precision::Tf32 {
+            let fp32: Vec<_> = programs
+                .iter()
+                .map(|(f, p)| cuda::generate(p, &h200).unwrap_or_else(|e| panic!("{f}: {e}")))
+                .collect();
+            let mut any = false;
+            for (((file, _), f), t) in programs.iter().zip(&fp32).zip(&defaults) {
+                let contracts = [" As[", " Ws[", " Ds["].iter().any(|a| kernels_declaring(&f.source, a) > 0);
+                assert_eq!(
+                    contracts,
+                    f.source != t.source,
+                    "{file}: tf32 changes exactly the files with contractions"
+                );
+                assert_eq!(contracts, t.source.contains("mma_tf32(c"), "{file}: tensor-core kernels");
+                assert_eq!(kernels_declaring(&t.source, " Ws[") + kernels_declaring(&t.source, " Ds["), 0);
+                any |= contracts;
+                collect_changed("tf32", file, &f.source, &t.source, "sm_90".into());
+            }
+            assert!(any, "no file has a contraction");
+        }
+        let devices = [("a100", a100.clone()), ("small", small.clone())];
+        let targets = kernel_variants
+            .iter()
+            .map(|&(s, e)| (s.to_string(), base_target.clone().with_kernels(spec(s)), e))
+            .chain(devices.iter().map(|(n, d)| {
+                (n.to_string(), CudaTarget { device: d.clone(), ..base_target.clone() }, Expect::Some)
+            }));
+        for (what, target, expect) in targets {
+            let what = format!("{what} ({precision:?})");
+            let mut changed_files = 0;
+            let mut launches_changed = false;
+            for ((file, program), base) in programs.iter().zip(&defaults) {
+                let m = cuda::generate(program, &target).unwrap_or_else(|e| panic!("{what}, {file}: {e}"));
+                let changed = m.source != base.source;
+                changed_files += changed as usize;
+                launches_changed |= m.steps != base.steps;
+                match expect {
+                    ChangesWhere { array, gone } => {
+                        let applies = kernels_declaring(&base.source, array) > 0;
+                        assert_eq!(
+                            changed, applies,
+                            "{what}, {file}: changes exactly where {array:?} is declared"
+                        );
+                        if gone {
+                            assert_eq!(kernels_declaring(&m.source, array), 0, "{what}, {file}");
+                        }
+                    }
+                    SomeOf(array) => {
+                        assert!(
+                            !changed || kernels_declaring(&base.source, array) > 0,
+                            "{what}, {file}: changes a file without {array:?}"
+                        );
+                    }
+                    Some => {}
+                    LaunchesOnly => assert!(!changed, "{what}, {file}: the source changed"),
+                }
+                collect_changed(&what, file, &base.source, &m.source, target.device.arch());
+            }
+            // fp32 kernel choices of the direct kernels do not apply to TF32 numerics.
+            let fp32_only = precision == Precision::Tf32
+                && ["conv=", "ck=", "wgrad=", "bk="].iter().any(|k| what.starts_with(k));
+            match expect {
+                LaunchesOnly => assert!(launches_changed, "{what}: no launch list changed"),
+                _ if fp32_only => {
+                    assert_eq!(changed_files, 0, "{what}: an fp32 kernel choice changed TF32 code")
+                }
+                _ => assert!(changed_files > 0, "{what}: no file's source changed"),
+            }
+            eprintln!("{what}: {changed_files} of {} files changed", programs.len());
+        }
+    }
+    if !nvrtc {
+        return;
+    }
+    // One module per architecture and up to 16 kernels, each renamed after its place in the
+    // list (the same kernel name has different bodies in different variants).
+    let mut compiled = 0;
+    for (arch, kernels) in &changed_kernels {
+        for (n, batch) in kernels.chunks(16).enumerate() {
+            let mut module = prelude.clone();
+            let mut names = Vec::new();
+            for (i, (what, chunk)) in batch.iter().enumerate() {
+                // `extern "C" __global__ void __launch_bounds__(...) NAME(char* A) {`
+                let name = chunk.split("(char* A)").next().and_then(|s| s.rsplit(' ').next());
+                let name = name.unwrap_or_else(|| panic!("{what}: a kernel without a name"));
+                let renamed = format!("v{n}_{i}_{name}");
+                module.push_str(&chunk.replacen(
+                    &format!(" {name}(char* A)"),
+                    &format!(" {renamed}(char* A)"),
+                    1,
+                ));
+                names.push((what, renamed));
+            }
+            let ptx = cvc_runtime::cuda::compile_ptx(&module, arch).unwrap_or_else(|e| {
+                panic!("{arch}, kernels of {:?}: {e}", names.iter().map(|n| n.0).collect::<Vec<_>>())
+            });
+            for (what, name) in names {
+                assert!(ptx.contains(&format!(".entry {name}(")), "{what}: {name} missing from the PTX");
+                compiled += 1;
+            }
+        }
+    }
+    assert!(compiled > 0);
+    eprintln!("{compiled} changed kernels compiled");
+}
+
+/// TF32 tensor cores (`mma.sync` on TF32) need compute capability 8.0: an older target is an
+/// error that says so, not a module NVRTC rejects.
+#[test]
+fn tf32_for_a_device_without_tf32_is_an_error() {
+    let (_, program) = variant_programs().into_iter().find(|(f, _)| f == "seed_cnn.cvnn").expect("seed_cnn");
+    let turing = cvc_compiler::target::CudaDevice {
+        compute_capability: (7, 5),
+        ..cvc_compiler::target::CudaDevice::h200()
+    };
+    let target = CudaTarget { device: turing, precision: Precision::Tf32, ..CudaTarget::h200() };
+    let e = cuda::generate(&program, &target).expect_err("TF32 on sm_75");
+    assert!(e.to_string().contains("compute capability 8.0") && e.to_string().contains("sm_75"), "{e}");
+    assert!(cuda::generate(&program, &CudaTarget { precision: Precision::Fp32, ..target }).is_ok());
 }

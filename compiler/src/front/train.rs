@@ -1,6 +1,7 @@
 //! The checked `train` section: data source, split, batch, epochs, optimizer, schedule, seed,
 //! device, memory budget, precision.
 
+use crate::config::{Optimizer, Precision};
 use serde::Serialize;
 
 /// Where training data comes from.
@@ -35,53 +36,6 @@ pub enum DataSource {
     },
 }
 
-/// Optimizer algorithm. Complex parameters are treated as R² (as PyTorch does).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub enum OptimizerKind {
-    /// SGD with optional (Nesterov) momentum, PyTorch semantics.
-    Sgd {
-        /// Momentum factor (0 = plain SGD).
-        momentum: f64,
-        /// Nesterov momentum.
-        nesterov: bool,
-    },
-    /// Adam (L2 weight decay added to the gradient, as torch.optim.Adam).
-    Adam {
-        /// β₁.
-        beta1: f64,
-        /// β₂.
-        beta2: f64,
-        /// ε.
-        eps: f64,
-    },
-    /// AdamW (decoupled weight decay, as torch.optim.AdamW).
-    AdamW {
-        /// β₁.
-        beta1: f64,
-        /// β₂.
-        beta2: f64,
-        /// ε.
-        eps: f64,
-    },
-}
-
-/// Optimizer with its learning rate and weight decay.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Optimizer {
-    /// The algorithm.
-    pub kind: OptimizerKind,
-    /// Base learning rate.
-    pub lr: f64,
-    /// Weight decay (L2 for sgd/adam, decoupled for adamw).
-    pub weight_decay: f64,
-}
-
-impl Default for Optimizer {
-    fn default() -> Self {
-        Optimizer { kind: OptimizerKind::Sgd { momentum: 0.0, nesterov: false }, lr: 1e-2, weight_decay: 0.0 }
-    }
-}
-
 /// Learning-rate schedule, evaluated per epoch by the runtime (the lr is a state input).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub enum Schedule {
@@ -110,15 +64,6 @@ pub enum DeviceChoice {
     Cpu,
     /// CUDA GPU; an error when none exists.
     Cuda,
-}
-
-/// Matmul/conv numerics on the GPU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub enum Precision {
-    /// Plain fp32.
-    Fp32,
-    /// TF32 tensor cores for contractions.
-    Tf32,
 }
 
 /// A checked `train` section.

@@ -3,6 +3,7 @@
 use super::resolve::did_you_mean;
 use super::train::*;
 use super::ModelInput;
+use crate::config::{Optimizer, OptimizerKind, Precision};
 use crate::diag::Diagnostic;
 use crate::ir::DType;
 use cvc_grammar::ast::{self, ArithOp, Expr, ExprKind};

@@ -10,7 +10,7 @@
 //! per component, in a complex buffer whose re holds the average of `Re(g)²` and im that of
 //! `Im(g)²`, and the Adam step divides each component by its own denominator.
 
-use crate::front::train::{Optimizer, OptimizerKind};
+use crate::config::{Optimizer, OptimizerKind};
 use crate::ir::builder::Builder;
 use crate::ir::*;
 use cvc_grammar::Span;

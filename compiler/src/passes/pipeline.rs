@@ -14,8 +14,8 @@ use super::{
     autodiff, cast, distribute, fusion, memplan, optimizer, remat, schedule, siblings, views, PipelineFacts,
     Program,
 };
+use crate::config::Optimizer;
 use crate::error::{CompileError, CompileResult};
-use crate::front::train::Optimizer;
 use crate::ir::*;
 
 /// One step of the pipeline (a pass, or the front end's output for `Lower`).

@@ -3,6 +3,7 @@
 //! its warnings (bindings and outputs that reach no loss) on stderr; warnings keep exit 0.
 
 use super::{CliError, CliResult};
+use cvc_compiler::config::OptimizerKind;
 use cvc_compiler::front::{self, train, Checked, TableRow};
 use cvc_compiler::ir::{Dim, Mode, Shape};
 use serde_json::{json, Value as Json};
@@ -158,11 +159,11 @@ fn train_text(t: &train::TrainConfig) -> String {
         train::DataSource::Npz { path } => format!("npz({path:?})"),
     };
     let opt = match &t.optimizer.kind {
-        train::OptimizerKind::Sgd { momentum, nesterov } => {
+        OptimizerKind::Sgd { momentum, nesterov } => {
             format!("sgd(lr = {}, momentum = {momentum}, nesterov = {nesterov})", t.optimizer.lr)
         }
-        train::OptimizerKind::Adam { .. } => format!("adam(lr = {})", t.optimizer.lr),
-        train::OptimizerKind::AdamW { .. } => {
+        OptimizerKind::Adam { .. } => format!("adam(lr = {})", t.optimizer.lr),
+        OptimizerKind::AdamW { .. } => {
             format!("adamw(lr = {}, weight_decay = {})", t.optimizer.lr, t.optimizer.weight_decay)
         }
     };

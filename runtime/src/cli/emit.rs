@@ -5,6 +5,7 @@ use super::plan::{load, options, print_out};
 use super::{compile_failed, CliError, CliResult};
 use cvc_compiler::ir::print::print_graph;
 use cvc_compiler::passes::pipeline::{compile, compile_traced, PASSES};
+use cvc_compiler::target::{CudaTarget, KernelConfig};
 use std::path::PathBuf;
 
 /// Arguments of `cvc emit`.
@@ -35,6 +36,11 @@ pub struct EmitArgs {
     /// Compile inference only (no backward pass or optimizer update).
     #[arg(long)]
     pub eval: bool,
+    /// With `--cuda`: kernel choices over the defaults, e.g. `conv=gemm,fill=528` (keys:
+    /// conv=direct32|direct64|gemm, wgrad=direct|gemm|ot2|ot4|pf|ot2pf|ot4pf, fill=BLOCKS,
+    /// bk=16|32, ck=CHANNELS, grid=BLOCKS). The device is always an H200 (132 SMs, sm_90).
+    #[arg(long, requires = "cuda", value_name = "SPEC")]
+    pub kernels: Option<String>,
 }
 
 /// Runs `cvc emit`.
@@ -91,7 +97,10 @@ pub fn run(args: &EmitArgs) -> CliResult {
     }
     let program = compile(checked.graph.clone(), &opts).map_err(|e| compile_failed(&checked, &e))?;
     let text = if args.cuda {
-        cvc_compiler::back::cuda::emit_source(&program).map_err(CliError::Message)?
+        let kernels = KernelConfig::parse(args.kernels.as_deref().unwrap_or_default())
+            .map_err(|e| CliError::Message(format!("--kernels: {e}")))?;
+        cvc_compiler::back::cuda::emit_source(&program, &CudaTarget::h200().with_kernels(kernels))
+            .map_err(|e| CliError::Message(e.to_string()))?
     } else if args.cpu {
         let config = cvc_compiler::back::clif::host_config().map_err(CliError::Message)?;
         cvc_compiler::back::cpu::generate(&program, config)

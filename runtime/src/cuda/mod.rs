@@ -1,5 +1,7 @@
-//! The CUDA back end: compiles the generated CUDA C with NVRTC (cached on disk), carves one
-//! device allocation into the plan's buffers and replays the launch list each step.
+//! The CUDA back end: queries the device (SM count, shared memory per block, compute
+//! capability, grid limits) into the `CudaTarget` the kernels are generated for, compiles the
+//! generated CUDA C with NVRTC (cached on disk), carves one device allocation into the plan's
+//! buffers and replays the launch list each step.
 //!
 //! cudarc loads libcuda, libnvrtc at run time and panics when a library is missing, so every
 //! entry point first checks that the library can be opened ([`available`], [`nvrtc_version`]).
@@ -7,10 +9,11 @@
 use crate::backend::{Backend, HostTensor, RuntimeError};
 use cudarc::driver::{result, sys};
 use cvc_compiler::back::cuda::{self, CudaModule, CudaStep};
-use cvc_compiler::front::train::Precision;
+use cvc_compiler::config::Precision;
 use cvc_compiler::ir::{DType, Value};
 use cvc_compiler::passes::memplan::Slot;
 use cvc_compiler::passes::Program;
+use cvc_compiler::target::{CudaDevice, CudaTarget, KernelConfig};
 use sha2::{Digest, Sha256};
 use std::cell::Cell;
 use std::ffi::{c_void, CStr, CString};
@@ -23,6 +26,8 @@ fn driver_err(what: &str) -> impl Fn(result::DriverError) -> RuntimeError + '_ {
 
 /// Name of the first CUDA device, or why the GPU cannot be used (no driver library, no device).
 pub fn available() -> Result<String, String> {
+    // SAFETY: loading libcuda runs only the driver's own initialisers; cudarc panics (caught
+    // here) rather than misbehaving when the library or a symbol is missing.
     let present = std::panic::catch_unwind(|| unsafe { sys::is_culib_present() }).unwrap_or(false);
     if !present {
         return Err("no CUDA driver found (libcuda.so could not be loaded)".into());
@@ -42,11 +47,13 @@ pub fn available() -> Result<String, String> {
 /// NVRTC's version `(major, minor)`, or why NVRTC cannot be loaded.
 pub fn nvrtc_version() -> Result<(i32, i32), String> {
     use cudarc::nvrtc::sys as nv;
+    // SAFETY: as in `available`, for libnvrtc.
     let present = std::panic::catch_unwind(|| unsafe { nv::is_culib_present() }).unwrap_or(false);
     if !present {
         return Err("NVRTC not found (libnvrtc.so.13 or libnvrtc.so could not be loaded; put its directory on LD_LIBRARY_PATH)".into());
     }
     let (mut major, mut minor) = (0, 0);
+    // SAFETY: the library is loaded (checked above); the two pointers are valid `i32`s.
     unsafe { nv::nvrtcVersion(&mut major, &mut minor) }
         .result()
         .map_err(|e| format!("nvrtcVersion failed: {e:?}"))?;
@@ -60,66 +67,104 @@ enum Output {
     Cubin,
 }
 
+/// `nvrtcGetPTXSize` / `nvrtcGetCUBINSize`.
+type SizeQuery = unsafe fn(cudarc::nvrtc::sys::nvrtcProgram, *mut usize) -> cudarc::nvrtc::sys::nvrtcResult;
+/// `nvrtcGetPTX` / `nvrtcGetCUBIN`.
+type OutputQuery =
+    unsafe fn(cudarc::nvrtc::sys::nvrtcProgram, *mut std::ffi::c_char) -> cudarc::nvrtc::sys::nvrtcResult;
+
+/// An NVRTC program, destroyed on drop (also when compilation or a query fails).
+struct NvrtcProgram(cudarc::nvrtc::sys::nvrtcProgram);
+
+impl NvrtcProgram {
+    fn create(src: &CStr, name: &CStr) -> Result<NvrtcProgram, String> {
+        use cudarc::nvrtc::sys as nv;
+        let mut prog: nv::nvrtcProgram = std::ptr::null_mut();
+        // SAFETY: `src` and `name` are NUL-terminated and outlive the call (NVRTC copies
+        // them); no headers are passed (count 0, null arrays); `prog` is written on success.
+        unsafe {
+            nv::nvrtcCreateProgram(
+                &mut prog,
+                src.as_ptr(),
+                name.as_ptr(),
+                0,
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        }
+        .result()
+        .map_err(|e| format!("nvrtcCreateProgram failed: {e:?}"))?;
+        Ok(NvrtcProgram(prog))
+    }
+
+    /// Compiles with `opts`; the error is the compiler's log.
+    fn compile(&self, opts: &[CString]) -> Result<(), String> {
+        use cudarc::nvrtc::sys as nv;
+        let ptrs: Vec<*const std::ffi::c_char> = opts.iter().map(|o| o.as_ptr()).collect();
+        // SAFETY: `self.0` is a live program; `ptrs` holds `ptrs.len()` NUL-terminated
+        // strings owned by `opts`, which outlives the call.
+        let compiled = unsafe { nv::nvrtcCompileProgram(self.0, ptrs.len() as i32, ptrs.as_ptr()) };
+        compiled.result().map_err(|_| self.log())
+    }
+
+    /// The compilation log (empty when NVRTC has none).
+    fn log(&self) -> String {
+        use cudarc::nvrtc::sys as nv;
+        let mut size = 0usize;
+        // SAFETY: `self.0` is a live program; `size` is written on success.
+        if unsafe { nv::nvrtcGetProgramLogSize(self.0, &mut size) }.result().is_err() || size <= 1 {
+            return String::new();
+        }
+        let mut buf = vec![0u8; size];
+        // SAFETY: `buf` has the `size` bytes NVRTC just said the log takes (NUL included).
+        if unsafe { nv::nvrtcGetProgramLog(self.0, buf.as_mut_ptr() as *mut _) }.result().is_err() {
+            return String::new();
+        }
+        CStr::from_bytes_until_nul(&buf).map(|c| c.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+
+    /// The compiled PTX or cubin.
+    fn output(&self, output: Output) -> Result<Vec<u8>, String> {
+        use cudarc::nvrtc::sys as nv;
+        let (get_size, get): (SizeQuery, OutputQuery) = match output {
+            Output::Ptx => (nv::nvrtcGetPTXSize, nv::nvrtcGetPTX),
+            Output::Cubin => (nv::nvrtcGetCUBINSize, nv::nvrtcGetCUBIN),
+        };
+        let mut size = 0usize;
+        // SAFETY: `self.0` is a live, compiled program; `size` is written on success.
+        unsafe { get_size(self.0, &mut size) }.result().map_err(|e| format!("NVRTC output size: {e:?}"))?;
+        let mut buf = vec![0u8; size];
+        // SAFETY: `buf` has exactly the `size` bytes NVRTC just said the output takes.
+        unsafe { get(self.0, buf.as_mut_ptr() as *mut _) }
+            .result()
+            .map_err(|e| format!("NVRTC output: {e:?}"))?;
+        Ok(buf)
+    }
+}
+
+impl Drop for NvrtcProgram {
+    fn drop(&mut self) {
+        // SAFETY: `self.0` was created by `nvrtcCreateProgram` and is destroyed only here.
+        let _ = unsafe { cudarc::nvrtc::sys::nvrtcDestroyProgram(&mut self.0) };
+    }
+}
+
 fn nvrtc_compile(source: &str, arch: &str, output: Output) -> Result<Vec<u8>, String> {
-    use cudarc::nvrtc::sys as nv;
     nvrtc_version()?;
     let src = CString::new(source).map_err(|_| "CUDA source contains a NUL byte".to_string())?;
-    let name = CString::new("cvc_module.cu").expect("static name");
+    let name = c"cvc_module.cu";
     let arch_opt = match output {
         Output::Ptx => format!("--gpu-architecture={}", arch.replace("sm_", "compute_")),
         Output::Cubin => format!("--gpu-architecture={arch}"),
     };
     let opts: Vec<CString> = [arch_opt.as_str(), "--std=c++17"]
         .iter()
-        .map(|o| CString::new(*o).expect("option without NUL"))
-        .collect();
-    let opt_ptrs: Vec<*const std::ffi::c_char> = opts.iter().map(|o| o.as_ptr()).collect();
-    unsafe {
-        let mut prog: nv::nvrtcProgram = std::ptr::null_mut();
-        nv::nvrtcCreateProgram(&mut prog, src.as_ptr(), name.as_ptr(), 0, std::ptr::null(), std::ptr::null())
-            .result()
-            .map_err(|e| format!("nvrtcCreateProgram failed: {e:?}"))?;
-        let compiled = nv::nvrtcCompileProgram(prog, opt_ptrs.len() as i32, opt_ptrs.as_ptr());
-        let mut log_size = 0usize;
-        let mut log = String::new();
-        if nv::nvrtcGetProgramLogSize(prog, &mut log_size).result().is_ok() && log_size > 1 {
-            let mut buf = vec![0u8; log_size];
-            if nv::nvrtcGetProgramLog(prog, buf.as_mut_ptr() as *mut _).result().is_ok() {
-                log = CStr::from_bytes_until_nul(&buf)
-                    .map(|c| c.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-            }
-        }
-        if compiled.result().is_err() {
-            nv::nvrtcDestroyProgram(&mut prog);
-            return Err(format!("NVRTC rejected the generated CUDA source for {arch}:\n{log}"));
-        }
-        let mut size = 0usize;
-        let bytes = match output {
-            Output::Ptx => {
-                nv::nvrtcGetPTXSize(prog, &mut size)
-                    .result()
-                    .map_err(|e| format!("nvrtcGetPTXSize: {e:?}"))?;
-                let mut buf = vec![0u8; size];
-                nv::nvrtcGetPTX(prog, buf.as_mut_ptr() as *mut _)
-                    .result()
-                    .map_err(|e| format!("nvrtcGetPTX: {e:?}"))?;
-                buf
-            }
-            Output::Cubin => {
-                nv::nvrtcGetCUBINSize(prog, &mut size)
-                    .result()
-                    .map_err(|e| format!("nvrtcGetCUBINSize: {e:?}"))?;
-                let mut buf = vec![0u8; size];
-                nv::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut _)
-                    .result()
-                    .map_err(|e| format!("nvrtcGetCUBIN: {e:?}"))?;
-                buf
-            }
-        };
-        nv::nvrtcDestroyProgram(&mut prog);
-        Ok(bytes)
-    }
+        .map(|o| CString::new(*o).map_err(|_| format!("NVRTC option {o:?} contains a NUL byte")))
+        .collect::<Result<_, _>>()?;
+    let prog = NvrtcProgram::create(&src, name)?;
+    prog.compile(&opts)
+        .map_err(|log| format!("NVRTC rejected the generated CUDA source for {arch}:\n{log}"))?;
+    prog.output(output)
 }
 
 /// Compiles CUDA C `source` to PTX for `arch` (e.g. `sm_90`) with NVRTC. Needs no GPU.
@@ -221,6 +266,31 @@ pub fn cached_cubin(source: &str, arch: &str, kernels: usize) -> Result<(Vec<u8>
     ))
 }
 
+/// The facts code generation needs about `device`, from the driver's attributes.
+fn query_device(device: sys::CUdevice) -> Result<CudaDevice, RuntimeError> {
+    use sys::CUdevice_attribute as A;
+    let attr = |a: A| {
+        // SAFETY: `device` was returned by `cuDeviceGet`, and reading an attribute has no
+        // other precondition.
+        unsafe { result::device::get_attribute(device, a) }.map_err(driver_err("attribute query"))
+    };
+    CudaDevice::from_queried(
+        attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+        (
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        ),
+        attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?,
+        attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+        [
+            attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+        ],
+    )
+    .map_err(RuntimeError)
+}
+
 enum Action {
     Launch { f: sys::CUfunction, grid: [u32; 3], block: [u32; 3], shared: u32, name: String },
     Zero { offset: usize, bytes: usize },
@@ -241,101 +311,147 @@ pub struct CudaBackend {
     name: String,
     compile: CompileInfo,
     generated: CudaModule,
+    target: CudaTarget,
     /// Page-locked host buffers of staged inputs (`Backend::stage`): pointer and bytes
     /// staged, per value; freed on drop.
     staging: Vec<(Value, *mut u8, usize, usize)>,
 }
 
 impl CudaBackend {
-    /// Generates, compiles (or loads from the cache) and loads `program`'s kernels on device
-    /// 0, and allocates its arena: the only device allocation the back end makes. Prints one
+    /// Queries device 0, generates `program`'s kernels for it (with `precision` and the kernel
+    /// choices `kernels`), compiles them (or loads them from the cache), loads them, and
+    /// allocates the arena: the only device allocation the back end makes. Prints one
     /// `cuda: ...` line to stderr saying how the module was obtained (see [`CompileInfo`]).
-    pub fn new(program: &Program, precision: Precision) -> Result<CudaBackend, RuntimeError> {
+    pub fn new(
+        program: &Program,
+        precision: Precision,
+        kernels: &KernelConfig,
+    ) -> Result<CudaBackend, RuntimeError> {
         let name = available().map_err(RuntimeError)?;
-        let generated = cuda::generate(program, precision)
+        // From here on, `Drop` releases whatever the steps below acquired when one fails.
+        let mut backend = CudaBackend::attach(name)?;
+        let device = query_device(backend.device)?;
+        let target = CudaTarget { device, kernels: kernels.clone(), precision };
+        backend.generated = cuda::generate(program, &target)
             .map_err(|e| RuntimeError(format!("CUDA code generation: {e}")))?;
-        unsafe {
-            let device = result::device::get(0).map_err(driver_err("device lookup"))?;
-            let ctx = result::primary_ctx::retain(device).map_err(driver_err("context creation"))?;
-            result::ctx::set_current(ctx).map_err(driver_err("context binding"))?;
-            let major = result::device::get_attribute(
-                device,
-                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-            )
-            .map_err(driver_err("attribute query"))?;
-            let minor = result::device::get_attribute(
-                device,
-                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-            )
-            .map_err(driver_err("attribute query"))?;
-            let arch = format!("sm_{major}{minor}");
-            let (free_before, _) = result::mem_get_info().map_err(driver_err("memory query"))?;
-            let mut backend = CudaBackend {
-                device,
-                ctx,
-                module: std::ptr::null_mut(),
-                actions: Vec::new(),
-                arena: 0,
-                arena_bytes: 0,
-                values: Vec::new(),
-                free_before,
-                peak: Cell::new(0),
-                name,
-                compile: CompileInfo {
-                    arch: arch.clone(),
-                    kernels: 0,
-                    seconds: 0.0,
-                    cache_hit: false,
-                    cache_path: None,
-                    nvrtc: (0, 0),
-                },
-                generated,
-                staging: Vec::new(),
-            };
-            let (cubin, info) =
-                cached_cubin(&backend.generated.source, &arch, backend.generated.kernels.len())
-                    .map_err(RuntimeError)?;
-            // One line on stderr so every start reports compile time or the cache hit.
-            eprintln!("cuda: {info}");
-            backend.compile = info;
-            backend.module = result::module::load_data(cubin.as_ptr() as *const c_void)
-                .map_err(driver_err("module load"))?;
-            for step in &backend.generated.steps {
-                backend.actions.push(match step {
-                    CudaStep::Launch(l) => {
-                        let cname = CString::new(l.name.as_str()).expect("kernel names have no NUL");
-                        let f = result::module::get_function(backend.module, cname)
-                            .map_err(driver_err(&format!("lookup of kernel {}", l.name)))?;
-                        Action::Launch {
-                            f,
-                            grid: l.grid,
-                            block: l.block,
-                            shared: l.shared_bytes,
-                            name: l.name.clone(),
-                        }
-                    }
-                    CudaStep::Zero { offset, bytes } => Action::Zero { offset: *offset, bytes: *bytes },
-                });
-            }
-            backend.arena_bytes = program.plan.arena_bytes;
-            // One allocation: the plan's arena, then the reductions' scratch (zeroed once:
-            // its counters return to 0 at the end of every kernel that uses them).
-            let (scratch_at, scratch_bytes) = backend.generated.scratch;
-            let total = if scratch_bytes > 0 { scratch_at + scratch_bytes } else { program.plan.arena_bytes };
-            backend.arena = result::malloc_sync(total.max(256)).map_err(driver_err("arena allocation"))?;
-            if scratch_bytes > 0 {
-                result::memset_d8_sync(backend.arena + scratch_at as u64, 0, scratch_bytes)
-                    .map_err(driver_err("scratch zeroing"))?;
-            }
-            let g = &program.graph;
-            backend.values = g
-                .nodes
-                .iter()
-                .map(|(h, n)| (n.ty.dtype, n.ty.shape.resolve(program.plan.batch), program.plan.slot(h)))
-                .collect();
-            backend.sample_memory();
-            Ok(backend)
+        backend.load_module(&target.device.arch())?;
+        backend.allocate_arena(program)?;
+        backend.target = target;
+        backend.sample_memory();
+        Ok(backend)
+    }
+
+    /// A back end bound to device 0's primary context, with no module or arena yet.
+    fn attach(name: String) -> Result<CudaBackend, RuntimeError> {
+        let device = result::device::get(0).map_err(driver_err("device lookup"))?;
+        // SAFETY: `device` was just returned by `cuDeviceGet`; the retained context is
+        // released exactly once: here if binding it fails, else by the back end's `Drop`
+        // (the back end owns it once binding succeeds).
+        let ctx = unsafe { result::primary_ctx::retain(device) }.map_err(driver_err("context creation"))?;
+        // SAFETY: `ctx` is the live primary context just retained.
+        if let Err(e) = unsafe { result::ctx::set_current(ctx) } {
+            // SAFETY: the retain above is undone once, and nothing else holds `ctx`.
+            let _ = unsafe { result::primary_ctx::release(device) };
+            return Err(driver_err("context binding")(e));
         }
+        let mut backend = CudaBackend {
+            device,
+            ctx,
+            module: std::ptr::null_mut(),
+            actions: Vec::new(),
+            arena: 0,
+            arena_bytes: 0,
+            values: Vec::new(),
+            free_before: 0,
+            peak: Cell::new(0),
+            name,
+            compile: CompileInfo {
+                arch: String::new(),
+                kernels: 0,
+                seconds: 0.0,
+                cache_hit: false,
+                cache_path: None,
+                nvrtc: (0, 0),
+            },
+            generated: CudaModule {
+                source: String::new(),
+                steps: Vec::new(),
+                kernels: Vec::new(),
+                scratch: (0, 0),
+            },
+            target: CudaTarget::default(),
+            staging: Vec::new(),
+        };
+        // Measured before the module and arena exist, so the peak counts both.
+        backend.free_before = result::mem_get_info().map_err(driver_err("memory query"))?.0;
+        Ok(backend)
+    }
+
+    /// Compiles (or loads from the cache) the generated source for `arch`, loads the module
+    /// and resolves every launch of the step to its kernel.
+    fn load_module(&mut self, arch: &str) -> Result<(), RuntimeError> {
+        let (cubin, info) =
+            cached_cubin(&self.generated.source, arch, self.generated.kernels.len()).map_err(RuntimeError)?;
+        // One line on stderr so every start reports compile time or the cache hit.
+        eprintln!("cuda: {info}");
+        self.compile = info;
+        // SAFETY: `cubin` is a complete cubin image NVRTC produced (or the cache holds, keyed
+        // by its source, arch and NVRTC version) and outlives the call, which copies it; the
+        // back end's context is current (bound by `attach`), and `Drop` unloads the module.
+        self.module = unsafe { result::module::load_data(cubin.as_ptr() as *const c_void) }
+            .map_err(driver_err("module load"))?;
+        for step in &self.generated.steps {
+            self.actions.push(match step {
+                CudaStep::Launch(l) => {
+                    let cname = CString::new(l.name.as_str())
+                        .map_err(|_| RuntimeError(format!("kernel name {:?} contains a NUL byte", l.name)))?;
+                    // SAFETY: `self.module` is the module loaded above, alive until `Drop`.
+                    let f = unsafe { result::module::get_function(self.module, cname) }
+                        .map_err(driver_err(&format!("lookup of kernel {}", l.name)))?;
+                    Action::Launch {
+                        f,
+                        grid: l.grid,
+                        block: l.block,
+                        shared: l.shared_bytes,
+                        name: l.name.clone(),
+                    }
+                }
+                CudaStep::Zero { offset, bytes } => Action::Zero { offset: *offset, bytes: *bytes },
+            });
+        }
+        Ok(())
+    }
+
+    /// Allocates the arena (the plan's buffers, then the reductions' scratch) and records the
+    /// dtype, shape and slot of every value.
+    fn allocate_arena(&mut self, program: &Program) -> Result<(), RuntimeError> {
+        self.arena_bytes = program.plan.arena_bytes;
+        // One allocation: the plan's arena, then the reductions' scratch (zeroed once: its
+        // counters return to 0 at the end of every kernel that uses them).
+        let (scratch_at, scratch_bytes) = self.generated.scratch;
+        let total = if scratch_bytes > 0 { scratch_at + scratch_bytes } else { program.plan.arena_bytes };
+        // SAFETY: the back end's context is current; `Drop` frees the allocation once.
+        self.arena =
+            unsafe { result::malloc_sync(total.max(256)) }.map_err(driver_err("arena allocation"))?;
+        if scratch_bytes > 0 {
+            // SAFETY: `[scratch_at, scratch_at + scratch_bytes)` lies inside the `total` bytes
+            // just allocated, and no kernel runs yet.
+            unsafe { result::memset_d8_sync(self.arena + scratch_at as u64, 0, scratch_bytes) }
+                .map_err(driver_err("scratch zeroing"))?;
+        }
+        let g = &program.graph;
+        self.values = g
+            .nodes
+            .iter()
+            .map(|(h, n)| (n.ty.dtype, n.ty.shape.resolve(program.plan.batch), program.plan.slot(h)))
+            .collect();
+        Ok(())
+    }
+
+    /// The target the kernels were generated for: the queried device, the kernel choices and
+    /// the numerics.
+    pub fn target(&self) -> &CudaTarget {
+        &self.target
     }
 
     /// How the module was compiled or loaded (time, cache hit, cache file).
@@ -354,6 +470,8 @@ impl CudaBackend {
     }
 
     fn bind(&self) -> Result<(), RuntimeError> {
+        // SAFETY: `self.ctx` is the primary context this back end retained; it stays alive
+        // until `Drop` releases it.
         unsafe { result::ctx::set_current(self.ctx) }.map_err(driver_err("context binding"))
     }
 
@@ -383,16 +501,29 @@ impl CudaBackend {
         let stream: sys::CUstream = std::ptr::null_mut();
         let start =
             result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(driver_err("event"))?;
-        let end = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(driver_err("event"))?;
+        let end = match result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT) {
+            Ok(e) => e,
+            Err(e) => {
+                // SAFETY: `start` was just created and is used nowhere else.
+                let _ = unsafe { result::event::destroy(start) };
+                return Err(driver_err("event")(e));
+            }
+        };
         let mut times = Vec::new();
         let mut outcome = Ok(());
+        // SAFETY (the event calls below): `start` and `end` are live events of the current
+        // context, destroyed only after the loop; the stream is the legacy default stream.
         for a in &self.actions {
             let r = (|| -> Result<f32, RuntimeError> {
+                // SAFETY: see above.
                 unsafe { result::event::record(start, stream) }.map_err(driver_err("event record"))?;
                 run_action(self.arena, a)?;
+                // SAFETY: see above.
                 unsafe { result::event::record(end, stream) }.map_err(driver_err("event record"))?;
+                // SAFETY: see above.
                 unsafe { result::event::synchronize(end) }
                     .map_err(|e| RuntimeError(format!("kernel failed: {e}")))?;
+                // SAFETY: see above; both events have completed (synchronised).
                 unsafe { result::event::elapsed(start, end) }.map_err(driver_err("event timing"))
             })();
             match r {
@@ -403,6 +534,8 @@ impl CudaBackend {
                 }
             }
         }
+        // SAFETY: both events are live, and no recorded work refers to them any more (the
+        // last record was synchronised, or failed).
         unsafe {
             let _ = result::event::destroy(start);
             let _ = result::event::destroy(end);
@@ -424,12 +557,17 @@ impl Action {
 fn run_action(arena: sys::CUdeviceptr, a: &Action) -> Result<(), RuntimeError> {
     let stream: sys::CUstream = std::ptr::null_mut();
     match a {
+        // SAFETY: the memory plan puts every zeroed range inside the arena allocation.
         Action::Zero { offset, bytes } => unsafe {
             result::memset_d8_async(arena + *offset as u64, 0, *bytes, stream).map_err(driver_err("memset"))
         },
         Action::Launch { f, grid, block, shared, name } => {
             let mut base = arena;
             let mut params = [&mut base as *mut sys::CUdeviceptr as *mut c_void];
+            // SAFETY: `f` is a kernel of the loaded module, whose only parameter is `char* A`:
+            // `params` holds one pointer to a device pointer, which the driver copies at the
+            // launch. Every address the kernel computes from `A` lies in the arena and its
+            // scratch, as the memory plan and code generation lay them out.
             unsafe {
                 result::launch_kernel(
                     *f,
@@ -467,6 +605,8 @@ impl Backend for CudaBackend {
                 slot.bytes
             )));
         }
+        // SAFETY: `bytes.len() <= slot.bytes` (checked above) and the slot lies inside the
+        // arena; the copy is synchronous, so `bytes` outlives it.
         unsafe { result::memcpy_htod_sync(self.arena + slot.offset as u64, &bytes) }
             .map_err(driver_err("upload"))
     }
@@ -476,6 +616,8 @@ impl Backend for CudaBackend {
         let (dt, shape, slot) = self.slot(v)?;
         let n: usize = shape.iter().product::<usize>() * dt.bytes();
         let mut bytes = vec![0u8; n.min(slot.bytes)];
+        // SAFETY: `bytes` has at most `slot.bytes` bytes, read from inside the arena; the copy
+        // is synchronous.
         unsafe { result::memcpy_dtoh_sync(&mut bytes, self.arena + slot.offset as u64) }
             .map_err(driver_err("download"))?;
         Ok(HostTensor::from_bytes(dt, &shape, &bytes))
@@ -522,6 +664,8 @@ impl Backend for CudaBackend {
                 // One page-locked buffer per input, the size of its arena slot, kept for the
                 // back end's life: a transfer from it runs at full bus speed, while one from
                 // pageable memory goes through the driver's bounce buffers.
+                // SAFETY: a plain page-locked allocation (flags 0) in the current context,
+                // freed once, by `Drop`.
                 let ptr = unsafe { result::malloc_host(slot.bytes.max(1), 0) }
                     .map_err(driver_err("page-locked staging allocation"))?;
                 self.staging.push((v, ptr as *mut u8, slot.bytes, 0));
@@ -547,6 +691,8 @@ impl Backend for CudaBackend {
             .ok_or_else(|| RuntimeError(format!("upload of {v}: nothing was staged for it")))?;
         // SAFETY: `len` bytes at `ptr` were written by `stage` and stay valid until drop.
         let src = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
+        // SAFETY: `len <= slot.bytes` (checked by `stage`) and the slot lies inside the
+        // arena; the copy is synchronous.
         unsafe { result::memcpy_htod_sync(self.arena + slot.offset as u64, src) }
             .map_err(driver_err("upload"))
     }
@@ -563,6 +709,9 @@ impl Backend for CudaBackend {
 
 impl Drop for CudaBackend {
     fn drop(&mut self) {
+        // SAFETY: every handle below was created by this back end and is released once,
+        // here: the arena and module only when they were made (non-zero / non-null), after
+        // the context finished all work that uses them; the primary context last.
         unsafe {
             if result::ctx::set_current(self.ctx).is_ok() {
                 let _ = result::ctx::synchronize();

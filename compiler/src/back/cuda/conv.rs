@@ -18,9 +18,15 @@
 //! weight's two channel axes swapped, so both share this template.
 
 use super::*;
+use crate::target::ConvKernel;
 
 /// Output-tile width in pixels (one per `tx`).
 const TW: usize = 16;
+
+/// The most shared memory the staged weight and input tiles may take (the bound the kernel
+/// was written and measured with, below the 48 KiB of static shared memory a block may
+/// declare; a device with less lowers it).
+const MAX_STAGED_BYTES: usize = 40 * 1024;
 
 /// What differs between a convolution and the input gradient of one.
 struct Direct {
@@ -47,11 +53,12 @@ struct Direct {
 }
 
 /// The direct kernel of a stride-1 `Conv2d` or `ConvTranspose2d` node, or `None` where the
-/// implicit GEMM serves better (strided, narrow or short outputs, very large kernels) or where
-/// `CVC_CUDA_CONV=gemm` asks for the implicit GEMM (to measure one against the other).
-pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, String> {
-    let choice = std::env::var("CVC_CUDA_CONV").unwrap_or_default();
-    if ctx.precision != Precision::Fp32 || choice == "gemm" {
+/// implicit GEMM serves better (strided, narrow or short outputs, very large kernels, tiles
+/// that do not fit the device) or where the target's [`ConvKernel::Gemm`] asks for the
+/// implicit GEMM (to measure one against the other).
+pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kernel>> {
+    let choice = ctx.target.kernels.conv;
+    if ctx.precision() != Precision::Fp32 || choice == ConvKernel::Gemm {
         return Ok(None);
     }
     let node = ctx.g.node(v);
@@ -88,20 +95,15 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, 
     };
     // Measured on an H200 (bench/GPU-NOTES.md): with 32 output channels per tile the direct
     // kernel beats the implicit GEMM (whose gathers are then amortised over only 32
-    // channels); with 64 the implicit GEMM is faster. `CVC_CUDA_CONV=direct64` uses the
+    // channels); with 64 the implicit GEMM is faster. `ConvKernel::Direct64` uses the
     // direct kernel for wider layers too (64 × 128-pixel tiles).
-    if d.m > 32 && choice != "direct64" {
+    if d.m > 32 && choice != ConvKernel::Direct64 {
         return Ok(None);
     }
     let khw = d.kh * d.kw;
-    // Channels per shared-memory chunk (one barrier pair each); `CVC_CUDA_CK` overrides it
-    // for measurements.
-    let ck = std::env::var("CVC_CUDA_CK")
-        .ok()
-        .and_then(|s| s.parse::<usize>().ok())
-        .filter(|&c| c > 0)
-        .unwrap_or(32 / khw)
-        .clamp(1, d.red);
+    // Channels per shared-memory chunk (one barrier pair each); the target's `conv_chunk`
+    // overrides it for measurements.
+    let ck = ctx.target.kernels.conv_chunk.unwrap_or(32 / khw).clamp(1, d.red);
     let bm = if d.m > 32 { 64 } else { 32 };
     let th = 8;
     let hr = th + (d.kh - 1) * d.dil[0];
@@ -111,8 +113,18 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, 
     let tiles_x = d.wout.div_ceil(TW);
     let blocks = d.nb * tiles_y * tiles_x;
     // Narrow or short outputs (a 1-D convolution is 1 pixel high) would leave most of a
-    // 16 × 8 pixel tile idle: the implicit GEMM tiles them without waste.
-    if d.wout < TW || d.hout < th || khw > 49 || smem > 40 * 1024 || blocks >= (1 << 31) || d.groups > 65535 {
+    // 16 × 8 pixel tile idle: the implicit GEMM tiles them without waste. Staged tiles stay
+    // within the kernel's own bound and the device's limit; a grid the device cannot launch
+    // falls back to the implicit GEMM too.
+    let max_grid = ctx.target.device.max_grid;
+    if d.wout < TW
+        || d.hout < th
+        || khw > 49
+        || smem > MAX_STAGED_BYTES.min(ctx.target.device.shared_per_block)
+        || blocks > max_grid[0]
+        || d.m.div_ceil(bm) > max_grid[1]
+        || d.groups > max_grid[2]
+    {
         return Ok(None);
     }
     for (t, what) in [(x, "input"), (w, "weight"), (v, "output")] {

@@ -11,19 +11,15 @@ use super::*;
 
 const BK: usize = 16;
 
-/// K depth of the fp32 kernel's shared-memory tiles: [`BK`], or 32 with `CVC_CUDA_BK=32`
-/// (for measurements: half the barriers per multiply-add, twice the shared memory).
-fn fp32_bk() -> usize {
-    if std::env::var("CVC_CUDA_BK").as_deref() == Ok("32") {
+/// K depth of the fp32 kernel's shared-memory tiles: [`BK`], or 32 where the target's kernel
+/// choices ask for deep tiles (for measurements: half the barriers per multiply-add, twice
+/// the shared memory).
+fn fp32_bk(ctx: &Ctx) -> usize {
+    if ctx.target.kernels.deep_k_tiles {
         32
     } else {
         BK
     }
-}
-/// Blocks that fill an H200 (132 SMs) about eight times (split-K below that);
-/// `CVC_CUDA_FILL` overrides it for measurements.
-pub(super) fn fill() -> usize {
-    std::env::var("CVC_CUDA_FILL").ok().and_then(|s| s.parse().ok()).filter(|&f| f > 0).unwrap_or(1056)
 }
 
 /// What a contraction's GEMM reads and writes, as C code.
@@ -55,8 +51,8 @@ fn conj_if(c: bool, x: String) -> String {
 }
 
 /// A contraction group.
-pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Kernel, String> {
-    let v = *group.nodes.last().ok_or("empty contraction group")?;
+pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResult<Kernel> {
+    let v = *group.nodes.last().ok_or_else(|| internal!("empty contraction group"))?;
     if let Some(k) = super::conv::direct(ctx, v, name)? {
         return Ok(k);
     }
@@ -219,7 +215,7 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<
                 b_k_fast: true,
             }
         }
-        other => return Err(format!("{v}: {} is not a contraction", other.mnemonic())),
+        other => return Err(internal!("{v}: {} is not a contraction", other.mnemonic())),
     };
     emit(ctx, &gemm, v, name)
 }
@@ -266,8 +262,36 @@ fn patch_gather(p: &Patch) -> String {
     )
 }
 
-fn dims(s: &[usize]) -> Result<[usize; 4], String> {
-    s.try_into().map_err(|_| format!("a convolution operand of shape {s:?} is not 4-D"))
+/// Checks that a contraction's grid fits the target device.
+fn grid_fits(ctx: &Ctx, v: Value, grid: [usize; 3]) -> CompileResult<()> {
+    let max = ctx.target.device.max_grid;
+    if grid.iter().zip(&max).any(|(g, m)| g > m) {
+        return Err(user!(
+            "{v}: contraction grid too large ({} × {} × {} blocks; the device allows {} × {} × {})",
+            grid[0],
+            grid[1],
+            grid[2],
+            max[0],
+            max[1],
+            max[2]
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that a contraction's shared-memory tiles fit the target device.
+fn shared_fits(ctx: &Ctx, v: Value, bytes: usize) -> CompileResult<()> {
+    let max = ctx.target.device.shared_per_block;
+    if bytes > max {
+        return Err(user!(
+            "{v}: the contraction's tiles need {bytes} bytes of shared memory per block; the device allows {max}"
+        ));
+    }
+    Ok(())
+}
+
+fn dims(s: &[usize]) -> CompileResult<[usize; 4]> {
+    s.try_into().map_err(|_| internal!("a convolution operand of shape {s:?} is not 4-D"))
 }
 
 fn tile(extent: usize, max: usize) -> usize {
@@ -275,31 +299,33 @@ fn tile(extent: usize, max: usize) -> usize {
 }
 
 /// Split of K over blocks: `(splits, chunk)`.
-fn split_k(gm: &Gemm, tiles: usize, bk: usize) -> (usize, usize) {
-    let fill = fill();
+fn split_k(ctx: &Ctx, gm: &Gemm, tiles: usize, bk: usize) -> (usize, usize) {
+    let fill = ctx.target.contraction_fill();
     let splits =
         if tiles < fill && gm.k >= 4 * 1024 { fill.div_ceil(tiles).min(gm.k / 1024).max(1) } else { 1 };
     let chunk = gm.k.div_ceil(splits).div_ceil(bk) * bk;
     (gm.k.div_ceil(chunk), chunk)
 }
 
-fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, String> {
-    if ctx.precision == Precision::Tf32 {
+fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
+    if ctx.precision() == Precision::Tf32 {
         return emit_tf32(ctx, gm, v, name);
     }
     let bm = tile(gm.m, 64);
     // 64 × 128 tiles for 64-high problems measured slower than 64 × 64 (bench/GPU-NOTES.md).
     let bn = if bm <= 32 { tile(gm.n, 128) } else { tile(gm.n, 64) };
-    // (Static shared memory is 48 KiB: 32-deep tiles only up to 64 wide.)
-    let bk = if bn <= 64 { fp32_bk() } else { BK };
+    // Tiles of As[bk][bm + 1] and Bs[bk][bn + 1] in static shared memory.
+    let tile_bytes = |bk: usize| bk * ((bm + 1) * gm.ta.bytes() + (bn + 1) * gm.tb.bytes());
+    // (32-deep tiles only up to 64 wide, as measured; and only where they fit the device.)
+    let deep = fp32_bk(ctx);
+    let bk = if bn <= 64 && tile_bytes(deep) <= ctx.target.device.shared_per_block { deep } else { BK };
+    shared_fits(ctx, v, tile_bytes(bk))?;
     let (tm, tn) = (bm / 16, bn / 16);
     let gx = gm.n.div_ceil(bn);
     let gy = gm.m.div_ceil(bm);
     let tiles = gx * gy * gm.groups;
-    let (splits, chunk) = split_k(gm, tiles, bk);
-    if gy > 65535 || gm.groups * splits > 65535 {
-        return Err(format!("{v}: contraction grid too large ({gy} × {} blocks)", gm.groups * splits));
-    }
+    let (splits, chunk) = split_k(ctx, gm, tiles, bk);
+    grid_fits(ctx, v, [gx, gy, gm.groups * splits])?;
     let (ta, tb, tc) = (ctype(gm.ta), ctype(gm.tb), ctype(gm.tc));
     let mut c = String::new();
     let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__(256) {name}(char* A) {{");
@@ -379,20 +405,21 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, String> {
 /// computing a 32 × 16 piece of the block tile through `mma.sync.m16n8k8` on TF32 operands.
 /// Complex operands are kept as separate re/im planes in shared memory and multiplied as
 /// real products (4 for complex × complex, 2 for mixed, 1 for real).
-fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> Result<Kernel, String> {
+fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
     let bm = if gm.m <= 32 { 32 } else { 64 };
     let bn = if bm == 32 { 128 } else { 64 };
     let wm = bm / 32; // warps along M
     let gx = gm.n.div_ceil(bn);
     let gy = gm.m.div_ceil(bm);
     let tiles = gx * gy * gm.groups;
-    let (splits, chunk) = split_k(gm, tiles, BK);
-    if gy > 65535 || gm.groups * splits > 65535 {
-        return Err(format!("{v}: contraction grid too large ({gy} × {} blocks)", gm.groups * splits));
-    }
+    let (splits, chunk) = split_k(ctx, gm, tiles, BK);
+    grid_fits(ctx, v, [gx, gy, gm.groups * splits])?;
     let (ca, cb, cc) = (gm.ta == DType::C64, gm.tb == DType::C64, gm.tc == DType::C64);
     let (ta, tb) = (ctype(gm.ta), ctype(gm.tb));
     let pad = 8;
+    // Re (and im) planes of 16 × (bm + 8) and 16 × (bn + 8) floats.
+    let planes = |x: usize, complex: bool| BK * (x + pad) * 4 * if complex { 2 } else { 1 };
+    shared_fits(ctx, v, planes(bm, ca) + planes(bn, cb))?;
     let mut c = String::new();
     let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__(256) {name}(char* A) {{");
     let _ = writeln!(c, "  const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;");

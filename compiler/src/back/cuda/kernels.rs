@@ -66,7 +66,7 @@ fn emit_values(
     coords: &[String],
     linear: &str,
     out: &mut String,
-) -> Result<HashMap<Value, String>, String> {
+) -> CompileResult<HashMap<Value, String>> {
     let mut vars: HashMap<Value, String> = HashMap::new();
     for &v in inputs {
         let name = format!("v{}", v.index());
@@ -76,11 +76,11 @@ fn emit_values(
     }
     for &v in nodes {
         let n = ctx.g.node(v);
-        let opnd = |i: usize| -> Result<String, String> {
+        let opnd = |i: usize| -> CompileResult<String> {
             let o = n.inputs[i];
             vars.get(&o)
                 .cloned()
-                .ok_or_else(|| format!("{v}: operand {o} is neither computed in its kernel nor read by it"))
+                .ok_or_else(|| internal!("{v}: operand {o} is neither computed in its kernel nor read by it"))
         };
         let odt = |i: usize| ctx.dtype(n.inputs[i]);
         let as_f = |i: usize, s: String| if odt(i) == DType::I32 { format!("(float){s}") } else { s };
@@ -138,7 +138,10 @@ fn emit_values(
             }
             Op::Assign => opnd(1)?,
             other => {
-                return Err(format!("{v}: {} cannot be computed in an elementwise kernel", other.mnemonic()))
+                return Err(internal!(
+                    "{v}: {} cannot be computed in an elementwise kernel",
+                    other.mnemonic()
+                ))
             }
         };
         let name = format!("v{}", v.index());
@@ -175,7 +178,7 @@ fn grid_stride_open(n: usize, out: &mut String) {
 }
 
 /// An elementwise group: one loop over the domain, storing every output.
-pub(crate) fn elementwise(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Kernel, String> {
+pub(crate) fn elementwise(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResult<Kernel> {
     let domain = group.domain.resolve(ctx.batch);
     let n: usize = domain.iter().product();
     check_size(n, "an elementwise kernel's domain")?;
@@ -200,7 +203,7 @@ pub(crate) fn elementwise(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<
     code.push_str("  }\n}\n");
     Ok(Kernel {
         code,
-        grid: [grid_for(n, BLOCK as usize), 1, 1],
+        grid: [ctx.grid_for(n, BLOCK as usize), 1, 1],
         block: [BLOCK, 1, 1],
         zero: Vec::new(),
         scratch: 0,
@@ -330,17 +333,17 @@ pub(crate) fn reduce(
     groups: &[&KernelGroup],
     name: &str,
     scratch: usize,
-) -> Result<Kernel, String> {
-    let group = *groups.first().ok_or("no reduction group")?;
+) -> CompileResult<Kernel> {
+    let group = *groups.first().ok_or_else(|| internal!("no reduction group"))?;
     let mut reds = Vec::new();
     let mut prologue: Vec<Value> = Vec::new();
     let mut inputs: Vec<Value> = Vec::new();
     for k in groups {
-        let (&red, pro) = k.nodes.split_last().ok_or("empty reduction group")?;
+        let (&red, pro) = k.nodes.split_last().ok_or_else(|| internal!("empty reduction group"))?;
         let rn = ctx.g.node(red);
         let (op, axes) = match &rn.op {
             Op::Reduce { op, axes } => (*op, axes.clone()),
-            other => return Err(format!("{red}: a reduction group ends in {}", other.mnemonic())),
+            other => return Err(internal!("{red}: a reduction group ends in {}", other.mnemonic())),
         };
         reds.push((red, rn.inputs[0], op, axes, rn.ty.dtype));
         for &v in pro {
@@ -363,14 +366,15 @@ pub(crate) fn reduce(
     let o_n: usize = out_shape.iter().product();
     let r_n: usize = axes.iter().map(|&a| domain[a]).product();
     // Lanes per output and splits of the reduced range over blocks: enough blocks for eight
-    // per SM of an H200 (132 SMs), so the loads of many blocks are in flight at once.
+    // per SM (the device's `fill_blocks`), so the loads of many blocks are in flight at once.
+    let fill = ctx.target.device.fill_blocks();
     let (lanes, splits) = if r_n <= 32 {
         (1usize, 1usize)
     } else if r_n <= 4096 || o_n >= 2048 {
         (32, 1)
     } else {
-        let s = if op == ReduceOp::Sum && o_n < 1056 {
-            1056usize.div_ceil(o_n).min(r_n.div_ceil(4096)).max(1)
+        let s = if op == ReduceOp::Sum && o_n < fill {
+            fill.div_ceil(o_n).min(r_n.div_ceil(4096)).min(ctx.target.device.max_grid[1]).max(1)
         } else {
             1
         };
@@ -528,8 +532,7 @@ pub(crate) fn reduce(
         }
     }
     code.push_str("  }\n}\n");
-    let grid_x =
-        if lanes == 256 { o_n.clamp(1, 65535) as u32 } else { grid_for(o_n * lanes, BLOCK as usize) };
+    let grid_x = if lanes == 256 { ctx.grid_for(o_n, 1) } else { ctx.grid_for(o_n * lanes, BLOCK as usize) };
     Ok(Kernel {
         code,
         grid: [grid_x, splits as u32, 1],
@@ -540,8 +543,8 @@ pub(crate) fn reduce(
 }
 
 /// A data-movement or special node: one thread per output element.
-pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Kernel, String> {
-    let v = *group.nodes.last().ok_or("empty movement group")?;
+pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResult<Kernel> {
+    let v = *group.nodes.last().ok_or_else(|| internal!("empty movement group"))?;
     let n = ctx.g.node(v);
     let oshape = ctx.shape(v);
     let on: usize = oshape.iter().product();
@@ -649,13 +652,13 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> Result<Ker
             let keep = flit(1.0 / (1.0 - p));
             format!("{out}[i] = ((dropout_hash({salt}u, step, i) >> 8) < {threshold}u) ? {keep} : 0.0f;")
         }
-        other => return Err(format!("{v}: {} is not a data-movement op", other.mnemonic())),
+        other => return Err(internal!("{v}: {} is not a data-movement op", other.mnemonic())),
     };
     let _ = writeln!(code, "    {body}");
     code.push_str("  }\n}\n");
     Ok(Kernel {
         code,
-        grid: [grid_for(on, BLOCK as usize), 1, 1],
+        grid: [ctx.grid_for(on, BLOCK as usize), 1, 1],
         block: [BLOCK, 1, 1],
         zero: Vec::new(),
         scratch: 0,

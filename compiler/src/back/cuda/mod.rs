@@ -29,16 +29,35 @@
 //! - sums accumulate in f64 (complex: two f64) for accuracy; `Max`/`MaxMag` keep the first
 //!   of equal candidates, as the interpreter does.
 
+/// An internal error (an invariant of the program or of code generation did not hold), with
+/// a formatted message. User errors (a model too large for the target) are built on purpose
+/// with `user!`.
+macro_rules! internal {
+    ($($t:tt)*) => {
+        $crate::error::CompileError::internal(format!($($t)*))
+    };
+}
+
+/// A user error (the model or the target asks for what this back end cannot generate), with a
+/// formatted message.
+macro_rules! user {
+    ($($t:tt)*) => {
+        $crate::error::CompileError::user(format!($($t)*))
+    };
+}
+
 mod conv;
 mod gemm;
 mod kernels;
 mod wgrad;
 
-use crate::front::train::Precision;
+use crate::config::Precision;
+use crate::error::CompileResult;
 use crate::ir::*;
 use crate::passes::fusion::{GroupKind, KernelGroup};
 use crate::passes::memplan::ArenaPlan;
 use crate::passes::Program;
+use crate::target::CudaTarget;
 use std::fmt::Write;
 
 /// Threads per block of the generated kernels.
@@ -89,17 +108,26 @@ pub struct CudaModule {
     pub scratch: (usize, usize),
 }
 
-/// The CUDA C source of every kernel of `program` (fp32 numerics), as `cvc emit --cuda` prints.
-pub fn emit_source(program: &Program) -> Result<String, String> {
-    generate(program, Precision::Fp32).map(|m| m.source)
+/// The CUDA C source of every kernel of `program` for `target`, as `cvc emit --cuda` prints
+/// (for [`CudaTarget::h200`]).
+pub fn emit_source(program: &Program, target: &CudaTarget) -> CompileResult<String> {
+    generate(program, target).map(|m| m.source)
 }
 
-/// Generates the module and launch list of `program`.
+/// Generates the module and launch list of `program` for `target`.
 ///
-/// `Precision::Tf32` generates contractions on TF32 tensor cores (`mma.sync.m16n8k8`,
-/// fp32 accumulation); everything else is identical to fp32.
-pub fn generate(program: &Program, precision: Precision) -> Result<CudaModule, String> {
-    let ctx = Ctx { g: &program.graph, plan: &program.plan, batch: program.plan.batch, precision };
+/// With `Precision::Tf32` contractions run on TF32 tensor cores (`mma.sync.m16n8k8`,
+/// fp32 accumulation); everything else is identical to fp32. The target's device bounds the
+/// shared memory and grids of the kernels, and its kernel choices pick between the direct and
+/// implicit-GEMM kernels and their tilings.
+pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaModule> {
+    if target.precision == Precision::Tf32 && target.device.compute_capability < (8, 0) {
+        return Err(user!(
+            "TF32 tensor cores need compute capability 8.0 or newer; the target is {} (use precision = fp32)",
+            target.device.arch()
+        ));
+    }
+    let ctx = Ctx { g: &program.graph, plan: &program.plan, batch: program.plan.batch, target };
     let mut source = String::new();
     source.push_str(PRELUDE);
     let mut steps = Vec::new();
@@ -107,7 +135,7 @@ pub fn generate(program: &Program, precision: Precision) -> Result<CudaModule, S
     let scratch_start = program.plan.arena_bytes.next_multiple_of(256);
     let mut scratch_end = scratch_start;
     let group_at = |gi: usize| {
-        program.groups.get(gi).ok_or_else(|| format!("schedule names group {gi}, which does not exist"))
+        program.groups.get(gi).ok_or_else(|| internal!("schedule names group {gi}, which does not exist"))
     };
     let mut at = 0;
     while at < program.order.len() {
@@ -194,15 +222,25 @@ pub(crate) struct Kernel {
     pub scratch: usize,
 }
 
-/// What kernel generators read: the graph, the memory plan, the batch size.
+/// What kernel generators read: the graph, the memory plan, the batch size, the target.
 pub(crate) struct Ctx<'a> {
     pub g: &'a Graph,
     pub plan: &'a ArenaPlan,
     pub batch: usize,
-    pub precision: Precision,
+    pub target: &'a CudaTarget,
 }
 
 impl Ctx<'_> {
+    /// Contraction numerics.
+    pub fn precision(&self) -> Precision {
+        self.target.precision
+    }
+    /// Grid size of a grid-stride loop over `n` items with `per_block` items per block pass
+    /// (at most the target's [`KernelConfig::grid_stride_blocks`](crate::target::KernelConfig)).
+    pub fn grid_for(&self, n: usize, per_block: usize) -> u32 {
+        let cap = self.target.kernels.grid_stride_blocks.min(self.target.device.max_grid[0]).max(1);
+        n.div_ceil(per_block.max(1)).clamp(1, cap) as u32
+    }
     /// Concrete shape of `v`.
     pub fn shape(&self, v: Value) -> Vec<usize> {
         self.g.ty(v).shape.resolve(self.batch)
@@ -212,16 +250,16 @@ impl Ctx<'_> {
         self.g.ty(v).dtype
     }
     /// Byte offset of `v`'s buffer in the arena.
-    pub fn offset(&self, v: Value) -> Result<usize, String> {
+    pub fn offset(&self, v: Value) -> CompileResult<usize> {
         self.plan.slots.get(v.index()).copied().flatten().map(|s| s.offset).ok_or_else(|| {
-            format!(
+            internal!(
                 "{v} ({}) is used by a kernel but has no buffer in the memory plan",
                 self.g.node(v).op.mnemonic()
             )
         })
     }
     /// A typed pointer expression to `v`'s buffer.
-    pub fn ptr(&self, v: Value) -> Result<String, String> {
+    pub fn ptr(&self, v: Value) -> CompileResult<String> {
         Ok(format!("(({}*)(A + {}ull))", ctype(self.dtype(v)), self.offset(v)?))
     }
     /// Bytes of `v`'s buffer.
@@ -265,9 +303,9 @@ pub(crate) fn flit(x: f64) -> String {
 }
 
 /// Checks that 32-bit indexing covers `n` elements (complex: `2n` floats).
-pub(crate) fn check_size(n: usize, what: &str) -> Result<(), String> {
+pub(crate) fn check_size(n: usize, what: &str) -> CompileResult<()> {
     if n.saturating_mul(2) >= (1usize << 31) {
-        return Err(format!("{what} has {n} elements: too many for the CUDA back end's 32-bit indexing"));
+        return Err(user!("{what} has {n} elements: too many for the CUDA back end's 32-bit indexing"));
     }
     Ok(())
 }
@@ -279,11 +317,6 @@ pub(crate) fn strides(shape: &[usize]) -> Vec<usize> {
         s[i] = s[i + 1] * shape[i + 1];
     }
     s
-}
-
-/// Grid size of a grid-stride loop over `n` items with `per_block` items per block pass.
-pub(crate) fn grid_for(n: usize, per_block: usize) -> u32 {
-    n.div_ceil(per_block.max(1)).clamp(1, 16384) as u32
 }
 
 /// Helpers every kernel may use.

@@ -16,15 +16,17 @@
 //! the zeroed gradient with `atomicAdd`, as split-K does.
 
 use super::*;
+use crate::target::{WgradKernel, WgradOutputs};
 
 /// Pixel tile: `TH` rows of `TW` columns (layers with fewer input channels than a block has
 /// channel threads use taller, narrower tiles: see `direct`).
 const TW: usize = 16;
 const TH: usize = 4;
 
-/// The kernel variant; `CVC_CUDA_WGRAD` overrides it for measurements: `gemm` turns the
-/// direct kernel off, `ot2` / `ot4` give each thread two / four output channels, `pf` loads
-/// the next pixel tile into registers while the current one is multiplied.
+/// The kernel variant; the target's [`WgradKernel`] overrides it for measurements: `Gemm`
+/// turns the direct kernel off, [`WgradOutputs::Two`] / [`WgradOutputs::Four`] give each
+/// thread two / four output channels, `prefetch` loads the next pixel tile into registers
+/// while the current one is multiplied.
 struct Variant {
     ot: usize,
     prefetch: bool,
@@ -36,33 +38,29 @@ struct Variant {
 /// where four would leave each block half as many pixels; prefetching was slower in both.
 /// Layers with fewer than 8 input channels take two, which leaves 16 threads per output
 /// channel group for rows of the pixel tile.
-fn variant(cg: usize) -> Option<Variant> {
-    let v = std::env::var("CVC_CUDA_WGRAD").unwrap_or_default();
-    if v == "gemm" {
+fn variant(choice: WgradKernel, cg: usize) -> Option<Variant> {
+    let WgradKernel::Direct { outputs, prefetch } = choice else {
         return None;
-    }
-    let ot = if v.contains("ot4") {
-        4
-    } else if v.contains("ot2") {
-        2
-    } else if (8..=32).contains(&cg) {
-        4
-    } else {
-        2
     };
-    Some(Variant { ot, prefetch: v.contains("pf") })
+    let ot = match outputs {
+        WgradOutputs::Four => 4,
+        WgradOutputs::Two => 2,
+        WgradOutputs::ByLayer if (8..=32).contains(&cg) => 4,
+        WgradOutputs::ByLayer => 2,
+    };
+    Some(Variant { ot, prefetch })
 }
 
 /// The direct kernel of a `Conv2dWeightGrad` node with stride 1 and dilation 1, or `None`
 /// where the implicit GEMM serves (strided or dilated layers, outputs narrower or shorter than
 /// a tile, fewer than 8 output channels per group, kernels of more than 9 taps, TF32
 /// numerics).
-pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, String> {
+pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kernel>> {
     let node = ctx.g.node(v);
     let Op::Conv2dWeightGrad { geom, kernel, conj } = &node.op else {
         return Ok(None);
     };
-    if ctx.precision != Precision::Fp32 || geom.stride != [1, 1] || geom.dilation != [1, 1] {
+    if ctx.precision() != Precision::Fp32 || geom.stride != [1, 1] || geom.dilation != [1, 1] {
         return Ok(None);
     }
     let (x, dy) = (node.inputs[0], node.inputs[1]);
@@ -73,7 +71,7 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, 
     let [kh, kw] = *kernel;
     let groups = geom.groups;
     let (og, cg) = (o / groups, c / groups);
-    let Some(var) = variant(cg) else {
+    let Some(var) = variant(ctx.target.kernels.wgrad, cg) else {
         return Ok(None);
     };
     let ot = var.ot;
@@ -109,8 +107,8 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, 
         || wo < tw
         || ho < th
         || kh * kw > 9
-        || smem > 48 * 1024
-        || tiles >= (1 << 31)
+        || smem > ctx.target.device.shared_per_block
+        || tiles > ctx.target.device.max_grid[0]
     {
         return Ok(None);
     }
@@ -119,10 +117,11 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> Result<Option<Kernel>, 
     }
     let (cchunks, ochunks) = (cg.div_ceil(cl), og.div_ceil(bo));
     let base_blocks = cchunks * ochunks * groups;
-    if base_blocks > 65535 || cchunks > 65535 {
+    let max_grid = ctx.target.device.max_grid;
+    if base_blocks > max_grid[2] || cchunks > max_grid[1] {
         return Ok(None);
     }
-    let splits = super::gemm::fill().div_ceil(base_blocks).clamp(1, tiles);
+    let splits = ctx.target.contraction_fill().div_ceil(base_blocks).clamp(1, tiles);
     let (ta, tb, tc) = (ctype(t_dy), ctype(t_x), ctype(t_out));
     let (px, pdy, pw) = (ctx.ptr(x)?, ctx.ptr(dy)?, ctx.ptr(v)?);
     let cjx = |e: String| if conj[0] { format!("cj({e})") } else { e };

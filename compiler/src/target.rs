@@ -1,0 +1,417 @@
+//! The CUDA target: the facts of the device that code generation depends on, the kernel
+//! choices it makes, and the contraction numerics — everything `back::cuda` reads besides the
+//! program.
+//!
+//! [`CudaTarget::h200`] (the [`Default`]) is the fixed target of ahead-of-time emission
+//! (`cvc emit --cuda`, CI); the runtime builds one from the attributes it queries at session
+//! start ([`CudaDevice::from_queried`]). Kernel choices default to the fastest measured
+//! (`bench/GPU-NOTES.md`); [`KernelConfig::parse`] reads the alternatives that
+//! `bench/gpu-variants.sh` measures from a short spec such as `conv=gemm,fill=528`.
+
+use crate::config::Precision;
+use std::fmt;
+
+/// What code generation needs to know about a CUDA device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaDevice {
+    /// Streaming multiprocessors (132 on an H200).
+    pub sm_count: usize,
+    /// Compute capability `(major, minor)`: `(9, 0)` on an H200.
+    pub compute_capability: (u32, u32),
+    /// Shared memory one block may use without opting in, in bytes (48 KiB on every device
+    /// since compute capability 2.0). The generated kernels declare their shared memory
+    /// statically, which cannot exceed this limit.
+    pub shared_per_block: usize,
+    /// Shared memory one block may use after opting in, in bytes (227 KiB on an H200);
+    /// available to dynamic shared memory only.
+    pub shared_per_block_optin: usize,
+    /// The largest grid, in blocks along x, y and z.
+    pub max_grid: [usize; 3],
+}
+
+impl CudaDevice {
+    /// An NVIDIA H200 (the GPU the defaults were measured on): 132 SMs, `sm_90`.
+    pub fn h200() -> Self {
+        CudaDevice {
+            sm_count: 132,
+            compute_capability: (9, 0),
+            shared_per_block: 48 * 1024,
+            shared_per_block_optin: 227 * 1024,
+            max_grid: [(1 << 31) - 1, 65535, 65535],
+        }
+    }
+
+    /// A device from the attributes the CUDA driver reports (as its `int`s): multiprocessor
+    /// count, compute capability, maximum shared memory per block (default and opt-in) and
+    /// maximum grid dimensions. A value that is not positive is an error naming the attribute.
+    pub fn from_queried(
+        sm_count: i32,
+        compute_capability: (i32, i32),
+        shared_per_block: i32,
+        shared_per_block_optin: i32,
+        max_grid: [i32; 3],
+    ) -> Result<CudaDevice, String> {
+        let positive = |v: i32, what: &str| {
+            usize::try_from(v)
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| format!("the CUDA driver reports {v} for the device's {what}"))
+        };
+        let (major, minor) = compute_capability;
+        let cc = |v: i32, what: &str| {
+            u32::try_from(v).map_err(|_| format!("the CUDA driver reports {v} for the {what}"))
+        };
+        Ok(CudaDevice {
+            sm_count: positive(sm_count, "multiprocessor count")?,
+            compute_capability: (
+                cc(major, "compute capability's major number")?,
+                cc(minor, "compute capability's minor number")?,
+            ),
+            shared_per_block: positive(shared_per_block, "shared memory per block")?,
+            // A driver without opt-in reports the default limit (or 0 on old devices).
+            shared_per_block_optin: usize::try_from(shared_per_block_optin)
+                .unwrap_or(0)
+                .max(shared_per_block as usize),
+            max_grid: [
+                positive(max_grid[0], "maximum grid width")?,
+                positive(max_grid[1], "maximum grid height")?,
+                positive(max_grid[2], "maximum grid depth")?,
+            ],
+        })
+    }
+
+    /// The architecture NVRTC compiles for: `sm_90` for compute capability 9.0.
+    pub fn arch(&self) -> String {
+        format!("sm_{}{}", self.compute_capability.0, self.compute_capability.1)
+    }
+
+    /// Blocks that give every SM about eight at once (1056 on an H200): enough that the loads
+    /// of many blocks are in flight together. Sums split their reduced range over blocks, and
+    /// contractions their K range, until they have this many.
+    pub fn fill_blocks(&self) -> usize {
+        8 * self.sm_count
+    }
+}
+
+/// How stride-1 convolutions and their input gradients are computed (in fp32).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ConvKernel {
+    /// The direct kernel (`back/cuda/conv.rs`) for layers with at most 32 output channels per
+    /// group, the implicit GEMM above (measured fastest on an H200).
+    #[default]
+    Direct32,
+    /// The direct kernel also for layers with up to 64 output channels per group.
+    Direct64,
+    /// The implicit GEMM for every convolution.
+    Gemm,
+}
+
+/// How many output channels each thread of the direct weight-gradient kernel owns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WgradOutputs {
+    /// Chosen per layer: four for 8–32 input channels per group, else two (measured).
+    #[default]
+    ByLayer,
+    /// Two for every layer.
+    Two,
+    /// Four for every layer.
+    Four,
+}
+
+/// How stride-1 weight gradients are computed (in fp32).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WgradKernel {
+    /// The implicit GEMM (no direct kernel).
+    Gemm,
+    /// The direct kernel of `back/cuda/wgrad.rs`.
+    Direct {
+        /// Output channels per thread.
+        outputs: WgradOutputs,
+        /// Load the next pixel tile into registers while the current one is multiplied
+        /// (measured slower on an H200).
+        prefetch: bool,
+    },
+}
+
+impl Default for WgradKernel {
+    fn default() -> Self {
+        WgradKernel::Direct { outputs: WgradOutputs::ByLayer, prefetch: false }
+    }
+}
+
+/// The kernel choices of CUDA code generation. The defaults are the fastest measured on an
+/// H200; the alternatives exist to be measured against them (`bench/gpu-variants.sh`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelConfig {
+    /// Stride-1 convolutions: direct kernel or implicit GEMM.
+    pub conv: ConvKernel,
+    /// Stride-1 weight gradients: direct kernel (and its variant) or implicit GEMM.
+    pub wgrad: WgradKernel,
+    /// Blocks a contraction should fill before it stops splitting K (split-K matmuls and
+    /// convolutions, the direct weight gradient's pixel splits); `None`: the device's
+    /// [`CudaDevice::fill_blocks`].
+    pub fill: Option<usize>,
+    /// 32-deep K tiles in the fp32 implicit GEMM where tiles are at most 64 wide (half the
+    /// barriers per multiply-add, twice the shared memory); `false`: 16-deep tiles.
+    pub deep_k_tiles: bool,
+    /// Input channels per shared-memory chunk of the direct convolution; `None`: as many as
+    /// give 32 taps (3 for a 3 × 3 kernel).
+    pub conv_chunk: Option<usize>,
+    /// The most blocks a grid-stride kernel (elementwise, movement, one-warp sums) launches:
+    /// beyond this, more blocks only add scheduling work while each thread still has
+    /// several elements.
+    pub grid_stride_blocks: usize,
+}
+
+impl Default for KernelConfig {
+    fn default() -> Self {
+        KernelConfig {
+            conv: ConvKernel::default(),
+            wgrad: WgradKernel::default(),
+            fill: None,
+            deep_k_tiles: false,
+            conv_chunk: None,
+            grid_stride_blocks: 16384,
+        }
+    }
+}
+
+/// The keys of a kernel spec, with their values, for messages and `--help`.
+pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|gemm|ot2|ot4|pf|ot2pf|ot4pf, \
+                                    fill=BLOCKS, bk=16|32, ck=CHANNELS, grid=BLOCKS";
+
+impl KernelConfig {
+    /// Reads a kernel spec: comma-separated `key=value` pairs over the defaults, e.g.
+    /// `conv=gemm,fill=528` (`default` or an empty spec: the defaults). The keys:
+    /// - `conv`: `direct32` (default), `direct64` or `gemm` ([`ConvKernel`]);
+    /// - `wgrad`: `direct` (default), `gemm`, or the direct kernel with `ot2` / `ot4` output
+    ///   channels per thread and/or `pf` prefetching (`ot4pf`) ([`WgradKernel`]);
+    /// - `fill`: blocks a split-K contraction fills ([`KernelConfig::fill`]);
+    /// - `bk`: `16` (default) or `32`, the fp32 GEMM's K tile depth;
+    /// - `ck`: input channels per chunk of the direct convolution;
+    /// - `grid`: the most blocks of a grid-stride kernel.
+    ///
+    /// ```
+    /// use cvc_compiler::target::{ConvKernel, KernelConfig};
+    /// let k = KernelConfig::parse("conv=gemm,fill=528").unwrap();
+    /// assert_eq!((k.conv, k.fill), (ConvKernel::Gemm, Some(528)));
+    /// assert_eq!(KernelConfig::parse(&k.to_string()).unwrap(), k);
+    /// assert!(KernelConfig::parse("conv=fast").is_err());
+    /// ```
+    pub fn parse(spec: &str) -> Result<KernelConfig, String> {
+        let mut k = KernelConfig::default();
+        let spec = spec.trim();
+        if spec.is_empty() || spec == "default" {
+            return Ok(k);
+        }
+        for item in spec.split(',').map(str::trim) {
+            let Some((key, value)) = item.split_once('=') else {
+                return Err(format!("kernel choice `{item}` is not `key=value` (keys: {KERNEL_SPEC_KEYS})"));
+            };
+            let (key, value) = (key.trim(), value.trim());
+            let bad = || format!("`{key}={value}`: {key} takes {}", Self::values_of(key));
+            let count = || value.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(bad);
+            match key {
+                "conv" => {
+                    k.conv = match value {
+                        "direct32" => ConvKernel::Direct32,
+                        "direct64" => ConvKernel::Direct64,
+                        "gemm" => ConvKernel::Gemm,
+                        _ => return Err(bad()),
+                    }
+                }
+                "wgrad" => k.wgrad = Self::parse_wgrad(value).ok_or_else(bad)?,
+                "fill" => k.fill = Some(count()?),
+                "bk" => {
+                    k.deep_k_tiles = match value {
+                        "16" => false,
+                        "32" => true,
+                        _ => return Err(bad()),
+                    }
+                }
+                "ck" => k.conv_chunk = Some(count()?),
+                "grid" => k.grid_stride_blocks = count()?,
+                _ => return Err(format!("unknown kernel choice `{key}` (keys: {KERNEL_SPEC_KEYS})")),
+            }
+        }
+        Ok(k)
+    }
+
+    fn values_of(key: &str) -> &'static str {
+        match key {
+            "conv" => "direct32, direct64 or gemm",
+            "wgrad" => "direct, gemm, ot2, ot4, pf, ot2pf or ot4pf",
+            "bk" => "16 or 32",
+            _ => "a positive number",
+        }
+    }
+
+    fn parse_wgrad(value: &str) -> Option<WgradKernel> {
+        if value == "gemm" {
+            return Some(WgradKernel::Gemm);
+        }
+        let (outputs, rest) = if let Some(r) = value.strip_prefix("ot2") {
+            (WgradOutputs::Two, r)
+        } else if let Some(r) = value.strip_prefix("ot4") {
+            (WgradOutputs::Four, r)
+        } else if let Some(r) = value.strip_prefix("direct") {
+            (WgradOutputs::ByLayer, r)
+        } else {
+            (WgradOutputs::ByLayer, value)
+        };
+        let prefetch = match rest {
+            "" if !value.is_empty() => false,
+            "pf" => true,
+            _ => return None,
+        };
+        Some(WgradKernel::Direct { outputs, prefetch })
+    }
+}
+
+impl fmt::Display for KernelConfig {
+    /// The spec [`KernelConfig::parse`] reads back: the choices that differ from the
+    /// defaults, or `default`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = KernelConfig::default();
+        let mut parts = Vec::new();
+        if self.conv != d.conv {
+            parts.push(match self.conv {
+                ConvKernel::Direct32 => "conv=direct32".to_string(),
+                ConvKernel::Direct64 => "conv=direct64".to_string(),
+                ConvKernel::Gemm => "conv=gemm".to_string(),
+            });
+        }
+        if self.wgrad != d.wgrad {
+            parts.push(match self.wgrad {
+                WgradKernel::Gemm => "wgrad=gemm".to_string(),
+                WgradKernel::Direct { outputs, prefetch } => {
+                    let ot = match outputs {
+                        WgradOutputs::ByLayer => "",
+                        WgradOutputs::Two => "ot2",
+                        WgradOutputs::Four => "ot4",
+                    };
+                    let pf = if prefetch { "pf" } else { "" };
+                    format!("wgrad={ot}{pf}")
+                }
+            });
+        }
+        if let Some(n) = self.fill {
+            parts.push(format!("fill={n}"));
+        }
+        if self.deep_k_tiles {
+            parts.push("bk=32".into());
+        }
+        if let Some(n) = self.conv_chunk {
+            parts.push(format!("ck={n}"));
+        }
+        if self.grid_stride_blocks != d.grid_stride_blocks {
+            parts.push(format!("grid={}", self.grid_stride_blocks));
+        }
+        if parts.is_empty() {
+            f.write_str("default")
+        } else {
+            f.write_str(&parts.join(","))
+        }
+    }
+}
+
+/// Everything CUDA code generation generates for: the device, the kernel choices and the
+/// contraction numerics.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CudaTarget {
+    /// The device's facts.
+    pub device: CudaDevice,
+    /// The kernel choices.
+    pub kernels: KernelConfig,
+    /// Contraction numerics: fp32, or TF32 tensor cores.
+    pub precision: Precision,
+}
+
+impl Default for CudaDevice {
+    fn default() -> Self {
+        CudaDevice::h200()
+    }
+}
+
+impl CudaTarget {
+    /// The fixed target of ahead-of-time emission: an H200 with the default kernel choices,
+    /// fp32.
+    pub fn h200() -> Self {
+        CudaTarget::default()
+    }
+
+    /// This target with contractions in `precision`.
+    pub fn with_precision(self, precision: Precision) -> Self {
+        CudaTarget { precision, ..self }
+    }
+
+    /// This target with the kernel choices `kernels`.
+    pub fn with_kernels(self, kernels: KernelConfig) -> Self {
+        CudaTarget { kernels, ..self }
+    }
+
+    /// Blocks a contraction fills before it stops splitting K: the kernel choice, else the
+    /// device's [`CudaDevice::fill_blocks`].
+    pub fn contraction_fill(&self) -> usize {
+        self.kernels.fill.unwrap_or_else(|| self.device.fill_blocks())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_spec_reads_back_from_its_text() {
+        for spec in [
+            "default",
+            "conv=gemm",
+            "conv=direct64",
+            "wgrad=gemm",
+            "wgrad=ot2",
+            "wgrad=ot4",
+            "wgrad=pf",
+            "wgrad=ot4pf",
+            "wgrad=ot2pf",
+            "fill=528",
+            "bk=32",
+            "ck=6",
+            "grid=4096",
+            "conv=gemm,wgrad=ot4pf,fill=264,bk=32,ck=9,grid=100",
+        ] {
+            let k = KernelConfig::parse(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+            assert_eq!(k.to_string(), spec);
+            assert_eq!(KernelConfig::parse(&k.to_string()), Ok(k));
+        }
+        assert_eq!(KernelConfig::parse("conv=direct32,wgrad=direct,bk=16").unwrap(), KernelConfig::default());
+    }
+
+    #[test]
+    fn bad_specs_name_the_key_and_its_values() {
+        for (spec, says) in [
+            ("conv=fast", "conv takes direct32, direct64 or gemm"),
+            ("wgrad=ot3", "wgrad takes direct"),
+            ("wgrad=", "wgrad takes direct"),
+            ("wgrad=pfot4", "wgrad takes direct"),
+            ("fill=0", "fill takes a positive number"),
+            ("ck=x", "ck takes a positive number"),
+            ("bk=8", "bk takes 16 or 32"),
+            ("tile=3", "unknown kernel choice `tile`"),
+            ("gemm", "is not `key=value`"),
+        ] {
+            let e = KernelConfig::parse(spec).expect_err(spec);
+            assert!(e.contains(says), "{spec}: {e}");
+        }
+    }
+
+    #[test]
+    fn queried_attributes_become_a_device() {
+        let d = CudaDevice::from_queried(132, (9, 0), 49152, 232448, [i32::MAX, 65535, 65535]).unwrap();
+        assert_eq!(d, CudaDevice { shared_per_block_optin: 232448, ..CudaDevice::h200() });
+        assert_eq!((d.arch(), d.fill_blocks()), ("sm_90".to_string(), 1056));
+        let e = CudaDevice::from_queried(0, (9, 0), 49152, 0, [1, 1, 1]).unwrap_err();
+        assert!(e.contains("multiprocessor count"), "{e}");
+        let old = CudaDevice::from_queried(16, (7, 5), 49152, 0, [1, 1, 1]).unwrap();
+        assert_eq!((old.arch(), old.shared_per_block_optin), ("sm_75".to_string(), 49152));
+    }
+}
