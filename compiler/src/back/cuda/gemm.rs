@@ -215,7 +215,25 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                 b_k_fast: true,
             }
         }
-        other => return Err(internal!("{v}: {} is not a contraction", other.mnemonic())),
+        // Fusion puts only contractions in contraction groups.
+        other @ (Op::Input { .. }
+        | Op::Param { .. }
+        | Op::State { .. }
+        | Op::Scalar { .. }
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Select
+        | Op::Reduce { .. }
+        | Op::Reshape
+        | Op::Expand
+        | Op::Permute { .. }
+        | Op::Slice { .. }
+        | Op::Pad { .. }
+        | Op::Concat { .. }
+        | Op::Fft { .. }
+        | Op::OneHot { .. }
+        | Op::DropoutMask { .. }
+        | Op::Assign) => return Err(internal!("{v}: {} is not a contraction", other.mnemonic())),
     };
     emit(ctx, &gemm, v, name)
 }

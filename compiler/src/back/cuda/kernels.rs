@@ -137,7 +137,24 @@ fn emit_values(
                 }
             }
             Op::Assign => opnd(1)?,
-            other => {
+            // Fusion keeps leaves, reductions, contractions and movement out of loops.
+            other @ (Op::Input { .. }
+            | Op::Param { .. }
+            | Op::State { .. }
+            | Op::Reduce { .. }
+            | Op::Reshape
+            | Op::Expand
+            | Op::Permute { .. }
+            | Op::Slice { .. }
+            | Op::Pad { .. }
+            | Op::Concat { .. }
+            | Op::MatMul { .. }
+            | Op::Conv2d { .. }
+            | Op::ConvTranspose2d { .. }
+            | Op::Conv2dWeightGrad { .. }
+            | Op::Fft { .. }
+            | Op::OneHot { .. }
+            | Op::DropoutMask { .. }) => {
                 return Err(internal!(
                     "{v}: {} cannot be computed in an elementwise kernel",
                     other.mnemonic()
@@ -652,7 +669,20 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileRes
             let keep = flit(1.0 / (1.0 - p));
             format!("{out}[i] = ((dropout_hash({salt}u, step, i) >> 8) < {threshold}u) ? {keep} : 0.0f;")
         }
-        other => return Err(internal!("{v}: {} is not a data-movement op", other.mnemonic())),
+        other @ (Op::Input { .. }
+        | Op::Param { .. }
+        | Op::State { .. }
+        | Op::Scalar { .. }
+        | Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Select
+        | Op::Reduce { .. }
+        | Op::Reshape
+        | Op::MatMul { .. }
+        | Op::Conv2d { .. }
+        | Op::ConvTranspose2d { .. }
+        | Op::Conv2dWeightGrad { .. }
+        | Op::Assign) => return Err(internal!("{v}: {} is not a data-movement op", other.mnemonic())),
     };
     let _ = writeln!(code, "    {body}");
     code.push_str("  }\n}\n");
