@@ -150,6 +150,9 @@ impl<'m> Lowerer<'m, '_> {
                         Ok((ty, classes)) => {
                             self.ctx.b.at(decl.span, Role::Input, decl.name.name.clone());
                             let v = self.ctx.b.leaf(Op::Input { name: decl.name.name.clone() }, ty.clone());
+                            if let Some(c) = classes {
+                                self.ctx.classes.insert(v, (c, decl.span));
+                            }
                             scope
                                 .names
                                 .insert(decl.name.name.clone(), Entry::Val(Val::Tensor(v), decl.name.span));

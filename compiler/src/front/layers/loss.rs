@@ -62,6 +62,23 @@ fn cross_entropy(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Val
             )
             .with_help(format!("declare the labels as `class[B] of {classes}`")));
     }
+    // A label of class c ≥ width would pick no logit: its loss would be logsumexp alone.
+    if let Some(&(declared, decl)) = ctx.classes.get(&la.value) {
+        if declared != classes {
+            return Err(Diagnostic::error(
+                format!(
+                    "`cross_entropy`: the labels have {declared} classes but the logits are {classes} wide"
+                ),
+                site.call.span,
+                "class counts differ",
+            )
+            .with_label(lo.span, format!("{classes} logits per sample"))
+            .with_label(decl, format!("declared with {declared} classes"))
+            .with_help(format!(
+                "make the last layer before the loss `linear({declared})`, or declare the labels `of {classes}`"
+            )));
+        }
+    }
     let inv_b = inv_count(ctx, &lt.shape, &[0]);
     let b = &mut ctx.b;
     let r = (|| -> Result<Value, String> {

@@ -35,6 +35,7 @@ use crate::ir::builder::Builder;
 use crate::ir::*;
 use args::Args;
 use cvc_grammar::Span;
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 /// A compile-time argument value (block parameters already substituted and evaluated).
@@ -116,12 +117,22 @@ pub struct LowerCtx<'g> {
     pub step: Option<Value>,
     /// Next dropout salt.
     pub next_salt: u32,
+    /// The declared class count of every `class[..] of N` input, with the declaration's span:
+    /// losses check it against the logits' width.
+    pub classes: HashMap<Value, (usize, Span)>,
 }
 
 impl<'g> LowerCtx<'g> {
     /// A context appending to `graph`.
     pub fn new(graph: &'g mut Graph, mode: Mode) -> Self {
-        LowerCtx { b: Builder::new(graph), mode, params: Vec::new(), step: None, next_salt: 1 }
+        LowerCtx {
+            b: Builder::new(graph),
+            mode,
+            params: Vec::new(),
+            step: None,
+            next_salt: 1,
+            classes: HashMap::new(),
+        }
     }
 
     /// The type of `v`.
