@@ -8,6 +8,8 @@
 //! the comma-separated names of the tensors stored in the `[..., 2]` layout.
 
 use crate::backend::{HostData, HostTensor};
+use crate::files;
+use cvc_compiler::front::limits;
 use cvc_compiler::ir::DType;
 use safetensors::tensor::{Dtype, TensorView};
 use std::collections::{BTreeMap, HashMap};
@@ -71,8 +73,76 @@ pub fn to_bytes(
     safetensors::serialize(views, Some(meta)).map_err(|e| format!("writing safetensors: {e}"))
 }
 
-/// Parses safetensors bytes. `file` names the source in errors.
+/// Checks a safetensors header against the bytes that follow it, naming the tensor whose
+/// declared size (shape × dtype, in checked arithmetic) disagrees with its byte range or runs
+/// past the end of the file. The safetensors crate checks the same, but its errors do not say
+/// which tensor or how many bytes.
+fn check_header(bytes: &[u8], file: &Path) -> Result<(), String> {
+    let f = file.display();
+    if bytes.len() < 8 {
+        return Err(format!("{f}: not a valid safetensors file: {} bytes, shorter than the 8-byte header length", bytes.len()));
+    }
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+    let data_len = (bytes.len() - 8) as u64;
+    if n > data_len {
+        return Err(format!(
+            "{f}: not a valid safetensors file: the header declares {n} bytes but the file holds {data_len} after the length"
+        ));
+    }
+    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&bytes[8..8 + n as usize])
+        .map_err(|e| format!("{f}: not a valid safetensors file: the header is not a JSON object: {e}"))?;
+    let available = data_len - n;
+    for (name, info) in &header {
+        if name == "__metadata__" {
+            continue;
+        }
+        let bad = |why: String| format!("{f}: tensor '{name}': {why}");
+        let dtype = info.get("dtype").and_then(|d| d.as_str()).ok_or_else(|| bad("no dtype".into()))?;
+        let width: u64 = match dtype {
+            "F64" | "I64" | "U64" => 8,
+            "F32" | "I32" | "U32" => 4,
+            "F16" | "BF16" | "I16" | "U16" => 2,
+            "I8" | "U8" | "BOOL" | "F8_E4M3" | "F8_E5M2" => 1,
+            // Other (sub-byte) types are refused below with the dtype named.
+            _ => 1,
+        };
+        let shape = info
+            .get("shape")
+            .and_then(|s| s.as_array())
+            .ok_or_else(|| bad("no shape".into()))?
+            .iter()
+            .map(|d| d.as_u64().ok_or_else(|| bad(format!("shape entry {d} is not a size"))))
+            .collect::<Result<Vec<u64>, _>>()?;
+        let offsets = info
+            .get("data_offsets")
+            .and_then(|o| o.as_array())
+            .filter(|o| o.len() == 2)
+            .and_then(|o| Some((o[0].as_u64()?, o[1].as_u64()?)))
+            .ok_or_else(|| bad("data_offsets is not a pair of byte offsets".into()))?;
+        let declared = shape.iter().try_fold(width, |acc, &d| acc.checked_mul(d));
+        let Some(declared) = declared else {
+            return Err(bad(format!("shape {shape:?} of {dtype} declares more than 16 EiB")));
+        };
+        let (start, end) = offsets;
+        if end < start || end - start != declared {
+            return Err(bad(format!(
+                "shape {shape:?} of {dtype} declares {declared} bytes, but its data_offsets [{start}, {end}] span {}",
+                end.saturating_sub(start)
+            )));
+        }
+        if end > available {
+            return Err(bad(format!(
+                "its data ends at byte {end} of the data section, but the file holds only {available} data bytes (truncated?)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Parses safetensors bytes. `file` names the source in errors; sizes are checked against
+/// the bytes held before any tensor is converted.
 pub fn from_bytes(bytes: &[u8], file: &Path) -> Result<Checkpoint, String> {
+    check_header(bytes, file)?;
     let what =
         |e: safetensors::SafeTensorError| format!("{}: not a valid safetensors file: {e}", file.display());
     let (_, meta) = safetensors::SafeTensors::read_metadata(bytes).map_err(what)?;
@@ -153,9 +223,16 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
     result
 }
 
-/// Reads a checkpoint file.
+/// Reads a checkpoint file: a regular file (not a FIFO or a device such as `/dev/zero`) of at
+/// most [`limits::max_weights_bytes`], whose header's tensor sizes must match the bytes the
+/// file holds (checked by [`from_bytes`]).
 pub fn load(path: &Path) -> Result<Checkpoint, String> {
-    let bytes = fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let max = limits::max_weights_bytes()?;
+    let raise = format!(
+        "raise the limit with the environment variable {} if the file is genuine (see docs/LIMITS.md)",
+        limits::MAX_WEIGHTS_BYTES_VAR
+    );
+    let bytes = files::read_regular(path, "weights file", max, &raise)?;
     from_bytes(&bytes, path)
 }
 

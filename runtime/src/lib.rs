@@ -8,6 +8,7 @@ pub mod cli;
 pub mod cpu;
 pub mod cuda;
 pub mod data;
+pub mod files;
 pub mod interp_backend;
 pub mod metrics;
 pub mod session;

@@ -115,8 +115,15 @@ impl Model {
     /// Reads and checks a `.cvnn` file (in training and in inference mode).
     pub fn from_file(path: impl AsRef<Path>) -> Result<Model, ModelError> {
         let path = path.as_ref();
-        let src = std::fs::read_to_string(path)
-            .map_err(|e| ModelError::Message(format!("cannot read {}: {e}", path.display())))?;
+        let max = cvc_compiler::front::check::MAX_SOURCE_BYTES;
+        let bytes = crate::files::read_regular(path, "model file", max, "").map_err(ModelError::Message)?;
+        let src = String::from_utf8(bytes).map_err(|e| {
+            ModelError::Message(format!(
+                "cannot read {}: not UTF-8 text (byte {} is invalid); save it as UTF-8",
+                path.display(),
+                e.utf8_error().valid_up_to()
+            ))
+        })?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         Model::build(&path.display().to_string(), &src, dir)
     }

@@ -152,6 +152,18 @@ pub fn validate(
 /// Trains `model` on `data`. Writes `metrics.jsonl` and checkpoints into `opts.out`.
 pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<TrainSummary, RuntimeError> {
     let cfg = model.config();
+    // Checked before compiling and allocating the session, which for a huge batch costs
+    // gigabytes and seconds only to find there is not one batch of data.
+    let split = data::split(data.len, cfg.split, opts.seed);
+    if split.train.len() < opts.batch {
+        return Err(RuntimeError(format!(
+            "the training set has {} samples (split = {} of {}), fewer than one batch of {}",
+            split.train.len(),
+            cfg.split,
+            data.len,
+            opts.batch
+        )));
+    }
     fs::create_dir_all(&opts.out).map_err(|e| RuntimeError(format!("{}: {e}", opts.out.display())))?;
     let sopts = SessionOptions {
         device: opts.device,
@@ -163,16 +175,6 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
     let mut session = model.session_with(&sopts)?;
     if let (Some(n), true) = (session.note(), opts.verbose) {
         eprintln!("note: {n}");
-    }
-    let split = data::split(data.len, cfg.split, opts.seed);
-    if split.train.len() < opts.batch {
-        return Err(RuntimeError(format!(
-            "the training set has {} samples (split = {} of {}), fewer than one batch of {}",
-            split.train.len(),
-            cfg.split,
-            data.len,
-            opts.batch
-        )));
     }
     let classifier = Classifier::find(model);
     let metrics_path = opts.out.join("metrics.jsonl");

@@ -1,14 +1,35 @@
 //! The front end's driver: parse, choose the model, lower it, check the train section, and
 //! warn about what compiles but is probably not meant (bindings that reach no loss).
 
-use super::{lower, resolve, train_check, Checked, TrainConfig};
+use super::{limits, lower, resolve, train_check, Checked, TrainConfig};
 use crate::diag::Diagnostic;
 use crate::ir::{Graph, Mode, Op, Value};
 use cvc_grammar::ast::Item;
 use cvc_grammar::Span;
 
-/// Checks `.cvnn` source text named `file`.
+/// The text the front end parses: `src` without a leading UTF-8 byte-order mark, and with
+/// every lone carriage return (old Mac line ends) turned into a line feed. The second keeps
+/// byte offsets, so parser spans, [`Span::line_col`] and the rendered excerpt count the same
+/// lines (a `#` comment ends at the CR, as an editor shows it). Idempotent; borrowed when
+/// nothing changes. Spans of diagnostics refer to this text.
+pub fn normalize_source(src: &str) -> std::borrow::Cow<'_, str> {
+    let body = src.strip_prefix('\u{feff}').unwrap_or(src);
+    let b = body.as_bytes();
+    let lone_cr = |i: usize| b[i] == b'\r' && b.get(i + 1) != Some(&b'\n');
+    if !(0..b.len()).any(lone_cr) {
+        return std::borrow::Cow::Borrowed(body);
+    }
+    let fixed: Vec<u8> = (0..b.len()).map(|i| if lone_cr(i) { b'\n' } else { b[i] }).collect();
+    // Only ASCII CR bytes were replaced by ASCII LF bytes: still UTF-8.
+    std::borrow::Cow::Owned(String::from_utf8(fixed).expect("CR -> LF keeps UTF-8"))
+}
+
+/// Checks `.cvnn` source text named `file`. The text is first normalised
+/// ([`normalize_source`]: BOM skipped, CR-only line ends accepted); spans and
+/// [`Checked::src`] refer to the normalised text.
 pub fn check_source(file: &str, src: &str, mode: Mode) -> Result<Checked, Vec<Diagnostic>> {
+    let src = normalize_source(src);
+    let src = src.as_ref();
     let ast = cvc_grammar::parse(src).map_err(|e| {
         let mut d = Diagnostic::error(e.message, e.span, e.label);
         if let Some(h) = e.help {
@@ -124,6 +145,8 @@ fn unused_params(g: &Graph, reaches: &[bool], covered: &[bool]) -> usize {
 
 /// Checks raw bytes: text that is not UTF-8 is reported at the first bad byte.
 pub fn check_bytes(file: &str, bytes: &[u8], mode: Mode) -> Result<Checked, Vec<Diagnostic>> {
+    // Offsets of a non-UTF-8 error count from after the byte-order mark, as all spans do.
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     match std::str::from_utf8(bytes) {
         Ok(src) => check_source(file, src, mode),
         Err(e) => {
@@ -146,7 +169,6 @@ pub fn check_file(path: &std::path::Path, mode: Mode) -> Result<Checked, (String
         let why = match e.kind() {
             std::io::ErrorKind::NotFound => "no such file".to_string(),
             std::io::ErrorKind::PermissionDenied => "permission denied".to_string(),
-            _ if path.is_dir() => "it is a directory".to_string(),
             _ => e.to_string(),
         };
         (String::new(), vec![Diagnostic::error(format!("cannot read `{name}`: {why}"), Span::new(0, 0), why)])
@@ -165,6 +187,13 @@ pub const MAX_SOURCE_BYTES: u64 = 16 << 20;
 /// Reads `path`, failing with `InvalidData` past [`MAX_SOURCE_BYTES`].
 fn read_limited(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
+    // A FIFO would block the open until a writer appears, and a device would be read until
+    // the limit: refuse anything but a regular file before opening it.
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        let kind = if meta.is_dir() { "a directory" } else { "not a regular file (a FIFO, a device or a socket)" };
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("it is {kind}")));
+    }
     let mut bytes = Vec::new();
     std::fs::File::open(path)?.take(MAX_SOURCE_BYTES + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > MAX_SOURCE_BYTES {
@@ -188,10 +217,12 @@ fn printable(text: &str) -> String {
         .collect()
 }
 
-/// Renders every diagnostic against `src`, one after another.
+/// Renders the diagnostics against `src`, one after another: at most
+/// [`limits::MAX_DIAGNOSTICS`] of them, then a line saying how many more there are (so a
+/// file with thousands of errors gives a bounded report).
 pub fn render_all(file: &str, src: &str, diags: &[Diagnostic], color: bool) -> String {
     let mut out = String::new();
-    for d in diags {
+    for d in diags.iter().take(limits::MAX_DIAGNOSTICS) {
         if src.is_empty() {
             // Nothing to show a line of: a one-line error keeps the message readable.
             let what = match d.severity {
@@ -205,6 +236,23 @@ pub fn render_all(file: &str, src: &str, diags: &[Diagnostic], color: bool) -> S
             continue;
         }
         out.push_str(&d.render(file, src, color));
+    }
+    if diags.len() > limits::MAX_DIAGNOSTICS {
+        let rest = &diags[limits::MAX_DIAGNOSTICS..];
+        let errors = rest.iter().filter(|d| d.severity == crate::diag::Severity::Error).count();
+        let warnings = rest.len() - errors;
+        let mut parts = Vec::new();
+        if errors > 0 {
+            parts.push(format!("{errors} more error{}", if errors == 1 { "" } else { "s" }));
+        }
+        if warnings > 0 {
+            parts.push(format!("{warnings} more warning{}", if warnings == 1 { "" } else { "s" }));
+        }
+        out.push_str(&format!(
+            "note: {} not shown (at most {} are); fix the ones above and check again\n",
+            parts.join(" and "),
+            limits::MAX_DIAGNOSTICS
+        ));
     }
     out
 }

@@ -427,20 +427,25 @@ impl<'m> Lowerer<'m, '_> {
         (b, sb): (Val, Span),
         span: Span,
     ) -> Res<Val> {
-        let shown = format!("{} {} {}", self.excerpt(sa), op.symbol(), self.excerpt(sb));
+        // Constants are folded without building the table text: in a sum of many terms `sa`
+        // spans everything so far, and excerpting it at every step made checking quadratic.
+        let shown = |this: &Self| format!("{} {} {}", this.excerpt(sa), op.symbol(), this.excerpt(sb));
         match (a, b) {
             (Val::Const(x), Val::Const(y)) => fold(op, op_span, (&x, sa), (&y, sb)).map(Val::Const),
             (Val::Tensor(x), Val::Tensor(y)) => {
+                let shown = shown(self);
                 let ops = [Operand { value: x, span: sa }, Operand { value: y, span: sb }];
                 self.layer(op.symbol(), span, &[], &ops, Some(shown)).map(Val::Tensor)
             }
             (Val::Tensor(x), Val::Const(c)) => {
+                let shown = shown(self);
                 let c = numeric(c, sb)?;
                 let arg = Arg { name: None, value: c, span: sb };
                 self.layer(op.symbol(), span, &[arg], &[Operand { value: x, span: sa }], Some(shown))
                     .map(Val::Tensor)
             }
             (Val::Const(c), Val::Tensor(x)) => {
+                let shown = shown(self);
                 let c = numeric(c, sa)?;
                 let arg = Arg { name: None, value: c, span: sa };
                 let xo = Operand { value: x, span: sb };
@@ -462,6 +467,11 @@ impl<'m> Lowerer<'m, '_> {
 
     /// Short source text of an operand for the layer table (`h`, `0.5`, `(...)`).
     fn excerpt(&self, s: Span) -> String {
+        // A long span is never shown whole; don't scan it (a chain `x + x + ... + x` asks
+        // for the excerpt of a growing prefix at every term).
+        if s.range().len() > 256 {
+            return "(…)".into();
+        }
         let text = self.src.get(s.range()).unwrap_or("").split_whitespace().collect::<Vec<_>>().join(" ");
         if text.chars().count() <= 24 {
             text

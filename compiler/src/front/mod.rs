@@ -14,6 +14,7 @@
 
 pub mod check;
 pub mod layers;
+pub mod limits;
 pub mod lower;
 pub mod resolve;
 pub mod train;

@@ -2,7 +2,7 @@
 
 use super::resolve::did_you_mean;
 use super::train::*;
-use super::ModelInput;
+use super::{limits, ModelInput};
 use crate::config::{Optimizer, OptimizerKind, Precision};
 use crate::diag::Diagnostic;
 use crate::ir::DType;
@@ -80,8 +80,11 @@ fn eval(e: &Expr) -> Result<TVal, Diagnostic> {
             TVal::Call(callee.text(), out)
         }
         ExprKind::Arith { first, rest } => {
-            let mut acc = number(&eval(first)?, first.span, "arithmetic")?;
-            let mut all_int = matches!(eval(first)?, TVal::Int(_));
+            // `first` is evaluated once: twice per level made nested groups
+            // `((1 + 1) + 1) + ...` exponential in their depth.
+            let head = eval(first)?;
+            let mut acc = number(&head, first.span, "arithmetic")?;
+            let mut all_int = matches!(head, TVal::Int(_));
             for (op, _, rhs) in rest {
                 let v = eval(rhs)?;
                 all_int &= matches!(v, TVal::Int(_)) && *op != ArithOp::Div;
@@ -413,12 +416,19 @@ fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource
                 ));
             }
             check_rf_inputs(inputs, classes, length, span)?;
+            // A burst is `length` c64 samples plus its i32 label.
+            let per_sample = (length as u64).saturating_mul(8).saturating_add(4);
+            check_data_size(name, count, per_sample, a.get("count").map_or(span, |(_, s)| *s))?;
             Ok(DataSource::SyntheticRf { classes, length, snr_db, count, seed })
         }
         "synthetic.random" => {
             let a = bind(name, &["count", "seed"], args, span)?;
             let count = a.get("count").map_or(Ok(1024), |(v, s)| positive(v, *s, "count"))?;
             let seed = a.get("seed").map_or(Ok(0), |(v, s)| int_at_least(v, *s, "seed", 0))? as u64;
+            let per_sample = inputs.iter().fold(0u64, |acc, i| {
+                acc.saturating_add((i.ty.shape.fixed_numel() as u64).saturating_mul(i.ty.dtype.bytes() as u64))
+            });
+            check_data_size(name, count, per_sample, a.get("count").map_or(span, |(_, s)| *s))?;
             Ok(DataSource::SyntheticRandom { count, seed })
         }
         "npz" => {
@@ -437,6 +447,16 @@ fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource
         }
         other => Err(unknown_choice("data source", other, &SOURCES, span)),
     }
+}
+
+/// A synthetic dataset of `count` samples of `per_sample` bytes must fit the data limit
+/// ([`limits::max_data_bytes`]): refused here, at `cvc check`, rather than by an allocation
+/// failure (an abort) when `cvc train` generates it.
+fn check_data_size(source: &str, count: usize, per_sample: u64, span: Span) -> Result<(), Diagnostic> {
+    let limit = limits::max_data_bytes().map_err(|e| Diagnostic::error(e, span, "while checking this size"))?;
+    limits::dataset_bytes(source, count as u64, per_sample, limit)
+        .map(|_| ())
+        .map_err(|e| Diagnostic::error(e, span, "too many samples").with_help(limits::data_limit_help()))
 }
 
 /// synthetic.rf yields bursts of `length` complex samples and labels of `classes` classes:

@@ -5,6 +5,7 @@ pub mod npy;
 pub mod synthetic_rf;
 
 use crate::backend::{HostData, HostTensor};
+use cvc_compiler::front::limits;
 use cvc_compiler::front::train::DataSource;
 use cvc_compiler::init::SplitMix64;
 use cvc_compiler::ir::{DType, Dim, Graph, TensorType};
@@ -171,6 +172,19 @@ impl Dataset {
         if count == 0 {
             return Err("synthetic.random: count must be at least 1".into());
         }
+        // The same size check as `cvc check` makes (limits::dataset_bytes), for callers that
+        // build a dataset without checking a train section.
+        let mut per_sample = 0u64;
+        for spec in inputs {
+            let elems = spec.sample_shape()?.iter().try_fold(1u64, |a, &d| a.checked_mul(d as u64));
+            per_sample = elems
+                .and_then(|e| e.checked_mul(spec.ty.dtype.bytes() as u64))
+                .and_then(|b| b.checked_add(per_sample))
+                .unwrap_or(u64::MAX);
+        }
+        let limit = limits::max_data_bytes()?;
+        limits::dataset_bytes("synthetic.random", count as u64, per_sample, limit)
+            .map_err(|e| format!("{e}; {}", limits::data_limit_help()))?;
         let mut rng = SplitMix64::new(seed ^ 0x7261_6E64_6F6D_0001);
         let mut arrays = Vec::new();
         for spec in inputs {

@@ -6,6 +6,9 @@
 //! them.
 
 use crate::backend::{HostData, HostTensor};
+use crate::files;
+use cvc_compiler::front::limits;
+use cvc_compiler::units::human_bytes;
 use cvc_compiler::ir::DType;
 use npyz::zip;
 use std::fs::File;
@@ -32,10 +35,87 @@ fn numpy_name(kind: char, size: u64) -> String {
     }
 }
 
-/// Parses `.npy` bytes from `r` (positioned at the start of the file).
+/// The largest `.npy` header accepted (NumPy itself refuses headers over 10,000 bytes unless
+/// told otherwise); a format-2 header may declare up to 4 GiB, which would be allocated.
+pub const MAX_HEADER_BYTES: u64 = 1 << 16;
+
+/// How much an array being read may hold: checked against the header before any data is
+/// read or allocated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadLimits {
+    /// The most bytes of data the array may declare (what is left of the dataset limit,
+    /// [`cvc_compiler::front::limits::max_data_bytes`]).
+    pub max_bytes: u64,
+    /// Bytes the container says follow the start of the `.npy` data (the file's length, or a
+    /// `.npz` member's uncompressed size), when known.
+    pub available: Option<u64>,
+    /// For a deflated `.npz` member: the most bytes it may decompress to, and why.
+    pub inflate: Option<InflateCap>,
+}
+
+/// The decompression limit of one deflated `.npz` member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InflateCap {
+    /// The member's compressed size.
+    pub compressed: u64,
+    /// The accepted ratio of decompressed to compressed bytes.
+    pub ratio: u64,
+}
+
+impl InflateCap {
+    /// The most bytes the member may decompress to: any ratio up to
+    /// [`limits::NPZ_RATIO_FREE_BYTES`], `ratio` above that.
+    pub fn limit(&self) -> u64 {
+        self.compressed.saturating_mul(self.ratio).max(limits::NPZ_RATIO_FREE_BYTES)
+    }
+}
+
+impl ReadLimits {
+    /// Only the dataset limit: no container size known, no decompression.
+    pub fn bytes(max_bytes: u64) -> ReadLimits {
+        ReadLimits { max_bytes, available: None, inflate: None }
+    }
+}
+
+/// Parses `.npy` bytes from `r` (positioned at the start of the file) under the default data
+/// limit ([`cvc_compiler::front::limits::max_data_bytes`]).
 pub fn read_npy(r: impl Read) -> Result<NpyArray, String> {
-    let file = npyz::NpyFile::new(r).map_err(|e| format!("not a valid .npy array: {e}"))?;
-    let shape: Vec<usize> = file.shape().iter().map(|&d| d as usize).collect();
+    read_npy_limited(r, ReadLimits::bytes(limits::max_data_bytes()?))
+}
+
+/// Reads the magic, version and header length, refusing a header longer than
+/// [`MAX_HEADER_BYTES`]; returns the bytes read (to hand to the `.npy` parser again) and the
+/// total size of the preamble and header.
+fn read_preamble(r: &mut impl Read) -> Result<(Vec<u8>, u64), String> {
+    let bad = |why: &str| format!("not a valid .npy array: {why}");
+    let mut pre = vec![0u8; 8];
+    r.read_exact(&mut pre).map_err(|_| bad("shorter than the .npy preamble"))?;
+    if &pre[..6] != b"\x93NUMPY" {
+        return Err(bad("it does not start with the \\x93NUMPY magic"));
+    }
+    let width = match pre[6] {
+        1 => 2,
+        2 | 3 => 4,
+        v => return Err(bad(&format!("format version {v}.{} is not 1, 2 or 3", pre[7]))),
+    };
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len[..width]).map_err(|_| bad("shorter than the .npy preamble"))?;
+    pre.extend_from_slice(&len[..width]);
+    let header = u32::from_le_bytes(len) as u64;
+    if header > MAX_HEADER_BYTES {
+        return Err(bad(&format!("its header declares {header} bytes, more than the {MAX_HEADER_BYTES} accepted")));
+    }
+    Ok((pre, 8 + width as u64 + header))
+}
+
+/// Parses `.npy` bytes from `r` under `lim`. The declared shape's byte count is computed
+/// with checked arithmetic and compared with the limit and the bytes available before any
+/// data is read, so a header declaring 2^62 elements is an error, not an allocation.
+pub fn read_npy_limited(mut r: impl Read, lim: ReadLimits) -> Result<NpyArray, String> {
+    let (pre, header_bytes) = read_preamble(&mut r)?;
+    let file = npyz::NpyFile::new(io::Cursor::new(pre).chain(r))
+        .map_err(|e| format!("not a valid .npy array: {e}"))?;
+    let dims: Vec<u64> = file.shape().to_vec();
     if file.order() == npyz::Order::Fortran {
         return Err("the array is Fortran-ordered; save it with np.ascontiguousarray(...)".into());
     }
@@ -47,21 +127,63 @@ pub fn read_npy(r: impl Read) -> Result<NpyArray, String> {
     let kind = ts.type_char().to_str().chars().next().unwrap_or('?');
     let numpy_dtype = numpy_name(kind, size);
     let big = ts.endianness() == npyz::Endianness::Big;
-    let mut bytes = Vec::new();
-    file.into_inner().read_to_end(&mut bytes).map_err(|e| format!("reading the array data: {e}"))?;
-    let n: usize = shape.iter().product();
     let per = match kind {
         'c' if size == 8 || size == 16 => size as usize,
         'f' if size == 4 || size == 8 => size as usize,
         'i' | 'u' | 'b' if (1..=8).contains(&size) => size as usize,
         _ => return Err(format!("unsupported dtype {numpy_dtype}")),
     };
-    if bytes.len() < n * per {
+    let shown = format!("({})", dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", "));
+    let elems = dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
+    let needed = elems.and_then(|n| n.checked_mul(per as u64));
+    let Some(needed) = needed.filter(|&b| usize::try_from(b).is_ok()) else {
+        return Err(format!("shape {shown} of {numpy_dtype} declares more bytes than can be addressed (over 16 EiB)"));
+    };
+    if needed > lim.max_bytes {
         return Err(format!(
-            "the file is truncated: {} data bytes for {n} elements of {numpy_dtype}",
+            "shape {shown} of {numpy_dtype} declares {} ({needed} bytes), more than the data limit allows ({}); {}",
+            human_bytes(needed),
+            human_bytes(lim.max_bytes),
+            limits::data_limit_help()
+        ));
+    }
+    if let Some(cap) = lim.inflate {
+        let total = needed.saturating_add(header_bytes);
+        if total > cap.limit() {
+            return Err(format!(
+                "the deflated member would decompress to {} from {} compressed ({}x); members over {} may expand at most {}x (zip bomb?); raise the ratio with the environment variable {} if the file is genuine, see docs/LIMITS.md",
+                human_bytes(total),
+                human_bytes(cap.compressed),
+                total / cap.compressed.max(1),
+                human_bytes(limits::NPZ_RATIO_FREE_BYTES),
+                cap.ratio,
+                limits::NPZ_MAX_RATIO_VAR
+            ));
+        }
+    }
+    if let Some(avail) = lim.available {
+        let data = avail.saturating_sub(header_bytes);
+        if needed > data {
+            return Err(format!(
+                "the file is truncated: shape {shown} of {numpy_dtype} declares {needed} data bytes, but only {data} are present"
+            ));
+        }
+    }
+    let n = (needed / per as u64) as usize;
+    // Capacity from what the container holds, not from the header alone: read_to_end grows
+    // the buffer only as far as data actually arrives.
+    let mut bytes = Vec::with_capacity(lim.available.map_or(0, |a| needed.min(a)) as usize);
+    file.into_inner()
+        .take(needed)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("reading the array data: {e}"))?;
+    if (bytes.len() as u64) < needed {
+        return Err(format!(
+            "the file is truncated: shape {shown} of {numpy_dtype} declares {needed} data bytes, but only {} are present",
             bytes.len()
         ));
     }
+    let shape: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
     let word = |i: usize, w: usize| -> u64 {
         let mut b = [0u8; 8];
         let src = &bytes[i * w..(i + 1) * w];
@@ -111,27 +233,41 @@ pub fn read_npy(r: impl Read) -> Result<NpyArray, String> {
     Ok(NpyArray { numpy_dtype, tensor })
 }
 
-/// Reads one `.npy` file.
+/// Reads one `.npy` file (a regular file, under the data limit).
 pub fn load_npy(path: &Path) -> Result<NpyArray, String> {
-    let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    read_npy(BufReader::new(f)).map_err(|e| format!("{}: {e}", path.display()))
+    let (f, len) = files::open_regular(path, "data file")?;
+    let lim = ReadLimits { available: Some(len), ..ReadLimits::bytes(limits::max_data_bytes()?) };
+    read_npy_limited(BufReader::new(f), lim).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Reads every array of a `.npz` archive, in archive order.
+/// Reads every array of a `.npz` archive (a regular file), in archive order, under the data
+/// and decompression limits ([`cvc_compiler::front::limits`]).
 pub fn load_npz(path: &Path) -> Result<Vec<(String, NpyArray)>, String> {
-    let f = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let (f, _) = files::open_regular(path, "data file")?;
     read_npz(BufReader::new(f)).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Reads every array of a `.npz` archive from a reader.
+/// Reads every array of a `.npz` archive from a reader under the default limits.
 pub fn read_npz(r: impl Read + Seek) -> Result<Vec<(String, NpyArray)>, String> {
+    read_npz_limited(r, limits::max_data_bytes()?, limits::npz_max_ratio()?)
+}
+
+/// Reads every array of a `.npz` archive: all members together may hold at most `max_bytes`
+/// of data, and a deflated member may expand at most `ratio` times (past
+/// [`limits::NPZ_RATIO_FREE_BYTES`]). Errors name the member.
+pub fn read_npz_limited(r: impl Read + Seek, max_bytes: u64, ratio: u64) -> Result<Vec<(String, NpyArray)>, String> {
     let mut zip = zip::ZipArchive::new(r).map_err(|e| format!("not a valid .npz archive: {e}"))?;
     let mut out = Vec::new();
+    let mut left = max_bytes;
     for i in 0..zip.len() {
         let entry = zip.by_index(i).map_err(|e| format!("reading the archive: {e}"))?;
         let file_name = entry.name().to_string();
         let name = file_name.strip_suffix(".npy").unwrap_or(&file_name).to_string();
-        let arr = read_npy(entry).map_err(|e| format!("array '{name}': {e}"))?;
+        let inflate = (entry.compression() != zip::CompressionMethod::Stored)
+            .then(|| InflateCap { compressed: entry.compressed_size(), ratio });
+        let lim = ReadLimits { max_bytes: left, available: Some(entry.size()), inflate };
+        let arr = read_npy_limited(entry, lim).map_err(|e| format!("array '{name}' ({file_name}): {e}"))?;
+        left = left.saturating_sub(arr.tensor.bytes() as u64);
         out.push((name, arr));
     }
     Ok(out)

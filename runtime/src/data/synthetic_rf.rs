@@ -4,6 +4,7 @@
 //! range. Deterministic for a seed: burst `i` depends only on `(seed, i)` and the settings.
 
 use crate::backend::{HostData, HostTensor};
+use cvc_compiler::front::limits;
 use cvc_compiler::init::SplitMix64;
 use cvc_compiler::ir::DType;
 use std::f64::consts::PI;
@@ -59,6 +60,13 @@ impl RfConfig {
         if !lo.is_finite() || !hi.is_finite() || lo > hi {
             return Err(format!("synthetic.rf: snr_db = {lo}..{hi} is not a valid range"));
         }
+        // A burst is `length` c64 samples (8 bytes) and an i32 label; the whole set is held
+        // in memory (and written at once by `cvc data rf`), so it must fit the data limit
+        // before anything is allocated.
+        let per_sample = (self.length as u64).saturating_mul(8).saturating_add(4);
+        let limit = limits::max_data_bytes()?;
+        limits::dataset_bytes("synthetic.rf", self.count as u64, per_sample, limit)
+            .map_err(|e| format!("{e}; {}", limits::data_limit_help()))?;
         Ok(())
     }
 }
