@@ -77,13 +77,18 @@ pub fn npz_max_ratio() -> Result<u64, String> {
 /// The bytes of `count` samples of `per_sample` bytes each, or an error when the product
 /// overflows or exceeds `limit`. `what` names the data ("synthetic.random", a file).
 pub fn dataset_bytes(what: &str, count: u64, per_sample: u64, limit: u64) -> Result<u64, String> {
+    // A saturated per-sample size (from a length near 2^64) is shown as what it is.
+    let show = |b: Option<u64>| match b {
+        Some(b) if b < u64::MAX => human_bytes(b),
+        _ => "more than 16 EiB".to_string(),
+    };
     let total = count.checked_mul(per_sample);
     match total {
         Some(t) if t <= limit => Ok(t),
         _ => Err(format!(
             "{what}: {count} samples of {} each is {}, more than the data limit of {}",
-            human_bytes(per_sample),
-            total.map_or_else(|| "more than 16 EiB".to_string(), human_bytes),
+            show(Some(per_sample)),
+            show(total),
             human_bytes(limit)
         )),
     }

@@ -105,7 +105,35 @@ fn read_preamble(r: &mut impl Read) -> Result<(Vec<u8>, u64), String> {
     if header > MAX_HEADER_BYTES {
         return Err(bad(&format!("its header declares {header} bytes, more than the {MAX_HEADER_BYTES} accepted")));
     }
+    let mut text = vec![0u8; header as usize];
+    r.read_exact(&mut text).map_err(|_| bad("the header is cut short"))?;
+    check_shape_product(&String::from_utf8_lossy(&text))?;
+    pre.extend_from_slice(&text);
     Ok((pre, 8 + width as u64 + header))
+}
+
+/// Refuses a header whose `shape` has more elements than a `u64` counts, before the `.npy`
+/// parser multiplies the dimensions itself (unchecked). A header this scan cannot read is
+/// left to the parser, which reports it.
+fn check_shape_product(header: &str) -> Result<(), String> {
+    let Some(key) = header.find("'shape'").or_else(|| header.find("\"shape\"")) else { return Ok(()) };
+    let rest = header[key + 7..].trim_start().strip_prefix(':').unwrap_or("").trim_start();
+    let Some(body) = rest.strip_prefix('(').or_else(|| rest.strip_prefix('[')) else { return Ok(()) };
+    let Some(end) = body.find([')', ']']) else { return Ok(()) };
+    let dims: Vec<&str> = body[..end].split(',').map(str::trim).filter(|d| !d.is_empty()).collect();
+    let mut product: Option<u64> = Some(1);
+    for d in &dims {
+        // (Python 2 NumPy wrote long integers with an `L` suffix.)
+        let Ok(n) = d.trim_end_matches(['L', 'l']).replace('_', "").parse::<u64>() else { return Ok(()) };
+        product = product.and_then(|p| p.checked_mul(n));
+    }
+    if product.is_none() {
+        return Err(format!(
+            "shape ({}) declares more elements than can be counted (over 2^64): more bytes than can be addressed (over 16 EiB)",
+            dims.join(", ")
+        ));
+    }
+    Ok(())
 }
 
 /// Parses `.npy` bytes from `r` under `lim`. The declared shape's byte count is computed
