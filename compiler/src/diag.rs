@@ -147,7 +147,11 @@ impl Diagnostic {
             }
             let gutter = ln.to_string();
             let pad = " ".repeat(gutter.len());
-            out.push_str(&format!(" {pad} |\n {gutter} | {text}\n {pad} | {}^ {}\n", " ".repeat(caret), l.message));
+            out.push_str(&format!(
+                " {pad} |\n {gutter} | {text}\n {pad} | {}^ {}\n",
+                " ".repeat(caret),
+                l.message
+            ));
         }
         if let Some(h) = &self.help {
             out.push_str(&format!("   = help: {h}\n"));

@@ -80,7 +80,10 @@ pub fn to_bytes(
 fn check_header(bytes: &[u8], file: &Path) -> Result<(), String> {
     let f = file.display();
     if bytes.len() < 8 {
-        return Err(format!("{f}: not a valid safetensors file: {} bytes, shorter than the 8-byte header length", bytes.len()));
+        return Err(format!(
+            "{f}: not a valid safetensors file: {} bytes, shorter than the 8-byte header length",
+            bytes.len()
+        ));
     }
     let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
     let data_len = (bytes.len() - 8) as u64;
@@ -89,8 +92,10 @@ fn check_header(bytes: &[u8], file: &Path) -> Result<(), String> {
             "{f}: not a valid safetensors file: the header declares {n} bytes but the file holds {data_len} after the length"
         ));
     }
-    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&bytes[8..8 + n as usize])
-        .map_err(|e| format!("{f}: not a valid safetensors file: the header is not a JSON object: {e}"))?;
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes[8..8 + n as usize]).map_err(|e| {
+            format!("{f}: not a valid safetensors file: the header is not a JSON object: {e}")
+        })?;
     let available = data_len - n;
     for (name, info) in &header {
         if name == "__metadata__" {

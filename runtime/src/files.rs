@@ -108,7 +108,10 @@ mod tests {
         std::fs::write(&f, [7u8; 100]).unwrap();
         assert_eq!(read_regular(&f, "data file", 100, "").unwrap(), vec![7u8; 100]);
         let e = read_regular(&f, "data file", 99, "raise it").unwrap_err();
-        assert!(e.contains("data file") && e.contains("100 B") && e.contains("99 B") && e.ends_with("raise it"), "{e}");
+        assert!(
+            e.contains("data file") && e.contains("100 B") && e.contains("99 B") && e.ends_with("raise it"),
+            "{e}"
+        );
         let e = read_regular(&d, "weights", 1 << 20, "").unwrap_err();
         assert!(e.contains("is a directory"), "{e}");
         let e = read_regular(&d.join("missing"), "weights", 1 << 20, "").unwrap_err();

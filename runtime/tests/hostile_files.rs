@@ -5,10 +5,10 @@
 //! code 1 and a message that names the file, the array or tensor, and the numbers, never
 //! with a panic (101), an abort or a hang. The files are generated here, from seeded data.
 
+use cvc_compiler::ir::DType;
 use cvc_runtime::backend::{HostData, HostTensor};
 use cvc_runtime::checkpoint;
 use cvc_runtime::data::npy;
-use cvc_compiler::ir::DType;
 use npyz::zip;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -118,8 +118,11 @@ fn good_arrays(n: usize) -> (HostTensor, HostTensor) {
         shape: vec![n, 8],
         data: HostData::F32((0..n * 16).map(|_| rng.normal() as f32).collect()),
     };
-    let label =
-        HostTensor { dtype: DType::I32, shape: vec![n], data: HostData::I32((0..n).map(|i| (i % 3) as i32).collect()) };
+    let label = HostTensor {
+        dtype: DType::I32,
+        shape: vec![n],
+        data: HostData::I32((0..n).map(|i| (i % 3) as i32).collect()),
+    };
     (x, label)
 }
 
@@ -152,7 +155,10 @@ fn labels_of_2_pow_62_elements_without_data_are_refused_before_allocation() {
     // int8 labels: 2^62 bytes, under 2^64 but far over the data limit.
     let label = raw_npy("<i1", "(4611686018427387904,)", &[]);
     let dir = setup("huge-labels", &[("x", x_npy(16)), ("label", label)], false);
-    all_commands_fail(&dir, &["data.npz", "'label'", "4611686018427387904", "data limit", "CVC_MAX_DATA_BYTES"]);
+    all_commands_fail(
+        &dir,
+        &["data.npz", "'label'", "4611686018427387904", "data limit", "CVC_MAX_DATA_BYTES"],
+    );
     let run = ["run", "tiny.cvnn", "--weights", "w.safetensors", "--data", "data.npz", "--device", "cpu"];
     // Under a raised limit the same header is still refused: the file holds no data.
     let o = cvc_env(&dir, &run, &[("CVC_MAX_DATA_BYTES", "8000000000000000000")]);
@@ -186,7 +192,8 @@ fn wrong_dtypes_name_the_array_and_both_types() {
     let labels: Vec<u8> = (0..16).flat_map(|i| (i as f32).to_le_bytes()).collect();
     let dir = setup("dtype", &[("x", x_npy(16)), ("label", raw_npy("<f4", "(16,)", &labels))], false);
     all_commands_fail(&dir, &["data.npz", "'label'", "int32/int64", "float32"]);
-    let dir = setup("text-dtype", &[("x", x_npy(16)), ("label", raw_npy("<U3", "(16,)", &[0u8; 192]))], false);
+    let dir =
+        setup("text-dtype", &[("x", x_npy(16)), ("label", raw_npy("<U3", "(16,)", &[0u8; 192]))], false);
     all_commands_fail(&dir, &["data.npz", "'label'", "unsupported dtype"]);
 }
 
@@ -230,17 +237,27 @@ fn paths_that_are_not_regular_files_are_refused() {
     mkfifo(&dir.join("fifo.cvnn"));
     mkfifo(&dir.join("fifo.safetensors"));
     std::fs::create_dir_all(dir.join("folder.cvnn")).unwrap();
-    write_npz(&dir.join("good.npz"), &[("x", x_npy(16)), ("label", npy::npy_bytes(&good_arrays(16).1))], false);
+    write_npz(
+        &dir.join("good.npz"),
+        &[("x", x_npy(16)), ("label", npy::npy_bytes(&good_arrays(16).1))],
+        false,
+    );
 
     let o = cvc(&dir, &["train", "tiny.cvnn", "--device", "cpu", "--out", "run", "-q"]);
     fails_with(&o, &["fifo.npz", "FIFO"]);
     for cmd in ["run", "eval"] {
-        let o = cvc(&dir, &[cmd, "tiny.cvnn", "--weights", "w.safetensors", "--data", "fifo.npz", "--device", "cpu"]);
+        let o = cvc(
+            &dir,
+            &[cmd, "tiny.cvnn", "--weights", "w.safetensors", "--data", "fifo.npz", "--device", "cpu"],
+        );
         fails_with(&o, &["fifo.npz", "FIFO"]);
-        let o = cvc(&dir, &[cmd, "tiny.cvnn", "--weights", "/dev/zero", "--data", "good.npz", "--device", "cpu"]);
-        fails_with(&o, &["/dev/zero", "character device"]);
         let o =
-            cvc(&dir, &[cmd, "tiny.cvnn", "--weights", "fifo.safetensors", "--data", "good.npz", "--device", "cpu"]);
+            cvc(&dir, &[cmd, "tiny.cvnn", "--weights", "/dev/zero", "--data", "good.npz", "--device", "cpu"]);
+        fails_with(&o, &["/dev/zero", "character device"]);
+        let o = cvc(
+            &dir,
+            &[cmd, "tiny.cvnn", "--weights", "fifo.safetensors", "--data", "good.npz", "--device", "cpu"],
+        );
         fails_with(&o, &["fifo.safetensors", "FIFO"]);
         let o = cvc(&dir, &[cmd, "tiny.cvnn", "--weights", ".", "--data", "good.npz", "--device", "cpu"]);
         fails_with(&o, &["directory"]);
@@ -341,7 +358,8 @@ fn counts_from_flags_and_the_language_are_bounded() {
     let o = cvc(&dir, &["check", "small.cvnn"]);
     assert!(o.status.success(), "{}", text(&o));
 
-    let o = cvc(&dir, &["train", "small.cvnn", "--device", "cpu", "--batch", "20000000", "--out", "run", "-q"]);
+    let o =
+        cvc(&dir, &["train", "small.cvnn", "--device", "cpu", "--batch", "20000000", "--out", "run", "-q"]);
     fails_with(&o, &["fewer than one batch of 20000000"]);
 }
 

@@ -501,13 +501,22 @@ fn mutated_sources_never_panic() {
     let count: usize = std::env::var("CVC_MUTATIONS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
     eprintln!("{count} mutations (CVC_MUTATIONS to change; CVC_SEED varies the seed)");
     let mut files: Vec<Vec<u8>> = all_sources().into_iter().map(|(_, s)| s.into_bytes()).collect();
+    let good = files.len();
     files.extend(cvnn_in(&root().join("tests/fixtures/err")).iter().map(|p| std::fs::read(p).unwrap()));
     let mut rng = Rng(seed | 1);
     let (mut checked, mut planned) = (0usize, 0usize);
     let start = std::time::Instant::now();
     for i in 0..count {
-        let base = &files[rng.below(files.len())];
-        let m = mutate(&mut rng, base, &files);
+        // One in four only changes numbers of a file that checks: those often still check,
+        // so the planner sees odd sizes (0, 1, 65536, huge), not only the few mutants that
+        // survive the parser.
+        let m = if i % 4 == 3 {
+            let base = rng.below(good);
+            mutate_numbers(&mut rng, &files[base])
+        } else {
+            let base = rng.below(files.len());
+            mutate(&mut rng, &files[base], &files)
+        };
         if std::env::var_os("CVC_MUTATION_TRACE").is_some() {
             let dump = std::env::temp_dir().join("cvc-mutation-current.cvnn");
             let _ = std::fs::write(&dump, &m);
@@ -544,10 +553,28 @@ fn mutated_sources_never_panic() {
     assert!(checked * 50 >= count, "only {checked} of {count} mutants checked");
 }
 
+/// Replaces one to three numbers of `src` with small, large, zero or negative ones.
+fn mutate_numbers(rng: &mut Rng, src: &[u8]) -> Vec<u8> {
+    let mut v = src.to_vec();
+    for _ in 0..1 + rng.below(3) {
+        let at = rng.below(v.len() + 1);
+        let n = ["0", "1", "2", "3", "7", "64", "65536", "16777217", "99999999999999999999", "-1", "0.5"]
+            [rng.below(11)];
+        if let Some(p) = v.iter().skip(at).position(|c| c.is_ascii_digit()) {
+            let s = at + p;
+            let e = v[s..].iter().position(|c| !c.is_ascii_digit()).map_or(v.len(), |q| s + q);
+            v.splice(s..e, n.bytes());
+        }
+    }
+    v
+}
+
 /// Plans a checked mutant as `cvc plan --batch 2` does; true when a program came out.
 fn plan(c: &Checked) -> bool {
     use cvc_compiler::passes::pipeline::{compile, Options};
-    let mode = if c.graph.loss.is_some() { c.clone() } else {
+    let mode = if c.graph.loss.is_some() {
+        c.clone()
+    } else {
         match check_source(&c.file, &c.src, Mode::Eval) {
             Ok(e) => e,
             Err(_) => return false,

@@ -69,7 +69,9 @@ fn cr_only_crlf_and_bom_render_like_lf() {
 fn cr_only_and_bom_sources_check_like_lf() {
     let want = check_source("m.cvnn", GOOD, Mode::Train).unwrap();
     // (CRLF adds a byte per line, so only its graph's spans differ.)
-    for (src, same_offsets) in [(cr_only(GOOD), true), (crlf(GOOD), false), (bom(GOOD), true), (bom(&cr_only(GOOD)), true)] {
+    for (src, same_offsets) in
+        [(cr_only(GOOD), true), (crlf(GOOD), false), (bom(GOOD), true), (bom(&cr_only(GOOD)), true)]
+    {
         let got = check_source("m.cvnn", &src, Mode::Train)
             .unwrap_or_else(|d| panic!("{:?} should check:\n{}", src, render_all("m.cvnn", &src, &d, false)));
         assert_eq!(got.table, want.table, "{src:?}");
@@ -146,7 +148,9 @@ fn many_errors_are_capped_with_a_count() {
 fn a_constant_of_100k_terms_checks_in_linear_time() {
     let terms = 100_000;
     let sum = std::iter::repeat_n("1", terms).collect::<Vec<_>>().join(" + ");
-    let src = format!("model M {{\n  input x: c64[B, 4]\n  n = {sum} - {terms} + 2\n  y = x |> linear(n)\n  output y\n}}\n");
+    let src = format!(
+        "model M {{\n  input x: c64[B, 4]\n  n = {sum} - {terms} + 2\n  y = x |> linear(n)\n  output y\n}}\n"
+    );
     let start = Instant::now();
     let c = check_source("m.cvnn", &src, Mode::Eval)
         .unwrap_or_else(|d| panic!("{}", render_all("m.cvnn", &src, &d, false)));

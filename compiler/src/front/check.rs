@@ -191,7 +191,8 @@ fn read_limited(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     // the limit: refuse anything but a regular file before opening it.
     let meta = std::fs::metadata(path)?;
     if !meta.is_file() {
-        let kind = if meta.is_dir() { "a directory" } else { "not a regular file (a FIFO, a device or a socket)" };
+        let kind =
+            if meta.is_dir() { "a directory" } else { "not a regular file (a FIFO, a device or a socket)" };
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("it is {kind}")));
     }
     let mut bytes = Vec::new();

@@ -426,7 +426,9 @@ fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource
             let count = a.get("count").map_or(Ok(1024), |(v, s)| positive(v, *s, "count"))?;
             let seed = a.get("seed").map_or(Ok(0), |(v, s)| int_at_least(v, *s, "seed", 0))? as u64;
             let per_sample = inputs.iter().fold(0u64, |acc, i| {
-                acc.saturating_add((i.ty.shape.fixed_numel() as u64).saturating_mul(i.ty.dtype.bytes() as u64))
+                acc.saturating_add(
+                    (i.ty.shape.fixed_numel() as u64).saturating_mul(i.ty.dtype.bytes() as u64),
+                )
             });
             check_data_size(name, count, per_sample, a.get("count").map_or(span, |(_, s)| *s))?;
             Ok(DataSource::SyntheticRandom { count, seed })
@@ -453,7 +455,8 @@ fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource
 /// ([`limits::max_data_bytes`]): refused here, at `cvc check`, rather than by an allocation
 /// failure (an abort) when `cvc train` generates it.
 fn check_data_size(source: &str, count: usize, per_sample: u64, span: Span) -> Result<(), Diagnostic> {
-    let limit = limits::max_data_bytes().map_err(|e| Diagnostic::error(e, span, "while checking this size"))?;
+    let limit =
+        limits::max_data_bytes().map_err(|e| Diagnostic::error(e, span, "while checking this size"))?;
     limits::dataset_bytes(source, count as u64, per_sample, limit)
         .map(|_| ())
         .map_err(|e| Diagnostic::error(e, span, "too many samples").with_help(limits::data_limit_help()))

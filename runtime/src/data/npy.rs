@@ -8,8 +8,8 @@
 use crate::backend::{HostData, HostTensor};
 use crate::files;
 use cvc_compiler::front::limits;
-use cvc_compiler::units::human_bytes;
 use cvc_compiler::ir::DType;
+use cvc_compiler::units::human_bytes;
 use npyz::zip;
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, Write};
@@ -103,7 +103,9 @@ fn read_preamble(r: &mut impl Read) -> Result<(Vec<u8>, u64), String> {
     pre.extend_from_slice(&len[..width]);
     let header = u32::from_le_bytes(len) as u64;
     if header > MAX_HEADER_BYTES {
-        return Err(bad(&format!("its header declares {header} bytes, more than the {MAX_HEADER_BYTES} accepted")));
+        return Err(bad(&format!(
+            "its header declares {header} bytes, more than the {MAX_HEADER_BYTES} accepted"
+        )));
     }
     let mut text = vec![0u8; header as usize];
     r.read_exact(&mut text).map_err(|_| bad("the header is cut short"))?;
@@ -165,7 +167,9 @@ pub fn read_npy_limited(mut r: impl Read, lim: ReadLimits) -> Result<NpyArray, S
     let elems = dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
     let needed = elems.and_then(|n| n.checked_mul(per as u64));
     let Some(needed) = needed.filter(|&b| usize::try_from(b).is_ok()) else {
-        return Err(format!("shape {shown} of {numpy_dtype} declares more bytes than can be addressed (over 16 EiB)"));
+        return Err(format!(
+            "shape {shown} of {numpy_dtype} declares more bytes than can be addressed (over 16 EiB)"
+        ));
     };
     if needed > lim.max_bytes {
         return Err(format!(
@@ -283,7 +287,11 @@ pub fn read_npz(r: impl Read + Seek) -> Result<Vec<(String, NpyArray)>, String> 
 /// Reads every array of a `.npz` archive: all members together may hold at most `max_bytes`
 /// of data, and a deflated member may expand at most `ratio` times (past
 /// [`limits::NPZ_RATIO_FREE_BYTES`]). Errors name the member.
-pub fn read_npz_limited(r: impl Read + Seek, max_bytes: u64, ratio: u64) -> Result<Vec<(String, NpyArray)>, String> {
+pub fn read_npz_limited(
+    r: impl Read + Seek,
+    max_bytes: u64,
+    ratio: u64,
+) -> Result<Vec<(String, NpyArray)>, String> {
     let mut zip = zip::ZipArchive::new(r).map_err(|e| format!("not a valid .npz archive: {e}"))?;
     let mut out = Vec::new();
     let mut left = max_bytes;
