@@ -26,7 +26,7 @@ fn bom(s: &str) -> String {
 
 /// Renders the errors of `src` without colour.
 fn errors(src: &str) -> String {
-    let d = check_source("m.cvnn", src, Mode::Train).err().expect("the source has an error");
+    let d = check_source("m.cvnn", src, Mode::Train).expect_err("the source has an error");
     render_all("m.cvnn", src, &d, false)
 }
 
@@ -114,7 +114,7 @@ fn diagnostics_on_one_long_line_are_bounded() {
         src.push_str(", y");
     }
     src.push_str("\n}\n");
-    let d = check_source("m.cvnn", &src, Mode::Train).err().expect("duplicate outputs are errors");
+    let d = check_source("m.cvnn", &src, Mode::Train).expect_err("duplicate outputs are errors");
     let out = render_all("m.cvnn", &src, &d, false);
     assert!(out.len() < 64 * 1024, "{} bytes", out.len());
     if d.len() > front::limits::MAX_DIAGNOSTICS {
@@ -170,10 +170,8 @@ fn a_constant_of_100k_terms_checks_in_linear_time() {
 fn nested_sums_in_a_train_section_check_in_linear_time() {
     let depth = 30;
     let value = format!("{}1{}", "(".repeat(depth), " + 0)".repeat(depth));
-    let src = format!(
-        "{}train M {{\n  data = synthetic.random(count = 16)\n  epochs = {value} + 2\n}}\n",
-        GOOD.replace("model M", "model M")
-    );
+    let src =
+        format!("{}train M {{\n  data = synthetic.random(count = 16)\n  epochs = {value} + 2\n}}\n", GOOD);
     let start = Instant::now();
     let c = check_source("m.cvnn", &src, Mode::Train)
         .unwrap_or_else(|d| panic!("{}", render_all("m.cvnn", &src, &d, false)));
