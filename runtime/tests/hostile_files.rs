@@ -384,3 +384,26 @@ fn npy_headers_are_checked_before_reading_data() {
     .unwrap();
     assert_eq!(ok.tensor.shape, vec![1000]);
 }
+
+/// Many compressed members, each under the ratio-free size, are limited together: the
+/// archive's compressed members may not expand past the ratio either.
+#[test]
+fn many_small_bombs_are_limited_together() {
+    let n = 40 << 20; // bytes of zeros per member
+    let member = raw_npy("|u1", &format!("({n},)"), &vec![0u8; n]);
+    let dir = tmp("small-bombs");
+    let path = dir.join("many.npz");
+    write_npz(&path, &[("a", member.clone()), ("b", member.clone()), ("c", member)], true);
+    let f = std::fs::File::open(&path).unwrap();
+    let e = npy::read_npz_limited(std::io::BufReader::new(f), 1 << 40, 100).unwrap_err();
+    assert!(
+        e.starts_with("array 'b' (b.npy)") && e.contains("zip bomb") && e.contains("at most 100x"),
+        "{e}"
+    );
+    // One such member alone is accepted (under the ratio-free 64 MiB).
+    let one = dir.join("one.npz");
+    write_npz(&one, &[("a", raw_npy("|u1", &format!("({n},)"), &vec![0u8; n]))], true);
+    let f = std::fs::File::open(&one).unwrap();
+    let arrays = npy::read_npz_limited(std::io::BufReader::new(f), 1 << 40, 100).unwrap();
+    assert_eq!(arrays[0].1.tensor.shape, vec![n]);
+}

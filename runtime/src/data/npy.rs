@@ -53,20 +53,29 @@ pub struct ReadLimits {
     pub inflate: Option<InflateCap>,
 }
 
-/// The decompression limit of one deflated `.npz` member.
+/// The decompression limit of one compressed `.npz` member. It counts the compressed members
+/// before it too, so an archive of many small bombs (each under the ratio-free size) is
+/// stopped like one big one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InflateCap {
     /// The member's compressed size.
     pub compressed: u64,
+    /// Compressed bytes of the archive's earlier compressed members.
+    pub before_compressed: u64,
+    /// Bytes those earlier members decompressed to.
+    pub before_inflated: u64,
     /// The accepted ratio of decompressed to compressed bytes.
     pub ratio: u64,
 }
 
 impl InflateCap {
-    /// The most bytes the member may decompress to: any ratio up to
-    /// [`limits::NPZ_RATIO_FREE_BYTES`], `ratio` above that.
-    pub fn limit(&self) -> u64 {
-        self.compressed.saturating_mul(self.ratio).max(limits::NPZ_RATIO_FREE_BYTES)
+    /// The most bytes the compressed members up to this one may decompress to together: any
+    /// ratio up to [`limits::NPZ_RATIO_FREE_BYTES`], `ratio` above that.
+    pub fn archive_limit(&self) -> u64 {
+        self.compressed
+            .saturating_add(self.before_compressed)
+            .saturating_mul(self.ratio)
+            .max(limits::NPZ_RATIO_FREE_BYTES)
     }
 }
 
@@ -141,7 +150,12 @@ fn check_shape_product(header: &str) -> Result<(), String> {
 /// Parses `.npy` bytes from `r` under `lim`. The declared shape's byte count is computed
 /// with checked arithmetic and compared with the limit and the bytes available before any
 /// data is read, so a header declaring 2^62 elements is an error, not an allocation.
-pub fn read_npy_limited(mut r: impl Read, lim: ReadLimits) -> Result<NpyArray, String> {
+pub fn read_npy_limited(r: impl Read, lim: ReadLimits) -> Result<NpyArray, String> {
+    read_npy_counted(r, lim).map(|(a, _)| a)
+}
+
+/// [`read_npy_limited`], also returning the bytes read (preamble, header and data).
+fn read_npy_counted(mut r: impl Read, lim: ReadLimits) -> Result<(NpyArray, u64), String> {
     let (pre, header_bytes) = read_preamble(&mut r)?;
     let file = npyz::NpyFile::new(io::Cursor::new(pre).chain(r))
         .map_err(|e| format!("not a valid .npy array: {e}"))?;
@@ -180,13 +194,14 @@ pub fn read_npy_limited(mut r: impl Read, lim: ReadLimits) -> Result<NpyArray, S
         ));
     }
     if let Some(cap) = lim.inflate {
-        let total = needed.saturating_add(header_bytes);
-        if total > cap.limit() {
+        let total = needed.saturating_add(header_bytes).saturating_add(cap.before_inflated);
+        let compressed = cap.compressed.saturating_add(cap.before_compressed);
+        if total > cap.archive_limit() {
             return Err(format!(
-                "the deflated member would decompress to {} from {} compressed ({}x); members over {} may expand at most {}x (zip bomb?); raise the ratio with the environment variable {} if the file is genuine, see docs/LIMITS.md",
+                "the compressed members up to this one would decompress to {} from {} ({}x); past {} an archive's compressed members may expand at most {}x (zip bomb?); raise the ratio with the environment variable {} if the file is genuine, see docs/LIMITS.md",
                 human_bytes(total),
-                human_bytes(cap.compressed),
-                total / cap.compressed.max(1),
+                human_bytes(compressed),
+                total / compressed.max(1),
                 human_bytes(limits::NPZ_RATIO_FREE_BYTES),
                 cap.ratio,
                 limits::NPZ_MAX_RATIO_VAR
@@ -262,7 +277,7 @@ pub fn read_npy_limited(mut r: impl Read, lim: ReadLimits) -> Result<NpyArray, S
         }
         _ => unreachable!("kinds filtered above"),
     };
-    Ok(NpyArray { numpy_dtype, tensor })
+    Ok((NpyArray { numpy_dtype, tensor }, header_bytes + needed))
 }
 
 /// Reads one `.npy` file (a regular file, under the data limit).
@@ -295,14 +310,28 @@ pub fn read_npz_limited(
     let mut zip = zip::ZipArchive::new(r).map_err(|e| format!("not a valid .npz archive: {e}"))?;
     let mut out = Vec::new();
     let mut left = max_bytes;
+    let (mut before_compressed, mut before_inflated) = (0u64, 0u64);
     for i in 0..zip.len() {
         let entry = zip.by_index(i).map_err(|e| format!("reading the archive: {e}"))?;
         let file_name = entry.name().to_string();
         let name = file_name.strip_suffix(".npy").unwrap_or(&file_name).to_string();
-        let inflate = (entry.compression() != zip::CompressionMethod::Stored)
-            .then(|| InflateCap { compressed: entry.compressed_size(), ratio });
+        let compressed = entry.compression() != zip::CompressionMethod::Stored;
+        let inflate = compressed.then(|| InflateCap {
+            compressed: entry.compressed_size(),
+            before_compressed,
+            before_inflated,
+            ratio,
+        });
+        if compressed {
+            before_compressed = before_compressed.saturating_add(entry.compressed_size());
+        }
         let lim = ReadLimits { max_bytes: left, available: Some(entry.size()), inflate };
-        let arr = read_npy_limited(entry, lim).map_err(|e| format!("array '{name}' ({file_name}): {e}"))?;
+        let (arr, consumed) =
+            read_npy_counted(entry, lim).map_err(|e| format!("array '{name}' ({file_name}): {e}"))?;
+        if compressed {
+            // What the member inflated to, as the reader consumed it: header and data.
+            before_inflated = before_inflated.saturating_add(consumed);
+        }
         left = left.saturating_sub(arr.tensor.bytes() as u64);
         out.push((name, arr));
     }
