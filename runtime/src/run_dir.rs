@@ -5,7 +5,8 @@
 //! Files: `metrics.jsonl` (one JSON record per finished epoch), `last.safetensors` (the
 //! state after the latest finished epoch), `best.safetensors` (the state after the best
 //! epoch so far), `train.lock` (the pid of the run holding the folder, removed when it ends),
-//! and, only while a file is being replaced, `.<name>.tmp-<pid>`.
+//! and, only while a file is being replaced, `.<name>.tmp-<pid>`. The lock is an `flock(2)`
+//! on `train.lock`, which the kernel releases when the process ends, however it ends.
 //!
 //! Invariant of the checkpoint pair. Each checkpoint is replaced atomically (temporary file,
 //! fsync, rename, fsync of the folder: [`crate::checkpoint::write_atomic`]), and an epoch
@@ -30,7 +31,7 @@
 
 use crate::checkpoint::{self, Checkpoint};
 use std::collections::BTreeMap;
-use std::fs;
+use std::fs::{self, File};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -63,6 +64,8 @@ pub enum Reuse {
 pub struct RunDir {
     dir: PathBuf,
     lock: PathBuf,
+    /// The open lock file: the lock lasts while it is open.
+    _lock_file: File,
 }
 
 impl RunDir {
@@ -70,9 +73,10 @@ impl RunDir {
     /// applies `reuse`. Notes for the user (a stale lock taken over, temporaries removed) are
     /// written to stderr.
     pub fn open(dir: &Path, reuse: Reuse) -> Result<RunDir, String> {
-        fs::create_dir_all(dir).map_err(|e| format!("cannot create the output folder {}: {e}", dir.display()))?;
-        let lock = take_lock(dir)?;
-        let held = RunDir { dir: dir.to_path_buf(), lock };
+        fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create the output folder {}: {e}", dir.display()))?;
+        let (lock, file) = take_lock(dir)?;
+        let held = RunDir { dir: dir.to_path_buf(), lock, _lock_file: file };
         // Only the lock's holder writes here, so every temporary is a crashed run's.
         let mut removed = Vec::new();
         for name in held.entries()? {
@@ -97,7 +101,11 @@ impl RunDir {
                 let others: Vec<String> = held.entries()?.into_iter().filter(|n| n != LOCK).collect();
                 if !others.is_empty() {
                     let shown = others.iter().take(4).cloned().collect::<Vec<_>>().join(", ");
-                    let more = if others.len() > 4 { format!(" and {} more", others.len() - 4) } else { String::new() };
+                    let more = if others.len() > 4 {
+                        format!(" and {} more", others.len() - 4)
+                    } else {
+                        String::new()
+                    };
                     return Err(format!(
                         "the output folder {} is not empty ({shown}{more}): continue its run with --resume, \
                          replace it with --overwrite, or choose another folder with --out",
@@ -138,7 +146,9 @@ impl RunDir {
 
 impl Drop for RunDir {
     fn drop(&mut self) {
-        // Best effort: a lock left behind is taken over by the next run (its pid is dead).
+        // Removed while still held (the file closes after this), so that a run waiting on
+        // this file sees it replaced and retries; a lock file left behind by a crash is taken
+        // over by the next run.
         let _ = fs::remove_file(&self.lock);
     }
 }
@@ -146,85 +156,98 @@ impl Drop for RunDir {
 /// Whether a folder entry is a temporary of [`checkpoint::write_atomic`] (`.<name>.tmp-<pid>`).
 fn is_temporary(name: &str) -> bool {
     name.starts_with('.')
-        && name.rsplit_once(".tmp-").is_some_and(|(_, pid)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+        && name
+            .rsplit_once(".tmp-")
+            .is_some_and(|(_, pid)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn note(text: &str) {
     crate::cli::write_err(&format!("note: {text}\n"));
 }
 
-/// Creates `dir/train.lock` holding this process's pid. A lock of a process that no longer
-/// runs (a crashed or killed run) is taken over with a note; a live one is an error.
-fn take_lock(dir: &Path) -> Result<PathBuf, String> {
+/// Takes the folder's lock: `dir/train.lock`, held with `flock(2)` for as long as the
+/// returned file is open, holding the holder's pid for messages. The kernel releases the lock
+/// when its process ends however it ends, so a lock file a crashed or killed run left is
+/// simply taken over (with a note naming the old pid); a held one is an error.
+#[cfg(unix)]
+fn take_lock(dir: &Path) -> Result<(PathBuf, File), String> {
+    use std::io::{Read as _, Seek as _};
+    use std::os::unix::fs::MetadataExt as _;
+    use std::os::unix::io::AsRawFd as _;
     let path = dir.join(LOCK);
-    for attempt in 0..2 {
-        match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
-            Ok(mut f) => {
-                let pid = std::process::id();
-                f.write_all(format!("{pid}\n").as_bytes())
-                    .and_then(|()| f.sync_all())
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
-                return Ok(path);
+    let io = |e: std::io::Error| format!("lock file {}: {e}", path.display());
+    // A holder removes the file before it releases the lock, so a lock won on a file that is
+    // no longer the one at `path` is stale: open the new one and try again.
+    for _ in 0..100 {
+        let mut f = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io)?;
+        // SAFETY: `f` owns a valid open descriptor for the duration of the call.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(io(e));
             }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt == 0 => {
-                let text = fs::read_to_string(&path).unwrap_or_default();
-                let pid: Option<u32> = text.trim().parse().ok();
-                match pid {
-                    Some(p) if process_alive(p) => {
-                        return Err(format!(
-                            "the output folder {} is in use by another `cvc train` (pid {p}, lock file {}): \
-                             wait for it to finish or choose another folder with --out; if no such run \
-                             exists, delete the lock file",
-                            dir.display(),
-                            path.display()
-                        ))
-                    }
-                    _ => {
-                        let who = pid.map(|p| format!("process {p}, which no longer runs")).unwrap_or_else(|| {
-                            "a process that did not finish writing it".to_string()
-                        });
-                        note(&format!("taking over the stale lock {} of {who}", path.display()));
-                        match fs::remove_file(&path) {
-                            Ok(()) => {}
-                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                            Err(e) => return Err(format!("cannot remove the stale lock {}: {e}", path.display())),
-                        }
-                    }
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                // Another run took the stale lock between our removal and creation.
-                return Err(format!(
-                    "the output folder {} is in use by another `cvc train` (lock file {}): choose another \
-                     folder with --out",
-                    dir.display(),
-                    path.display()
-                ));
-            }
-            Err(e) => return Err(format!("cannot create the lock file {}: {e}", path.display())),
+            let mut text = String::new();
+            let _ = f.read_to_string(&mut text);
+            let who = match text.trim().parse::<u32>() {
+                Ok(pid) => format!("pid {pid}, "),
+                Err(_) => String::new(),
+            };
+            return Err(format!(
+                "the output folder {} is in use by another `cvc train` ({who}lock file {}): wait for it to \
+                 finish or choose another folder with --out",
+                dir.display(),
+                path.display()
+            ));
         }
+        let same = match (f.metadata(), fs::metadata(&path)) {
+            (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev(),
+            _ => false,
+        };
+        if !same {
+            continue;
+        }
+        let mut old = String::new();
+        f.read_to_string(&mut old).map_err(io)?;
+        if let Ok(pid) = old.trim().parse::<u32>() {
+            note(&format!(
+                "taking over the lock {} of process {pid}, which ended without releasing it",
+                path.display()
+            ));
+        }
+        f.set_len(0).map_err(io)?;
+        f.rewind().map_err(io)?;
+        f.write_all(format!("{}\n", std::process::id()).as_bytes())
+            .and_then(|()| f.sync_all())
+            .map_err(io)?;
+        return Ok((path, f));
     }
-    unreachable!("the loop returns on its second attempt")
+    Err(format!("could not take the lock {}: it kept being replaced", path.display()))
 }
 
-/// Whether process `pid` exists (this process counts: its lock is held by another session
-/// or thread of this process).
-fn process_alive(pid: u32) -> bool {
-    #[cfg(unix)]
-    {
-        let Ok(p) = libc::pid_t::try_from(pid) else { return false };
-        if p <= 0 {
-            return false;
+/// Takes the folder's lock where `flock` does not exist: the file is created exclusively, and
+/// one left by a crashed run must be deleted by hand (the error says so).
+#[cfg(not(unix))]
+fn take_lock(dir: &Path) -> Result<(PathBuf, File), String> {
+    let path = dir.join(LOCK);
+    match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+        Ok(mut f) => {
+            f.write_all(format!("{}\n", std::process::id()).as_bytes())
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok((path, f))
         }
-        // SAFETY: signal 0 performs the permission and existence checks only; nothing is sent.
-        let r = unsafe { libc::kill(p, 0) };
-        r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-    }
-    #[cfg(not(unix))]
-    {
-        // Without a way to ask, assume the owner runs: the user deletes the lock by hand.
-        let _ = pid;
-        true
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(format!(
+            "the output folder {} is in use by another `cvc train` (lock file {}): wait for it to finish or \
+             choose another folder with --out; if no run uses it, delete the lock file",
+            dir.display(),
+            path.display()
+        )),
+        Err(e) => Err(format!("cannot create the lock file {}: {e}", path.display())),
     }
 }
 
@@ -278,7 +301,9 @@ pub fn resume_point(dir: &RunDir) -> Result<ResumePoint, String> {
         (Some(l), Some(b)) => b > l,
     };
     if from_best {
-        let (Some(ck), Some(epoch)) = (best, best_epoch) else { unreachable!("from_best implies a best file") };
+        let (Some(ck), Some(epoch)) = (best, best_epoch) else {
+            unreachable!("from_best implies a best file")
+        };
         let was = last_epoch.map(|e| format!("holds epoch {e}")).unwrap_or_else(|| "is missing".into());
         note(&format!(
             "{} {was} but {} holds epoch {epoch}: the previous run stopped between writing the two; \
@@ -334,9 +359,12 @@ pub fn repair_metrics(path: &Path, epochs: usize, record: Option<&str>) -> Resul
         Err(e) => return Err(format!("{}: {e}", path.display())),
     };
     let epoch_of = |l: &str| {
-        serde_json::from_str::<serde_json::Value>(l).ok().and_then(|v| v.get("epoch").and_then(|e| e.as_u64()))
+        serde_json::from_str::<serde_json::Value>(l)
+            .ok()
+            .and_then(|v| v.get("epoch").and_then(|e| e.as_u64()))
     };
-    let mut kept: Vec<&str> = text.lines().filter(|l| epoch_of(l).is_some_and(|e| e as usize <= epochs)).collect();
+    let mut kept: Vec<&str> =
+        text.lines().filter(|l| epoch_of(l).is_some_and(|e| e as usize <= epochs)).collect();
     if epochs > 0 && !kept.iter().any(|l| epoch_of(l) == Some(epochs as u64)) {
         if let Some(r) = record {
             kept.push(r);

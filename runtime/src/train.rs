@@ -290,7 +290,8 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
             best = Some(score);
             best_epoch = Some(epoch + 1);
         }
-        let mut meta: BTreeMap<String, String> = identity.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        let mut meta: BTreeMap<String, String> =
+            identity.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
         meta.insert("epoch".to_string(), (epoch + 1).to_string());
         meta.insert("score".to_string(), format!("{score:e}"));
         if let (Some(b), Some(e)) = (best, best_epoch) {
