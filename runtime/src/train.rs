@@ -179,10 +179,7 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
         memory_budget: opts.memory_budget,
         precision: cfg.precision,
     };
-    let mut session = model.session_with(&sopts)?;
-    if let (Some(n), true) = (session.note(), opts.verbose) {
-        crate::cli::write_err(&format!("note: {n}\n"));
-    }
+    // Before the session allocates an arena for the batch.
     let split = data::split(data.len, cfg.split, opts.seed);
     if split.train.len() < opts.batch {
         return Err(RuntimeError(format!(
@@ -192,6 +189,10 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
             data.len,
             opts.batch
         )));
+    }
+    let mut session = model.session_with(&sopts)?;
+    if let (Some(n), true) = (session.note(), opts.verbose) {
+        crate::cli::write_err(&format!("note: {n}\n"));
     }
     let classifier = Classifier::find(model);
     let metrics_path = run.file(run_dir::METRICS);

@@ -520,6 +520,16 @@ fn train_enforces_the_memory_budget_like_plan() {
     assert!(!dir.join("flag/last.safetensors").exists() && !dir.join("flag/train.lock").exists());
     let o = cvc(&dir, &["train", "section.cvnn", "--device", "cpu", "--out", "section"]);
     assert_fails(&o, "the memory budget is 2.0 KiB", "the train section's memory_budget");
+    // Before the data is read: with data that does not exist, the budget is what is reported.
+    fs::write(
+        dir.join("nodata.cvnn"),
+        TINY.replace("synthetic.random(count = 64, seed = 1)", "npz(\"absent.npz\")"),
+    )
+    .unwrap();
+    let o =
+        cvc(&dir, &["train", "nodata.cvnn", "--device", "cpu", "--out", "nodata", "--memory-budget", "2KiB"]);
+    assert_fails(&o, "the memory budget is 2.0 KiB", "budget before data");
+    assert!(!text(&o).contains("absent.npz"), "{}", text(&o));
     let o = cvc(&dir, &["plan", "section.cvnn"]);
     assert_fails(&o, "the memory budget is 2.0 KiB", "plan of the train section's budget");
     for sub in ["plan", "train"] {

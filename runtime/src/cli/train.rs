@@ -7,6 +7,7 @@ use super::{CliError, CliResult};
 use crate::data::Dataset;
 use crate::session::{Device, Model};
 use crate::train::{self, TrainOptions};
+use cvc_compiler::ir::Mode;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
@@ -114,6 +115,12 @@ pub fn run(args: &TrainArgs) -> CliResult {
     opts.resume = args.resume;
     opts.overwrite = args.overwrite;
     opts.verbose = !args.quiet;
+    if opts.memory_budget.is_some() {
+        // Before the data is read or generated (which can take longer than compiling): a plan
+        // over the budget stops here, as in `cvc plan`. The session compiles it again.
+        let mode = if model.train_graph().loss.is_some() { Mode::Train } else { Mode::Eval };
+        model.compile(mode, opts.batch, opts.memory_budget).map_err(|e| CliError::Message(e.0))?;
+    }
     let data = Dataset::from_source(&cfg.data, model.dir(), model.inputs()).map_err(CliError::Message)?;
     if opts.verbose {
         outln!(
