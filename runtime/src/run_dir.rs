@@ -153,12 +153,15 @@ impl Drop for RunDir {
     }
 }
 
-/// Whether a folder entry is a temporary of [`checkpoint::write_atomic`] (`.<name>.tmp-<pid>`).
+/// Whether a folder entry is a temporary [`checkpoint::write_atomic`] makes for one of the
+/// run's files (`.<name>.tmp-<pid>`); other files, even of that shape, are the user's.
 fn is_temporary(name: &str) -> bool {
-    name.starts_with('.')
-        && name
-            .rsplit_once(".tmp-")
-            .is_some_and(|(_, pid)| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+    [METRICS, LAST, BEST].iter().any(|f| {
+        name.strip_prefix('.')
+            .and_then(|n| n.strip_prefix(f))
+            .and_then(|n| n.strip_prefix(".tmp-"))
+            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+    })
 }
 
 fn note(text: &str) {

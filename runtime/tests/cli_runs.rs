@@ -410,9 +410,12 @@ fn a_non_empty_folder_needs_resume_or_overwrite() {
     assert_fails(&train(&["--resume", "--overwrite"]), "--overwrite", "both flags");
     // A user's file stays; the run's files are replaced (same seed: same contents again).
     fs::write(dir.join("run/notes.txt"), "mine").unwrap();
+    // Shaped like a temporary, but not of a run file: the user's too.
+    fs::write(dir.join("run/.notes.txt.tmp-12"), "mine").unwrap();
     let o = train(&["--overwrite", "--epochs", "2"]);
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(fs::read_to_string(dir.join("run/notes.txt")).unwrap(), "mine");
+    assert!(dir.join("run/.notes.txt.tmp-12").exists());
     assert_eq!(fs::read_to_string(dir.join("run/metrics.jsonl")).unwrap().lines().count(), 2);
     // Any other file makes a folder non-empty too.
     fs::create_dir_all(dir.join("other")).unwrap();
