@@ -200,7 +200,10 @@ pub fn save(
     write_atomic(path, &bytes)
 }
 
-/// Writes `bytes` to `path` atomically (temp file in the same folder + fsync + rename).
+/// Writes `bytes` to `path` atomically (temp file in the same folder + fsync + rename + fsync
+/// of the folder). The temporary is `.<name>.tmp-<pid>`; one a crash leaves behind is removed
+/// by the next `cvc train` in that folder ([`crate::run_dir`]), which also documents the
+/// fault-injection points `<stem>.tmp` and `<stem>` passed here.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -209,17 +212,20 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let name =
         path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "checkpoint".into());
     let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let stem = path.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let err = |e: std::io::Error| format!("{}: {e}", tmp.display());
     let result = (|| {
         let mut f = File::create(&tmp).map_err(err)?;
         f.write_all(bytes).map_err(err)?;
         f.sync_all().map_err(err)?;
         drop(f);
+        crate::run_dir::crash_point(&format!("{stem}.tmp"));
         fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))?;
         // Persist the rename itself; not every platform can open a folder, so best effort.
         if let Ok(d) = File::open(&dir) {
             let _ = d.sync_all();
         }
+        crate::run_dir::crash_point(&stem);
         Ok(())
     })();
     if result.is_err() {

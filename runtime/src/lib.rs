@@ -11,6 +11,7 @@ pub mod data;
 pub mod files;
 pub mod interp_backend;
 pub mod metrics;
+pub mod run_dir;
 pub mod session;
 pub mod timeline;
 pub mod train;

@@ -45,9 +45,17 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
-            let _ = e.print();
-            // clap uses 2 for usage errors; cvc's contract is 1 for every user error.
-            return if e.use_stderr() { ExitCode::from(1) } else { ExitCode::SUCCESS };
+            let printed = e.print();
+            // clap uses 2 for usage errors; cvc's contract is 1 for every user error. Help and
+            // version text that cannot be written (a full stdout) is an error too.
+            return match printed {
+                _ if e.use_stderr() => ExitCode::from(1),
+                Ok(()) => ExitCode::SUCCESS,
+                Err(w) => {
+                    cli::write_err(&format!("error: cannot write to standard output: {w}\n"));
+                    ExitCode::from(1)
+                }
+            };
         }
     };
     let result = match &cli.command {
@@ -63,7 +71,8 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(CliError::Reported) => ExitCode::from(1),
         Err(CliError::Message(m)) => {
-            eprintln!("error: {m}");
+            // Not `eprintln!`: it panics (exit 101) when stderr is full.
+            cli::write_err(&format!("error: {m}\n"));
             ExitCode::from(1)
         }
     }

@@ -213,7 +213,9 @@ impl Model {
         span.line_col(&self.src).0
     }
 
-    /// Compiles the training (`Mode::Train`) or inference graph at a batch size.
+    /// Compiles the training (`Mode::Train`) or inference graph at a batch size. With a
+    /// memory budget, a plan whose arena does not fit is an error (the same rule as `cvc
+    /// plan`), returned before any back end allocates the arena.
     pub fn compile(
         &self,
         mode: Mode,
@@ -225,7 +227,7 @@ impl Model {
             Mode::Eval => self.eval_graph.clone(),
         };
         let opts = Options { batch, optimizer: self.config.optimizer.clone(), memory_budget, fuse: true };
-        pipeline::compile(graph, &opts).map_err(|e| {
+        let program = pipeline::compile(graph, &opts).map_err(|e| {
             RuntimeError(match &e {
                 cvc_compiler::CompileError::User { span: Some(_), .. } => {
                     e.render(&self.file, &self.src, false)
@@ -237,7 +239,11 @@ impl Model {
                 ),
                 _ => format!("{}: compiling {}: {e}", self.file, self.name()),
             })
-        })
+        })?;
+        match crate::cli::plan::budget_error(program.plan.arena_bytes as u64, memory_budget) {
+            Some(m) => Err(RuntimeError(format!("{}: {m}", self.file))),
+            None => Ok(program),
+        }
     }
 
     /// A session on `device` with the `train` section's batch, seed and memory budget.
@@ -246,7 +252,7 @@ impl Model {
         let opts = SessionOptions { device: device.into(), ..SessionOptions::from_config(&self.config) };
         let s = self.session_with(&opts)?;
         if let Some(n) = s.note() {
-            eprintln!("note: {n}");
+            crate::cli::write_err(&format!("note: {n}\n"));
         }
         Ok(s)
     }

@@ -7,17 +7,26 @@
 //! (parameters, optimizer moments, step counters, running statistics) is in the checkpoint,
 //! so a run resumed from `last.safetensors` computes exactly the losses of an
 //! uninterrupted run on a deterministic back end.
+//!
+//! An epoch ends by writing `best` (when it improved), then `last`, then its line of
+//! `metrics.jsonl`, and only then printing its summary: a full stdout or log disk cannot
+//! cost a checkpoint, and a crash at any point leaves a pair `--resume` continues exactly
+//! (the invariant and its repair are in [`crate::run_dir`]). The checkpoint metadata
+//! records what makes a resume exact — the seed, the batch, a hash of the model's training
+//! graph, its optimizer, schedule, split and precision, and a hash of the data — and
+//! `--resume` refuses a checkpoint that differs, saying what differs. (The epoch count is
+//! not checked: a run may be resumed with more epochs; a cosine schedule then follows the
+//! new total.)
 
 use crate::backend::{HostData, HostTensor, RuntimeError};
-use crate::checkpoint;
 use crate::data::{self, Dataset};
 use crate::metrics::{self, Confusion, EpochMetrics};
+use crate::run_dir::{self, Reuse, RunDir};
 use crate::session::{Device, Model, Session, SessionOptions, StagedBatch};
 use cvc_compiler::front::train::Schedule;
 use cvc_compiler::ir::DType;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -38,6 +47,9 @@ pub struct TrainOptions {
     pub out: PathBuf,
     /// Continue from `out/last.safetensors`.
     pub resume: bool,
+    /// Replace the run files in a non-empty `out` (without it, and without `resume`, a
+    /// non-empty folder is refused).
+    pub overwrite: bool,
     /// Draw a progress bar and print a line per epoch.
     pub verbose: bool,
 }
@@ -54,6 +66,7 @@ impl TrainOptions {
             memory_budget: c.memory_budget,
             out,
             resume: false,
+            overwrite: false,
             verbose: false,
         }
     }
@@ -152,8 +165,21 @@ pub fn validate(
 /// Trains `model` on `data`. Writes `metrics.jsonl` and checkpoints into `opts.out`.
 pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<TrainSummary, RuntimeError> {
     let cfg = model.config();
-    // Checked before compiling and allocating the session, which for a huge batch costs
-    // gigabytes and seconds only to find there is not one batch of data.
+    let reuse = match (opts.resume, opts.overwrite) {
+        (true, _) => Reuse::Resume,
+        (false, true) => Reuse::Overwrite,
+        (false, false) => Reuse::Fresh,
+    };
+    // Held (locked) until this function returns.
+    let run = RunDir::open(&opts.out, reuse).map_err(RuntimeError)?;
+    let sopts = SessionOptions {
+        device: opts.device,
+        batch: opts.batch,
+        seed: opts.seed,
+        memory_budget: opts.memory_budget,
+        precision: cfg.precision,
+    };
+    // Before the session allocates an arena for the batch.
     let split = data::split(data.len, cfg.split, opts.seed);
     if split.train.len() < opts.batch {
         return Err(RuntimeError(format!(
@@ -164,45 +190,27 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
             opts.batch
         )));
     }
-    fs::create_dir_all(&opts.out).map_err(|e| RuntimeError(format!("{}: {e}", opts.out.display())))?;
-    let sopts = SessionOptions {
-        device: opts.device,
-        batch: opts.batch,
-        seed: opts.seed,
-        memory_budget: opts.memory_budget,
-        precision: cfg.precision,
-    };
     let mut session = model.session_with(&sopts)?;
     if let (Some(n), true) = (session.note(), opts.verbose) {
-        eprintln!("note: {n}");
+        crate::cli::write_err(&format!("note: {n}\n"));
     }
     let classifier = Classifier::find(model);
-    let metrics_path = opts.out.join("metrics.jsonl");
-    let last_path = opts.out.join("last.safetensors");
-    let best_path = opts.out.join("best.safetensors");
+    let metrics_path = run.file(run_dir::METRICS);
+    let last_path = run.file(run_dir::LAST);
+    let best_path = run.file(run_dir::BEST);
+    let identity = run_identity(model, data, opts);
 
     let mut start = 0;
     let mut best: Option<f64> = None;
+    let mut best_epoch: Option<usize> = None;
     if opts.resume {
-        if !last_path.exists() {
-            return Err(RuntimeError(format!("--resume: {} does not exist", last_path.display())));
-        }
-        let meta = session.load_weights(&last_path)?;
-        start = meta_usize(&meta, "epoch", &last_path)?;
-        if let Some(seed) = meta.get("seed") {
-            if seed != &opts.seed.to_string() {
-                return Err(RuntimeError(format!(
-                    "--resume: {} was trained with seed {seed}, this run uses seed {}",
-                    last_path.display(),
-                    opts.seed
-                )));
-            }
-        }
-        best = meta.get("best").and_then(|s| s.parse().ok());
-        truncate_metrics(&metrics_path, start)?;
-    } else if metrics_path.exists() {
-        fs::remove_file(&metrics_path)
-            .map_err(|e| RuntimeError(format!("{}: {e}", metrics_path.display())))?;
+        let rp = run_dir::resume_point(&run).map_err(RuntimeError)?;
+        check_identity(&rp.checkpoint.metadata, &identity, &rp.file)?;
+        session.load_checkpoint(&rp.checkpoint, &rp.file)?;
+        start = rp.epoch;
+        best = rp.best_score;
+        best_epoch = rp.best_epoch;
+        run_dir::repair_metrics(&metrics_path, start, rp.checkpoint.meta("metrics")).map_err(RuntimeError)?;
     }
 
     let steps = split.train.len() / opts.batch;
@@ -276,26 +284,35 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
             planned_arena_bytes: session.plan().arena_bytes,
             measured_peak_bytes: session.measured_peak_bytes(),
         };
-        metrics::append_jsonl(&metrics_path, &m).map_err(RuntimeError)?;
-        if opts.verbose {
-            println!("{}", epoch_line(&m, opts.epochs));
-        }
         // Higher accuracy is better; without one, lower validation (or training) loss.
         let score = m.val_acc.or(m.val_loss.map(|l| -l)).unwrap_or(-m.train_loss);
         let improved = best.is_none_or(|b| score > b);
         if improved {
             best = Some(score);
+            best_epoch = Some(epoch + 1);
         }
-        let mut meta = BTreeMap::new();
+        let mut meta: BTreeMap<String, String> =
+            identity.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
         meta.insert("epoch".to_string(), (epoch + 1).to_string());
-        meta.insert("seed".to_string(), opts.seed.to_string());
-        meta.insert("batch".to_string(), opts.batch.to_string());
-        if let Some(b) = best {
+        meta.insert("score".to_string(), format!("{score:e}"));
+        if let (Some(b), Some(e)) = (best, best_epoch) {
             meta.insert("best".to_string(), format!("{b:e}"));
+            meta.insert("best_epoch".to_string(), e.to_string());
         }
-        session.save_checkpoint(&last_path, &meta)?;
+        // The epoch's metrics line travels with its checkpoint, so a crash before the line
+        // is appended loses nothing (`run_dir::repair_metrics`).
+        meta.insert("metrics".to_string(), m.to_json_line());
+        // Best before last, both before the metrics line and the printed summary: the
+        // invariant of `run_dir`.
         if improved {
             session.save_checkpoint(&best_path, &meta)?;
+        }
+        session.save_checkpoint(&last_path, &meta)?;
+        metrics::append_jsonl(&metrics_path, &m).map_err(RuntimeError)?;
+        run_dir::crash_point("metrics.line");
+        if opts.verbose {
+            crate::cli::write_out(&format!("{}\n", epoch_line(&m, opts.epochs)))
+                .map_err(|e| RuntimeError(e.to_string()))?;
         }
         records.push(m);
     }
@@ -303,29 +320,96 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
     Ok(TrainSummary { epochs: records, memory_report, device: session.device_name() })
 }
 
-fn meta_usize(meta: &BTreeMap<String, String>, key: &str, file: &Path) -> Result<usize, RuntimeError> {
-    meta.get(key).and_then(|s| s.parse().ok()).ok_or_else(|| {
-        RuntimeError(format!("{}: metadata '{key}' is missing or not a number", file.display()))
-    })
+/// Short hex SHA-256 of some bytes (64 bits: enough to tell runs apart, short enough to read).
+fn short_hash(parts: &[&[u8]]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for p in parts {
+        // Length-prefixed, so that parts cannot run into each other.
+        h.update((p.len() as u64).to_le_bytes());
+        h.update(p);
+    }
+    h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
-/// Keeps the first `epochs` records of a `metrics.jsonl` (a resumed run rewrites the rest).
-fn truncate_metrics(path: &Path, epochs: usize) -> Result<(), RuntimeError> {
-    let Ok(text) = fs::read_to_string(path) else { return Ok(()) };
-    let kept: Vec<&str> = text
-        .lines()
-        .filter(|l| {
-            serde_json::from_str::<serde_json::Value>(l)
-                .ok()
-                .and_then(|v| v.get("epoch").and_then(|e| e.as_u64()))
-                .is_some_and(|e| e as usize <= epochs)
-        })
-        .collect();
-    let mut out = kept.join("\n");
-    if !out.is_empty() {
-        out.push('\n');
+/// What a resumed run must share with the checkpoint to continue it exactly, as metadata
+/// `(key, value)` pairs: the seed, the batch, the training graph (hashed, printed without
+/// source positions, so comments and layout may change), the optimizer settings, and the
+/// data (its source and a hash of its arrays).
+pub fn run_identity(model: &Model, data: &Dataset, opts: &TrainOptions) -> Vec<(&'static str, String)> {
+    let cfg = model.config();
+    let graph = cvc_compiler::ir::print::print_graph(model.train_graph(), None);
+    let optimizer = format!(
+        "optimizer {}, schedule {}, split {}, precision {}",
+        json(&cfg.optimizer),
+        json(&cfg.schedule),
+        cfg.split,
+        json(&cfg.precision)
+    );
+    let mut parts: Vec<Vec<u8>> = Vec::new();
+    for (name, t) in &data.arrays {
+        parts.push(name.as_bytes().to_vec());
+        parts.push(format!("{} {:?}", t.dtype, t.shape).into_bytes());
+        parts.push(t.as_bytes().into_owned());
     }
-    checkpoint::write_atomic(path, out.as_bytes()).map_err(RuntimeError)
+    let refs: Vec<&[u8]> = parts.iter().map(|p| p.as_slice()).collect();
+    vec![
+        ("seed", opts.seed.to_string()),
+        ("batch", opts.batch.to_string()),
+        ("model_hash", short_hash(&[graph.as_bytes()])),
+        ("optimizer", optimizer),
+        ("data", format!("{}, {} samples", json(&cfg.data), data.len)),
+        ("data_hash", short_hash(&refs)),
+    ]
+}
+
+/// Compact JSON of a train-section setting (for metadata and messages).
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|e| format!("<{e}>"))
+}
+
+/// Refuses to resume from `file` when its metadata differs from this run's identity, naming
+/// what differs and what to do. Keys a checkpoint lacks (written before they existed) are
+/// not checked.
+fn check_identity(
+    meta: &BTreeMap<String, String>,
+    identity: &[(&'static str, String)],
+    file: &Path,
+) -> Result<(), RuntimeError> {
+    let mut differs = Vec::new();
+    for (key, now) in identity {
+        let Some(then) = meta.get(*key) else { continue };
+        if then == now {
+            continue;
+        }
+        let what = match *key {
+            "seed" => format!("seed {then}, this run seed {now} (--seed)"),
+            "batch" => format!("batch {then}, this run batch {now} (--batch)"),
+            "model_hash" => format!(
+                "a different model (training graph hash {then}, this run's {now}: layers, shapes or loss changed)"
+            ),
+            "optimizer" => format!("{then}; this run: {now}"),
+            // The source may be spelled differently (a path from another folder): the hash decides.
+            "data" if meta.get("data_hash").map(String::as_str) == identity_value(identity, "data_hash") => continue,
+            "data" => format!("data {then}; this run: {now}"),
+            "data_hash" if meta.get("data").map(String::as_str) != identity_value(identity, "data") => continue,
+            "data_hash" => format!("data with the same description but different contents (hash {then}, this run's {now})"),
+            _ => format!("{key} {then}, this run {now}"),
+        };
+        differs.push(what);
+    }
+    if differs.is_empty() {
+        return Ok(());
+    }
+    Err(RuntimeError(format!(
+        "--resume: {} was trained with {}: resume with the settings it was trained with, or start a new run          with --overwrite or another --out",
+        file.display(),
+        differs.join("; with ")
+    )))
+}
+
+fn identity_value<'a>(identity: &'a [(&'static str, String)], key: &str) -> Option<&'a str> {
+    identity.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str())
 }
 
 fn progress_bar(steps: usize, epoch: usize, epochs: usize, verbose: bool) -> ProgressBar {

@@ -26,22 +26,21 @@ pub fn run(args: &CheckArgs) -> CliResult {
         Ok(c) => {
             if !c.warnings.is_empty() {
                 let color = std::io::stderr().is_terminal();
-                eprint!("{}", front::render_all(&c.file, &c.src, &c.warnings, color));
+                err!("{}", front::render_all(&c.file, &c.src, &c.warnings, color));
             }
             if args.json {
                 let text = serde_json::to_string_pretty(&to_json(&c))
                     .map_err(|e| CliError::Message(e.to_string()))?;
-                println!("{text}");
+                outln!("{text}")
             } else {
-                print!("{}", table_text(&c));
+                out!("{}", table_text(&c))
             }
-            Ok(())
         }
         Err((src, diags)) => {
             let color = std::io::stderr().is_terminal();
-            eprint!("{}", front::render_all(&args.file.display().to_string(), &src, &diags, color));
+            err!("{}", front::render_all(&args.file.display().to_string(), &src, &diags, color));
             let n = diags.len();
-            eprintln!(
+            errln!(
                 "error: could not check `{}` ({n} error{})",
                 args.file.display(),
                 if n == 1 { "" } else { "s" }

@@ -70,15 +70,14 @@ pub fn run(args: &DataArgs) -> CliResult {
             };
             let d = synthetic_rf::generate(&cfg).map_err(CliError::Message)?;
             npy::save_npz(&a.out, &[("iq", &d.iq), ("label", &d.label)]).map_err(CliError::Message)?;
-            println!(
+            outln!(
                 "wrote {}: iq complex64 [{}, 1, {}], label int32 [{}]; classes {}",
                 a.out.display(),
                 a.count,
                 a.length,
                 a.count,
                 MODULATIONS[..a.classes].join(", ")
-            );
-            Ok(())
+            )
         }
     }
 }

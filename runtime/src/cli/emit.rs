@@ -71,10 +71,7 @@ pub fn run(args: &EmitArgs) -> CliResult {
         .map_err(|e| compile_failed(&checked, &e))?;
         let _ = program;
         return match text {
-            Some(t) => {
-                print_out(&t);
-                Ok(())
-            }
+            Some(t) => print_out(&t),
             None => {
                 let why = match after {
                     "remat.fusion" | "remat.schedule" | "remat.siblings" => {
@@ -109,6 +106,5 @@ pub fn run(args: &EmitArgs) -> CliResult {
     } else {
         cvc_compiler::back::clif::emit_text(&program).map_err(CliError::Message)?
     };
-    print_out(&text);
-    Ok(())
+    print_out(&text)
 }

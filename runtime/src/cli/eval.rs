@@ -38,33 +38,32 @@ pub fn run(args: &EvalArgs) -> CliResult {
     opts.device = Device::from(args.device);
     let mut session = model.session_with(&opts).map_err(|e| CliError::Message(e.0))?;
     if let Some(n) = session.note() {
-        eprintln!("note: {n}");
+        errln!("note: {n}");
     }
     session.load_weights(&args.weights).map_err(|e| CliError::Message(e.0))?;
     let classifier = Classifier::find(&model);
     let all: Vec<usize> = (0..data.len).collect();
     let (loss, cm) = validate(&mut session, &data, &all, args.batch as usize, classifier.as_ref())
         .map_err(|e| CliError::Message(e.0))?;
-    println!("{} samples of {}", data.len, args.data.display());
+    outln!("{} samples of {}", data.len, args.data.display())?;
     if let Some(l) = loss {
-        println!("loss      {l:.6}");
+        outln!("loss      {l:.6}")?;
     }
     match (cm, &classifier) {
         (Some(cm), Some(c)) if data.array(&c.label).is_some() => print_confusion(&cm, &model, c.classes),
-        _ => println!("(no class labels: accuracy needs a `class[B] of N` input and a [B, N] real output)"),
+        _ => outln!("(no class labels: accuracy needs a `class[B] of N` input and a [B, N] real output)"),
     }
-    Ok(())
 }
 
-fn print_confusion(cm: &Confusion, model: &crate::session::Model, classes: usize) {
-    println!(
+fn print_confusion(cm: &Confusion, model: &crate::session::Model, classes: usize) -> CliResult {
+    outln!(
         "accuracy  {:.2}%  ({} of {})",
         100.0 * cm.accuracy(),
         (cm.accuracy() * cm.total() as f64).round(),
         cm.total()
-    );
+    )?;
     let rf = matches!(model.config().data, DataSource::SyntheticRf { .. }) && classes <= MODULATIONS.len();
     let names: Vec<String> =
         (0..classes).map(|i| if rf { MODULATIONS[i].to_string() } else { i.to_string() }).collect();
-    print!("{}", cm.render(&names));
+    out!("{}", cm.render(&names))
 }

@@ -53,11 +53,24 @@ pub fn parse_budget(s: &str) -> Result<u64, String> {
     }
 }
 
-/// Writes `text` to stdout; a closed pipe (`cvc plan ... | head`) ends output quietly.
-pub fn print_out(text: &str) {
-    use std::io::Write as _;
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+/// The error when a plan's arena of `arena_bytes` exceeds a memory budget, else `None`: one
+/// rule and one message for `cvc plan` and for every session `train`, `run` and `eval` open
+/// (which check it before allocating anything).
+pub fn budget_error(arena_bytes: u64, budget: Option<u64>) -> Option<String> {
+    let b = budget?;
+    (arena_bytes > b).then(|| {
+        format!(
+            "the plan needs {} but the memory budget is {}: lower the batch or raise the budget",
+            human_bytes(arena_bytes),
+            human_bytes(b)
+        )
+    })
+}
+
+/// Writes `text` to stdout ([`super::write_out`]: a write error is an error, a closed pipe
+/// ends output quietly).
+pub fn print_out(text: &str) -> CliResult {
+    super::write_out(text)
 }
 
 /// Checks a `.cvnn` file for planning: a training step when the model has a loss (and
@@ -65,7 +78,7 @@ pub fn print_out(text: &str) {
 pub fn load(file: &Path, eval: bool) -> Result<Checked, CliError> {
     let report = |src: String, diags: Vec<cvc_compiler::Diagnostic>| {
         let name = file.display().to_string();
-        eprint!("{}", render_all(&name, &src, &diags, std::io::stderr().is_terminal()));
+        err!("{}", render_all(&name, &src, &diags, std::io::stderr().is_terminal()));
         CliError::Reported
     };
     let mode = if eval { Mode::Eval } else { Mode::Train };
@@ -108,18 +121,12 @@ pub fn run(args: &PlanArgs) -> CliResult {
         print_out(&format!(
             "{}\n",
             serde_json::to_string_pretty(&json(&program, &checked.src)).expect("plan serialises")
-        ));
+        ))?;
     } else {
-        print_out(&summary(&program, &checked.src, &checked.model));
+        print_out(&summary(&program, &checked.src, &checked.model))?;
     }
-    if let Some(b) = opts.memory_budget {
-        if program.plan.arena_bytes as u64 > b {
-            return Err(CliError::Message(format!(
-                "the plan needs {} but the memory budget is {}: lower the batch or raise the budget",
-                human_bytes(program.plan.arena_bytes as u64),
-                human_bytes(b)
-            )));
-        }
+    if let Some(m) = budget_error(program.plan.arena_bytes as u64, opts.memory_budget) {
+        return Err(CliError::Message(m));
     }
     Ok(())
 }
@@ -184,7 +191,7 @@ fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool) -> CliResult {
                     "arena_bytes": p.plan.arena_bytes,
                     "lower_bound_bytes": p.plan.lower_bound_bytes,
                 });
-                print_out(&format!("{}\n", serde_json::to_string_pretty(&v).expect("serialises")));
+                print_out(&format!("{}\n", serde_json::to_string_pretty(&v).expect("serialises")))?;
             } else {
                 // The search stops doubling at 2^24: a larger batch may fit too.
                 let at_least = if batch >= 1 << 24 { "at least " } else { "" };
@@ -193,7 +200,7 @@ fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool) -> CliResult {
                     human_bytes(budget),
                     human_bytes(p.plan.arena_bytes as u64),
                     human_bytes(p.plan.lower_bound_bytes as u64)
-                ));
+                ))?;
             }
             Ok(())
         }

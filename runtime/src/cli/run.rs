@@ -44,19 +44,19 @@ pub fn run(args: &RunArgs) -> CliResult {
     opts.batch = data.len;
     let mut session = model.session_with(&opts).map_err(|e| CliError::Message(e.0))?;
     if let Some(n) = session.note() {
-        eprintln!("note: {n}");
+        errln!("note: {n}");
     }
     session.load_weights(&args.weights).map_err(|e| CliError::Message(e.0))?;
     let all: Vec<usize> = (0..data.len).collect();
     let inputs = data.gather(&all);
     let report = session.train_step(&inputs).map_err(|e| CliError::Message(e.0))?;
-    println!("loss {:.8}  ({} samples, {})", report.loss, data.len, session.device_name());
+    outln!("loss {:.8}  ({} samples, {})", report.loss, data.len, session.device_name())?;
     if let Some(path) = &args.grads {
         let grads = session.gradients().map_err(|e| CliError::Message(e.0))?;
         let mut meta = BTreeMap::new();
         meta.insert("loss".to_string(), format!("{:e}", report.loss));
         checkpoint::save(path, &grads, &meta).map_err(CliError::Message)?;
-        println!("wrote {} gradients to {}", grads.len(), path.display());
+        outln!("wrote {} gradients to {}", grads.len(), path.display())?;
     }
     if let Some(path) = &args.out {
         let loss = HostTensor { dtype: DType::F32, shape: vec![], data: HostData::F32(vec![report.loss]) };
@@ -66,11 +66,11 @@ pub fn run(args: &RunArgs) -> CliResult {
             arrays.push(("loss", &loss));
         }
         npy::save_npz(path, &arrays).map_err(CliError::Message)?;
-        println!(
+        outln!(
             "wrote outputs {} to {}",
             arrays.iter().map(|a| a.0).collect::<Vec<_>>().join(", "),
             path.display()
-        );
+        )?;
     }
     Ok(())
 }

@@ -1,11 +1,13 @@
-//! `cvc train FILE [--device auto|cpu|cuda] [--epochs N] [--batch N] [--out DIR] [--resume]
-//! [--seed N] [--memory-budget SIZE]`: trains with a progress bar, writes `metrics.jsonl` and
-//! checkpoints, and prints the memory-liveness summary.
+//! `cvc train FILE [--device auto|cpu|cuda] [--epochs N] [--batch N] [--out DIR]
+//! [--resume | --overwrite] [--seed N] [--memory-budget SIZE]`: trains with a progress bar,
+//! writes `metrics.jsonl` and checkpoints into a locked output folder (see
+//! [`crate::run_dir`] and docs/RUNS.md), and prints the memory-liveness summary.
 
 use super::{CliError, CliResult};
 use crate::data::Dataset;
 use crate::session::{Device, Model};
 use crate::train::{self, TrainOptions};
+use cvc_compiler::ir::Mode;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
@@ -51,13 +53,18 @@ pub struct TrainArgs {
     /// Output folder for metrics.jsonl and checkpoints (default: runs/<model>).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Continue from OUT/last.safetensors.
-    #[arg(long)]
+    /// Continue the run in OUT from its checkpoints (the model, batch, seed and data must be
+    /// the ones it was trained with).
+    #[arg(long, conflicts_with = "overwrite")]
     pub resume: bool,
+    /// Replace the run in a non-empty OUT (metrics.jsonl and checkpoints; other files stay).
+    #[arg(long)]
+    pub overwrite: bool,
     /// Seed of initialisation, split and shuffling (default: the train section's).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Memory budget for the plan, e.g. 512MiB, 2GB or a byte count.
+    /// Memory budget for the plan, e.g. 512MiB, 2GB or a byte count: the run stops before
+    /// allocating when the plan (with recomputation) does not fit, as `cvc plan` does.
     #[arg(long, value_parser = super::plan::parse_budget)]
     pub memory_budget: Option<u64>,
     /// No progress bar or per-epoch lines (metrics.jsonl is still written).
@@ -69,8 +76,8 @@ pub struct TrainArgs {
 pub fn load_model(path: &Path) -> Result<Model, CliError> {
     Model::from_file(path).map_err(|e| match e {
         crate::session::ModelError::Diagnostics { .. } => {
-            eprint!("{}", e.render(std::io::stderr().is_terminal()));
-            eprintln!("error: could not compile `{}`", path.display());
+            err!("{}", e.render(std::io::stderr().is_terminal()));
+            errln!("error: could not compile `{}`", path.display());
             CliError::Reported
         }
         crate::session::ModelError::Message(m) => CliError::Message(m),
@@ -82,7 +89,7 @@ pub fn run(args: &TrainArgs) -> CliResult {
     let model = load_model(&args.file)?;
     let cfg = model.config().clone();
     if !model.has_train_section() {
-        eprintln!(
+        errln!(
             "note: {} has no train section for {}; using the defaults (synthetic random data)",
             args.file.display(),
             model.name()
@@ -106,10 +113,17 @@ pub fn run(args: &TrainArgs) -> CliResult {
         opts.memory_budget = args.memory_budget;
     }
     opts.resume = args.resume;
+    opts.overwrite = args.overwrite;
     opts.verbose = !args.quiet;
+    if opts.memory_budget.is_some() {
+        // Before the data is read or generated (which can take longer than compiling): a plan
+        // over the budget stops here, as in `cvc plan`. The session compiles it again.
+        let mode = if model.train_graph().loss.is_some() { Mode::Train } else { Mode::Eval };
+        model.compile(mode, opts.batch, opts.memory_budget).map_err(|e| CliError::Message(e.0))?;
+    }
     let data = Dataset::from_source(&cfg.data, model.dir(), model.inputs()).map_err(CliError::Message)?;
     if opts.verbose {
-        println!(
+        outln!(
             "training {} on {} samples ({} train / {} validation), batch {}, {} epochs -> {}",
             model.name(),
             data.len,
@@ -118,16 +132,16 @@ pub fn run(args: &TrainArgs) -> CliResult {
             opts.batch,
             opts.epochs,
             opts.out.display()
-        );
+        )?;
     }
     let summary = train::train(&model, &data, &opts).map_err(|e| CliError::Message(e.0))?;
     if opts.verbose {
-        print!("{}", summary.memory_report);
-        println!(
+        out!("{}", summary.memory_report)?;
+        outln!(
             "checkpoints: {}/last.safetensors, {}/best.safetensors",
             opts.out.display(),
             opts.out.display()
-        );
+        )?;
     }
     Ok(())
 }

@@ -393,7 +393,7 @@ impl CudaBackend {
         let (cubin, info) =
             cached_cubin(&self.generated.source, arch, self.generated.kernels.len()).map_err(RuntimeError)?;
         // One line on stderr so every start reports compile time or the cache hit.
-        eprintln!("cuda: {info}");
+        crate::cli::write_err(&format!("cuda: {info}\n"));
         self.compile = info;
         // SAFETY: `cubin` is a complete cubin image NVRTC produced (or the cache holds, keyed
         // by its source, arch and NVRTC version) and outlives the call, which copies it; the
