@@ -8,6 +8,7 @@ use super::{CliError, CliResult};
 use crate::backend::{HostData, HostTensor};
 use crate::checkpoint;
 use crate::data::{npy, Dataset};
+use crate::numerics::CheckNumerics;
 use crate::session::{Device, SessionOptions};
 use cvc_compiler::ir::DType;
 use std::collections::BTreeMap;
@@ -33,6 +34,10 @@ pub struct RunArgs {
     /// Where to run.
     #[arg(long, value_enum, default_value = "auto")]
     pub device: DeviceArg,
+    /// Scan what every kernel writes for NaN/Inf and name the first one's op, line and sample
+    /// (`first` and `always` check the one step; `off` reports a non-finite loss unlocated).
+    #[arg(long, value_enum, default_value = "first")]
+    pub check_numerics: CheckNumerics,
 }
 
 /// Runs `cvc run`.
@@ -47,9 +52,26 @@ pub fn run(args: &RunArgs) -> CliResult {
         eprintln!("note: {n}");
     }
     session.load_weights(&args.weights).map_err(|e| CliError::Message(e.0))?;
+    let weights = args.weights.display().to_string();
+    if let Some(e) = session.non_finite_state(&weights).map_err(|e| CliError::Message(e.0))? {
+        return Err(CliError::Message(e.0));
+    }
     let all: Vec<usize> = (0..data.len).collect();
     let inputs = data.gather(&all);
-    let report = session.train_step(&inputs).map_err(|e| CliError::Message(e.0))?;
+    let report = if args.check_numerics == CheckNumerics::Off {
+        session.train_step(&inputs).map_err(|e| CliError::Message(e.0))?
+    } else {
+        session.train_step_checked(&inputs).map_err(|f| {
+            CliError::Message(format!("{}: {}", args.data.display(), f.render(Some(all.as_slice()))))
+        })?
+    };
+    if !report.loss.is_finite() {
+        return Err(CliError::Message(format!(
+            "{}: the loss is {} (rerun with --check-numerics first to name the op that made it)",
+            args.data.display(),
+            report.loss
+        )));
+    }
     println!("loss {:.8}  ({} samples, {})", report.loss, data.len, session.device_name());
     if let Some(path) = &args.grads {
         let grads = session.gradients().map_err(|e| CliError::Message(e.0))?;

@@ -63,6 +63,11 @@ pub struct TrainArgs {
     /// No progress bar or per-epoch lines (metrics.jsonl is still written).
     #[arg(long, short)]
     pub quiet: bool,
+    /// Scan what every kernel writes for NaN/Inf and name the first one's op, line and sample:
+    /// `first` checks the first 3 steps (and re-checks a non-finite validation batch),
+    /// `always` every step (slow), `off` none (docs/NUMERICS.md).
+    #[arg(long, value_enum, default_value = "first")]
+    pub check_numerics: crate::numerics::CheckNumerics,
 }
 
 /// Loads and checks a model, printing diagnostics on failure.
@@ -106,6 +111,7 @@ pub fn run(args: &TrainArgs) -> CliResult {
         opts.memory_budget = args.memory_budget;
     }
     opts.resume = args.resume;
+    opts.check_numerics = args.check_numerics;
     opts.verbose = !args.quiet;
     let data = Dataset::from_source(&cfg.data, model.dir(), model.inputs()).map_err(CliError::Message)?;
     if opts.verbose {
