@@ -353,3 +353,51 @@ train Wide {
     );
     assert!(measured >= 0.5 * itemised, "itemised {itemised} is far above measured {measured}:\n{report}");
 }
+
+/// The scan plan of check mode covers every buffer a step writes exactly once, after the last
+/// launch of the group that writes it, on the CPU's and the CUDA back end's launch lists
+/// (the CUDA module is generated for the fixed H200 target: no GPU needed). A misplaced scan
+/// would read a buffer before its kernel ran (a false alarm) or never (a missed NaN).
+#[test]
+fn the_scan_plan_covers_every_written_buffer_once_after_its_last_launch() {
+    use cvc_compiler::back::{cpu as cpu_gen, cuda as cuda_gen};
+    use cvc_compiler::ir::Mode;
+    use cvc_runtime::numerics::{scan_plan, written_buffers};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("examples");
+    for name in ["rf_modulation.cvnn", "complex_resnet.cvnn", "mri_recon.cvnn", "seed_cnn.cvnn"] {
+        let model = Model::from_file(root.join(name)).unwrap();
+        let program = model.compile(Mode::Train, 2, None).unwrap();
+        let cpu = cpu_gen::generate(&program, cvc_compiler::back::clif::host_config().unwrap()).unwrap();
+        let cuda = cuda_gen::generate(&program, &cvc_compiler::target::CudaTarget::h200()).unwrap();
+        let lists: [(&str, Vec<Option<usize>>); 2] = [
+            ("cpu", cpu.launches.iter().map(|l| Some(l.group)).collect()),
+            (
+                "cuda",
+                cuda.steps
+                    .iter()
+                    .map(|s| match s {
+                        cuda_gen::CudaStep::Launch(l) => Some(l.group),
+                        cuda_gen::CudaStep::Zero { .. } => None,
+                    })
+                    .collect(),
+            ),
+        ];
+        let expected: Vec<_> = program.order.iter().flat_map(|&g| written_buffers(&program, g)).collect();
+        assert!(!expected.is_empty(), "{name}: nothing to scan");
+        for (backend, groups) in lists {
+            let plan = scan_plan(&program, &groups);
+            let scanned: Vec<_> = plan.iter().flatten().copied().collect();
+            assert_eq!(scanned, expected, "{name} on {backend}: every buffer once, in schedule order");
+            for (i, after) in plan.iter().enumerate() {
+                for buf in after {
+                    // No later launch computes the group of a buffer scanned after launch `i`.
+                    assert!(
+                        !groups[i + 1..].contains(&Some(buf.group)),
+                        "{name} on {backend}: group {} scanned after launch {i}, before its last launch",
+                        buf.group
+                    );
+                }
+            }
+        }
+    }
+}
