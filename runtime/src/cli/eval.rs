@@ -1,5 +1,5 @@
-//! `cvc eval FILE --weights W.safetensors --data D.npz [--batch N]`: inference-mode loss,
-//! accuracy and confusion matrix of given weights on given data.
+//! `cvc eval FILE --weights W.safetensors --data D.npz [--batch N] [--check-numerics MODE]`:
+//! inference-mode loss, accuracy and confusion matrix of given weights on given data.
 
 use super::train::{load_model, DeviceArg};
 use super::{CliError, CliResult};

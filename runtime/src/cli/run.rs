@@ -1,4 +1,5 @@
-//! `cvc run FILE --weights W.safetensors --data D.npz [--grads OUT.safetensors] [--out OUT.npz]`:
+//! `cvc run FILE --weights W.safetensors --data D.npz [--grads OUT.safetensors] [--out OUT.npz]`
+//! `[--check-numerics off|first|always]`:
 //! one forward + backward pass over the whole data file as one batch, from given weights;
 //! prints the loss and writes the outputs (and the loss) and the parameter gradients, for
 //! checking cvc against another framework.

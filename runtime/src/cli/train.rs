@@ -1,6 +1,6 @@
 //! `cvc train FILE [--device auto|cpu|cuda] [--epochs N] [--batch N] [--out DIR] [--resume]
-//! [--seed N] [--memory-budget SIZE]`: trains with a progress bar, writes `metrics.jsonl` and
-//! checkpoints, and prints the memory-liveness summary.
+//! [--seed N] [--memory-budget SIZE] [--check-numerics off|first|always]`: trains with a
+//! progress bar, writes `metrics.jsonl` and checkpoints, and prints the memory-liveness summary.
 
 use super::{CliError, CliResult};
 use crate::data::Dataset;
