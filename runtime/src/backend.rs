@@ -1,5 +1,6 @@
 //! The interface every execution back end implements (CPU JIT, CUDA), and host tensors.
 
+use crate::numerics::NonFinite;
 use cvc_compiler::ir::{DType, Value};
 use std::fmt;
 
@@ -119,6 +120,17 @@ pub trait Backend {
     fn download(&mut self, v: Value) -> Result<HostTensor, RuntimeError>;
     /// Runs every kernel group of the program once, in schedule order.
     fn step(&mut self) -> Result<(), RuntimeError>;
+    /// Runs one step like [`Backend::step`], but after each launch waits for it and scans the
+    /// f32/c64 buffers it wrote; stops after the first launch that wrote a NaN or an infinity
+    /// and says where (check mode, `crate::numerics`). [`Backend::step`] itself never scans.
+    fn step_checked(&mut self) -> Result<Option<NonFinite>, RuntimeError>;
+    /// Steps run by [`Backend::step_checked`] so far (tests hold check-off runs to zero).
+    fn checked_steps(&self) -> u64;
+    /// Host memory the back end holds outside the arena, itemised for the memory report
+    /// (label, bytes): JIT code, per-thread workspaces, page-locked staging, ...
+    fn host_memory(&self) -> Vec<(String, usize)> {
+        Vec::new()
+    }
     /// Starts a step without waiting for it; [`Backend::finish`] waits. Back ends that compute
     /// on the calling thread run the whole step here (the default).
     fn launch(&mut self) -> Result<(), RuntimeError> {

@@ -7,8 +7,10 @@
 
 use crate::backend::{Backend, HostData, HostTensor, RuntimeError};
 use crate::metrics::peak_rss_bytes;
+use crate::numerics::NonFinite;
 use cvc_compiler::interp::{evaluate, Tensor, TensorData};
 use cvc_compiler::ir::{DType, Graph, Value};
+use cvc_compiler::passes::fusion::KernelGroup;
 use cvc_compiler::passes::Program;
 use num_complex::Complex64;
 use std::collections::HashMap;
@@ -47,6 +49,8 @@ pub struct InterpBackend {
     arena_bytes: usize,
     leaves: HashMap<Value, Tensor>,
     values: Vec<Option<Tensor>>,
+    groups: Vec<KernelGroup>,
+    checked_steps: u64,
 }
 
 impl InterpBackend {
@@ -59,7 +63,15 @@ impl InterpBackend {
             let ty = graph.ty(h);
             leaves.insert(h, Tensor::zeros(ty.dtype, &ty.shape.resolve(batch)));
         }
-        InterpBackend { graph, batch, arena_bytes: program.plan.arena_bytes, leaves, values: Vec::new() }
+        InterpBackend {
+            graph,
+            batch,
+            arena_bytes: program.plan.arena_bytes,
+            leaves,
+            values: Vec::new(),
+            groups: program.groups.clone(),
+            checked_steps: 0,
+        }
     }
 }
 
@@ -107,6 +119,39 @@ impl Backend for InterpBackend {
         }
         self.values = values;
         Ok(())
+    }
+
+    /// Evaluates the whole step, then names the first node in graph order (a topological
+    /// order, so before every user) whose value rounds to a non-finite f32; the step's
+    /// updates are applied only when every value is finite.
+    fn step_checked(&mut self) -> Result<Option<NonFinite>, RuntimeError> {
+        self.checked_steps += 1;
+        let values = evaluate(&self.graph, self.batch, &self.leaves).map_err(RuntimeError)?;
+        for (h, n) in self.graph.nodes.iter() {
+            if n.op.is_leaf() {
+                continue;
+            }
+            let Some(t) = values[h.index()].as_ref() else { continue };
+            let Some((element, found)) = crate::numerics::first_non_finite_host(&from_interp(t)) else {
+                continue;
+            };
+            // A node no group computes is not part of the compiled step.
+            let Some(group) = self.groups.iter().position(|g| g.nodes.contains(&h)) else { continue };
+            self.values = values;
+            return Ok(Some(NonFinite { group, value: h, element, found }));
+        }
+        self.values = values;
+        for (h, target) in self.graph.assigns() {
+            let new = self.values[h.index()]
+                .as_ref()
+                .ok_or_else(|| RuntimeError(format!("{h} was not computed")))?;
+            self.leaves.insert(target, to_interp(&from_interp(new)));
+        }
+        Ok(None)
+    }
+
+    fn checked_steps(&self) -> u64 {
+        self.checked_steps
     }
 
     fn arena_bytes(&self) -> usize {

@@ -12,6 +12,7 @@ pub mod files;
 pub mod interp_backend;
 pub mod metrics;
 pub mod run_dir;
+pub mod numerics;
 pub mod session;
 pub mod timeline;
 pub mod train;

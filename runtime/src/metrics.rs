@@ -2,6 +2,7 @@
 //! confusion matrices, and peak-memory measurement.
 
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::Path;
@@ -74,45 +75,80 @@ pub fn argmax(row: &[f32]) -> usize {
     best
 }
 
-/// A confusion matrix: `counts[true][predicted]`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+/// Classes up to which [`Confusion::render`] prints the whole matrix; beyond, it prints the
+/// most frequent confusions and the classes recalled worst (a 10,000² table is unreadable).
+pub const RENDER_FULL_CLASSES: usize = 32;
+
+/// Heap bytes one (true, predicted) entry of a [`Confusion`] takes at most (key, count and
+/// B-tree node overhead), for the memory report.
+pub const CONFUSION_ENTRY_BYTES: usize = 32;
+
+/// A confusion matrix, stored sparsely: one count per (true, predicted) pair that occurred,
+/// so its memory grows with the samples seen (at most `classes²` pairs), not with `classes²`
+/// (a dense 10,000-class matrix of u64 is 800 MB).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Confusion {
-    /// Counts by true class, then predicted class.
-    pub counts: Vec<Vec<u64>>,
+    /// Number of classes.
+    pub classes: usize,
+    /// Counts of the (true, predicted) pairs seen.
+    pub counts: BTreeMap<(u32, u32), u64>,
+    total: u64,
+    correct: u64,
 }
 
 impl Confusion {
     /// An empty matrix for `classes` classes.
     pub fn new(classes: usize) -> Self {
-        Confusion { counts: vec![vec![0; classes]; classes] }
+        Confusion { classes, counts: BTreeMap::new(), total: 0, correct: 0 }
     }
-    /// Adds a batch of real logits `[n, classes]` (row-major) against labels.
+    /// Adds a batch of real logits `[n, classes]` (row-major) against labels (labels outside
+    /// `0..classes` are not counted).
     pub fn add(&mut self, logits: &[f32], labels: &[i32]) {
-        let c = self.counts.len();
+        let c = self.classes;
+        if c == 0 {
+            return;
+        }
         for (row, &l) in logits.chunks_exact(c).zip(labels) {
             let p = argmax(row);
-            if (l as usize) < c {
-                self.counts[l as usize][p] += 1;
+            if l >= 0 && (l as usize) < c {
+                *self.counts.entry((l as u32, p as u32)).or_insert(0) += 1;
+                self.total += 1;
+                if l as usize == p {
+                    self.correct += 1;
+                }
             }
         }
     }
+    /// The count of samples of class `t` predicted as `p`.
+    pub fn get(&self, t: usize, p: usize) -> u64 {
+        self.counts.get(&(t as u32, p as u32)).copied().unwrap_or(0)
+    }
     /// Samples counted.
     pub fn total(&self) -> u64 {
-        self.counts.iter().flatten().sum()
+        self.total
     }
     /// Correct predictions over all samples (0 when empty).
     pub fn accuracy(&self) -> f64 {
-        let total = self.total();
-        if total == 0 {
+        if self.total == 0 {
             return 0.0;
         }
-        let right: u64 = (0..self.counts.len()).map(|i| self.counts[i][i]).sum();
-        right as f64 / total as f64
+        self.correct as f64 / self.total as f64
     }
-    /// The matrix as a text table, rows true classes, columns predictions.
+    /// Heap bytes the matrix holds (an estimate: B-tree entries with their node overhead).
+    pub fn heap_bytes(&self) -> usize {
+        // A B-tree node holds up to 11 entries of (8-byte key, 8-byte count) plus its
+        // header: 32 bytes an entry covers nodes down to half full.
+        self.counts.len() * CONFUSION_ENTRY_BYTES
+    }
+    /// The matrix as a text table (rows true classes, columns predictions) for up to
+    /// [`RENDER_FULL_CLASSES`] classes; beyond, the most frequent confusions and the classes
+    /// with the lowest recall.
     pub fn render(&self, names: &[String]) -> String {
-        let c = self.counts.len();
+        let c = self.classes;
         let label = |i: usize| names.get(i).cloned().unwrap_or_else(|| i.to_string());
+        if c > RENDER_FULL_CLASSES {
+            return self.render_summary(&label);
+        }
         let w = (0..c).map(|i| label(i).len()).max().unwrap_or(1).max(6);
         let mut s = format!("{:>w0$}", "true\\pred", w0 = w.max(9));
         for j in 0..c {
@@ -122,9 +158,41 @@ impl Confusion {
         for i in 0..c {
             s.push_str(&format!("{:>w$}", label(i), w = w.max(9)));
             for j in 0..c {
-                s.push_str(&format!(" {:>w$}", self.counts[i][j]));
+                s.push_str(&format!(" {:>w$}", self.get(i, j)));
             }
             s.push('\n');
+        }
+        s
+    }
+
+    fn render_summary(&self, label: &dyn Fn(usize) -> String) -> String {
+        let mut s = format!(
+            "{} classes: the full matrix is not printed; {} of {} (true, predicted) pairs occurred\n",
+            self.classes,
+            self.counts.len(),
+            self.classes as u128 * self.classes as u128
+        );
+        let mut wrong: Vec<(u64, u32, u32)> =
+            self.counts.iter().filter(|((t, p), _)| t != p).map(|(&(t, p), &n)| (n, t, p)).collect();
+        wrong.sort_by(|a, b| b.0.cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
+        s.push_str("most frequent confusions (true -> predicted: samples):\n");
+        for (n, t, p) in wrong.iter().take(10) {
+            s.push_str(&format!("  {} -> {}: {n}\n", label(*t as usize), label(*p as usize)));
+        }
+        let mut per_class: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+        for (&(t, p), &n) in &self.counts {
+            let e = per_class.entry(t).or_insert((0, 0));
+            e.1 += n;
+            if t == p {
+                e.0 += n;
+            }
+        }
+        let mut recall: Vec<(f64, u32, u64)> =
+            per_class.iter().map(|(&t, &(r, n))| (r as f64 / n as f64, t, n)).collect();
+        recall.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        s.push_str("lowest recall (class: correct of samples):\n");
+        for (r, t, n) in recall.iter().take(10) {
+            s.push_str(&format!("  {}: {:.1}% of {n}\n", label(*t as usize), 100.0 * r));
         }
         s
     }

@@ -17,7 +17,8 @@
 use crate::backend::{Backend, HostData, HostTensor, RuntimeError};
 use crate::checkpoint::{self, Checkpoint};
 use crate::data::InputSpec;
-use crate::interp_backend::InterpBackend;
+use crate::interp_backend::{to_interp, InterpBackend};
+use crate::numerics::{self, BadOperand, NonFinite, NumericsFinding};
 use cvc_compiler::config::Precision;
 use cvc_compiler::front::train::{DeviceChoice, TrainConfig};
 use cvc_compiler::init::{init_values, name_hash, SplitMix64};
@@ -337,6 +338,37 @@ pub struct EvalReport {
     pub outputs: Vec<(String, HostTensor)>,
 }
 
+/// Why a checked step failed: a non-finite value located in the source, or another error.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StepFailure {
+    /// Check mode found a NaN or an infinity.
+    NonFinite(Box<NumericsFinding>),
+    /// Any other failure.
+    Error(RuntimeError),
+}
+
+impl StepFailure {
+    /// The failure as text; `samples[b]` is the dataset sample of batch sample `b`.
+    pub fn render(&self, samples: Option<&[usize]>) -> String {
+        match self {
+            StepFailure::NonFinite(f) => f.render(samples),
+            StepFailure::Error(e) => e.0.clone(),
+        }
+    }
+}
+
+impl From<RuntimeError> for StepFailure {
+    fn from(e: RuntimeError) -> Self {
+        StepFailure::Error(e)
+    }
+}
+
+impl From<StepFailure> for RuntimeError {
+    fn from(f: StepFailure) -> Self {
+        RuntimeError(f.render(None))
+    }
+}
+
 /// A compiled program with the back end that runs it.
 struct Exec {
     program: Program,
@@ -504,6 +536,48 @@ impl Session {
         self.end_step()
     }
 
+    /// [`Session::train_step`] in check mode (`crate::numerics`): every launch is followed by
+    /// a scan of what it wrote, and the first NaN or infinity stops the step with a
+    /// [`StepFailure::NonFinite`] naming the op, its `.cvnn` line and the batch sample. The
+    /// step's state is then partly updated: treat the session as broken.
+    pub fn train_step_checked(&mut self, inputs: &[(String, HostTensor)]) -> Result<StepReport, StepFailure> {
+        self.staged = 0;
+        upload_inputs(&mut self.train, inputs, true)?;
+        for (v, _, c) in &self.counters {
+            let t = HostTensor { dtype: DType::I32, shape: vec![], data: HostData::I32(vec![*c]) };
+            self.train.backend.upload(*v, &t)?;
+        }
+        if let Some(nf) = self.train.backend.step_checked()? {
+            return Err(StepFailure::NonFinite(Box::new(locate(&mut self.train, &self.model, nf))));
+        }
+        Ok(self.end_step()?)
+    }
+
+    /// Steps run in check mode so far, over the training and inference programs.
+    pub fn checked_steps(&self) -> u64 {
+        self.train.backend.checked_steps() + self.evals.iter().map(|e| e.backend.checked_steps()).sum::<u64>()
+    }
+
+    /// The first parameter or state tensor holding a NaN or an infinity, as an error naming
+    /// it (`what` says where the weights come from); `None` when all are finite.
+    pub fn non_finite_state(&mut self, what: &str) -> Result<Option<RuntimeError>, RuntimeError> {
+        Ok(numerics::non_finite_tensor(&self.state_tensors()?, what))
+    }
+
+    /// Host memory the back ends hold outside their arenas (label, bytes), and the arenas of
+    /// the inference programs compiled so far.
+    pub fn host_memory(&self) -> Vec<(String, usize)> {
+        let mut items = self.train.backend.host_memory();
+        for e in &self.evals {
+            items.push((
+                format!("inference arena (batch {})", e.program.plan.batch),
+                e.program.plan.arena_bytes,
+            ));
+            items.extend(e.backend.host_memory().into_iter().map(|(l, b)| (format!("{l} (inference)"), b)));
+        }
+        items
+    }
+
     /// A training step during which the host prepares the next batch: uploads `inputs` (from
     /// the back end's staging memory when the previous call staged them), starts the step,
     /// calls `next` while the device computes, copies what it returns into staging memory
@@ -577,6 +651,28 @@ impl Session {
         let exec = &mut self.evals[idx];
         let complete = upload_inputs(exec, inputs, false)?;
         exec.backend.step()?;
+        let loss = match (exec.program.graph.loss, complete) {
+            (Some(l), true) => Some(scalar(&exec.backend.download(l)?)?),
+            _ => None,
+        };
+        let outputs = download_outputs(exec)?;
+        Ok(EvalReport { loss, outputs })
+    }
+
+    /// [`Session::evaluate`] in check mode: the first NaN or infinity a launch writes stops
+    /// it with a [`StepFailure::NonFinite`] naming its source.
+    pub fn evaluate_checked(&mut self, inputs: &[(String, HostTensor)]) -> Result<EvalReport, StepFailure> {
+        let n = inputs
+            .first()
+            .and_then(|(_, t)| t.shape.first().copied())
+            .ok_or_else(|| RuntimeError("evaluate: no input tensors given".into()))?;
+        let idx = self.eval_exec(n)?;
+        self.sync_eval(idx)?;
+        let exec = &mut self.evals[idx];
+        let complete = upload_inputs(exec, inputs, false)?;
+        if let Some(nf) = exec.backend.step_checked()? {
+            return Err(StepFailure::NonFinite(Box::new(locate(exec, &self.model, nf))));
+        }
         let loss = match (exec.program.graph.loss, complete) {
             (Some(l), true) => Some(scalar(&exec.backend.download(l)?)?),
             _ => None,
@@ -733,6 +829,70 @@ impl Session {
         }
         self.evals[idx].synced = self.version;
         Ok(())
+    }
+}
+
+/// Turns a back end's first non-finite element into a finding in the source: replays the
+/// group in f64 on the operands the back end read, so the op named is the first node of the
+/// group whose value is non-finite (a fused kernel only writes its last nodes), and lists the
+/// operands that were already non-finite. Replay is best effort: where an operand cannot be
+/// read back (a view with no buffer of its own) the written value is named.
+fn locate(exec: &mut Exec, model: &Model, nf: NonFinite) -> NumericsFinding {
+    let batch = exec.program.plan.batch;
+    let nodes = exec.program.groups.get(nf.group).map(|grp| (grp.nodes.clone(), grp.inputs.clone()));
+    let (nodes, inputs) = nodes.unwrap_or_default();
+    let mut operands = std::collections::HashMap::new();
+    let mut bad = Vec::new();
+    let mut complete = true;
+    for &v in &inputs {
+        let Ok(t) = exec.backend.download(v) else {
+            complete = false;
+            continue;
+        };
+        let g = &exec.program.graph;
+        if let Some((i, x)) = numerics::first_non_finite_host(&t) {
+            let root = cvc_compiler::passes::memplan::storage_root(g, v);
+            let (name, is_input) = numerics::operand_name(g, root);
+            bad.push(BadOperand {
+                name,
+                line: model.line_of(g.span(v)),
+                kind: numerics::kind(x),
+                batch_sample: numerics::batch_sample(g, batch, v, i),
+                is_input,
+            });
+        }
+        operands.insert(v, to_interp(&t));
+    }
+    let g = &exec.program.graph;
+    let mut at = (nf.value, nf.element, nf.found);
+    if complete {
+        if let Ok(r) = cvc_compiler::interp::replay::replay_group(g, batch, &nodes, &operands) {
+            let first = nodes.iter().find_map(|&v| {
+                let t = crate::interp_backend::from_interp(r.values.get(&v)?);
+                numerics::first_non_finite_host(&t).map(|(i, x)| (v, i, x))
+            });
+            if let Some(f) = first {
+                at = f;
+            }
+        }
+    }
+    let (v, element, found) = at;
+    let n = g.node(v);
+    let shape = n.ty.shape.resolve(batch);
+    let (line, col) = g.span(v).line_col(model.source());
+    NumericsFinding {
+        kind: numerics::kind(found),
+        op: n.op.mnemonic(),
+        label: n.origin.label.clone(),
+        value: v.to_string(),
+        group: nf.group,
+        file: model.file().to_string(),
+        line,
+        col,
+        ty: format!("{}{shape:?}", n.ty.dtype),
+        index: numerics::unravel(element, &shape),
+        batch_sample: numerics::batch_sample(g, batch, v, element),
+        operands: bad,
     }
 }
 

@@ -21,8 +21,9 @@
 use crate::backend::{HostData, HostTensor, RuntimeError};
 use crate::data::{self, Dataset};
 use crate::metrics::{self, Confusion, EpochMetrics};
+use crate::numerics::CheckNumerics;
 use crate::run_dir::{self, Reuse, RunDir};
-use crate::session::{Device, Model, Session, SessionOptions, StagedBatch};
+use crate::session::{Device, Model, Session, SessionOptions, StagedBatch, StepFailure};
 use cvc_compiler::front::train::Schedule;
 use cvc_compiler::ir::DType;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -52,6 +53,8 @@ pub struct TrainOptions {
     pub overwrite: bool,
     /// Draw a progress bar and print a line per epoch.
     pub verbose: bool,
+    /// Which steps are checked for NaN and infinities (`--check-numerics`).
+    pub check_numerics: CheckNumerics,
 }
 
 impl TrainOptions {
@@ -68,6 +71,7 @@ impl TrainOptions {
             resume: false,
             overwrite: false,
             verbose: false,
+            check_numerics: CheckNumerics::default(),
         }
     }
 }
@@ -81,6 +85,10 @@ pub struct TrainSummary {
     pub memory_report: String,
     /// The device used.
     pub device: String,
+    /// Steps run in check mode (`--check-numerics`), training and validation.
+    pub checked_steps: u64,
+    /// Host memory outside the arena, itemised as in the memory report (label, bytes).
+    pub outside_arena: Vec<(String, usize)>,
 }
 
 /// The learning rate of epoch `epoch` (0-based) of `epochs`: constant, step decay
@@ -134,12 +142,18 @@ impl Classifier {
 
 /// Validation over `indices` in chunks of `batch` (the last chunk at its own size).
 /// Returns the sample-weighted mean loss and the confusion matrix.
+///
+/// A non-finite loss (or non-finite class scores) is an error, never a `null` in the
+/// metrics: the chunk is evaluated again in check mode (unless `check` is off) so the error
+/// names the op, its `.cvnn` line and the dataset sample that made it. With
+/// [`CheckNumerics::Always`] every chunk is checked.
 pub fn validate(
     session: &mut Session,
     data: &Dataset,
     indices: &[usize],
     batch: usize,
     classifier: Option<&Classifier>,
+    check: CheckNumerics,
 ) -> Result<(Option<f64>, Option<Confusion>), RuntimeError> {
     if indices.is_empty() {
         return Ok((None, None));
@@ -149,7 +163,31 @@ pub fn validate(
     let mut have_loss = true;
     for chunk in indices.chunks(batch.max(1)) {
         let inputs = data.gather(chunk);
-        let r = session.evaluate(&inputs)?;
+        let located =
+            |f: StepFailure| RuntimeError(format!("{}: {}", samples_text(chunk), f.render(Some(chunk))));
+        let r = if check == CheckNumerics::Always {
+            session.evaluate_checked(&inputs).map_err(located)?
+        } else {
+            session.evaluate(&inputs)?
+        };
+        let scores_bad = classifier.is_some_and(|c| {
+            r.outputs
+                .iter()
+                .any(|(n, t)| *n == c.output && crate::numerics::first_non_finite_host(t).is_some())
+        });
+        if r.loss.is_some_and(|l| !l.is_finite()) || scores_bad {
+            let what = match r.loss {
+                Some(l) if !l.is_finite() => format!("the loss is {l}"),
+                _ => "the class scores are not finite".to_string(),
+            };
+            if check != CheckNumerics::Off {
+                session.evaluate_checked(&inputs).map_err(located)?;
+            }
+            return Err(RuntimeError(format!(
+                "{}: {what} (run with --check-numerics first or always to find the op that made it)",
+                samples_text(chunk)
+            )));
+        }
         match r.loss {
             Some(l) => loss_sum += l as f64 * chunk.len() as f64,
             None => have_loss = false,
@@ -160,6 +198,14 @@ pub fn validate(
     }
     let loss = have_loss.then(|| loss_sum / indices.len() as f64);
     Ok((loss, cm))
+}
+
+/// `evaluating samples 40..47` (dataset indices of a chunk, as a range when contiguous).
+fn samples_text(chunk: &[usize]) -> String {
+    match (chunk.first(), chunk.last()) {
+        (Some(a), Some(b)) if b - a + 1 == chunk.len() => format!("evaluating dataset samples {a}..={b}"),
+        _ => format!("evaluating {} dataset samples", chunk.len()),
+    }
 }
 
 /// Trains `model` on `data`. Writes `metrics.jsonl` and checkpoints into `opts.out`.
@@ -215,6 +261,8 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
 
     let steps = split.train.len() / opts.batch;
     let mut records = Vec::new();
+    // Steps of this run so far: `--check-numerics first` checks the first few.
+    let mut run_step = 0;
     for epoch in start..opts.epochs {
         let lr = lr_at(&cfg.schedule, cfg.optimizer.lr, epoch, opts.epochs);
         session.set_lr(lr as f32)?;
@@ -236,7 +284,20 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
             let staged = pending.take().ok_or_else(|| RuntimeError("internal error: no batch".into()))?;
             let next_chunk = chunks.get(i + 1).copied();
             let t0 = Instant::now();
-            let r = if overlap {
+            let r = if opts.check_numerics.checks_step(run_step) {
+                // Check mode: no overlap, every launch scanned (a slow step, not timed).
+                let r = session.train_step_checked(staged.batch()).map_err(|f| {
+                    bar.abandon();
+                    RuntimeError(format!(
+                        "epoch {} step {} (checked by --check-numerics): {}",
+                        epoch + 1,
+                        i + 1,
+                        f.render(Some(chunks[i]))
+                    ))
+                })?;
+                pending = next_chunk.map(|c| StagedBatch::new(data.gather_reusing(c, spare.take())));
+                r
+            } else if overlap {
                 let gather = || next_chunk.map(|c| data.gather_reusing(c, spare.take()));
                 let (r, next) = session.train_step_overlapped(&staged, gather)?;
                 times.push(t0.elapsed().as_secs_f64() * 1e3);
@@ -248,11 +309,14 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
                 pending = next_chunk.map(|c| StagedBatch::new(data.gather_reusing(c, spare.take())));
                 r
             };
+            run_step += 1;
             let inputs = staged.batch();
             if !r.loss.is_finite() {
                 bar.abandon();
                 return Err(RuntimeError(format!(
-                    "the loss became {} at epoch {} step {}; try a smaller learning rate (now {lr:e})",
+                    "the loss became {} at epoch {} step {}; rerun with --check-numerics always to \
+                     name the op, its line and the sample that made it, or try a smaller learning \
+                     rate (now {lr:e})",
                     r.loss,
                     epoch + 1,
                     i + 1
@@ -271,7 +335,18 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
         }
         let train_secs = t_epoch.elapsed().as_secs_f64();
         bar.finish_and_clear();
-        let (val_loss, val_cm) = validate(&mut session, data, &split.val, opts.batch, classifier.as_ref())?;
+        // An update that broke the model is caught here, before anything is saved: no
+        // checkpoint (last or best) ever holds a non-finite parameter.
+        let broken = format!(
+            "after epoch {} (lr {lr:e}; checkpoints keep the previous epoch, try a smaller learning rate)",
+            epoch + 1
+        );
+        if let Some(e) = session.non_finite_state(&broken)? {
+            return Err(e);
+        }
+        let (val_loss, val_cm) =
+            validate(&mut session, data, &split.val, opts.batch, classifier.as_ref(), opts.check_numerics)
+                .map_err(|e| RuntimeError(format!("validation after epoch {}: {e}", epoch + 1)))?;
         let m = EpochMetrics {
             epoch: epoch + 1,
             train_loss: loss_sum / steps.max(1) as f64,
@@ -316,8 +391,15 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
         }
         records.push(m);
     }
-    let memory_report = memory_report(&session);
-    Ok(TrainSummary { epochs: records, memory_report, device: session.device_name() })
+    let outside_arena = outside_arena(&session, data, classifier.as_ref());
+    let memory_report = memory_report(&session, &outside_arena);
+    Ok(TrainSummary {
+        epochs: records,
+        memory_report,
+        device: session.device_name(),
+        checked_steps: session.checked_steps(),
+        outside_arena,
+    })
 }
 
 /// Short hex SHA-256 of some bytes (64 bits: enough to tell runs apart, short enough to read).
@@ -442,9 +524,42 @@ pub fn epoch_line(m: &EpochMetrics, epochs: usize) -> String {
     )
 }
 
-/// The memory-liveness summary: planned arena, lower bound, measured peak, and the tensors
-/// alive at the planned peak with the `.cvnn` line that made each.
-pub fn memory_report(session: &Session) -> String {
+/// What a training run holds in host memory outside the training arena (label, bytes): the
+/// dataset, the gathered input batches and downloaded outputs, the metrics buffers, the
+/// checkpoint copies, and what the back ends hold (inference arenas, workspaces, code).
+pub fn outside_arena(
+    session: &Session,
+    data: &Dataset,
+    classifier: Option<&Classifier>,
+) -> Vec<(String, usize)> {
+    let dataset: usize = data.arrays.iter().map(|(_, t)| t.bytes()).sum();
+    let batch = session.batch();
+    let per_sample = dataset / data.len.max(1);
+    let g = &session.program().graph;
+    let outputs: usize = g.outputs.iter().map(|o| g.ty(o.value).bytes(batch)).sum();
+    // The loop holds the batch being trained on, the next one and a spare (whose buffers the
+    // gather after next reuses), and one step's downloaded outputs.
+    let batches = 3 * batch * per_sample + outputs;
+    let mut items = vec![
+        (format!("dataset in host memory ({} samples)", data.len), dataset),
+        ("input batches (3) and step outputs".to_string(), batches),
+    ];
+    if let Some(c) = classifier {
+        // Two sparse confusion matrices (training, validation): at most one entry per sample.
+        let pairs = data.len.min(c.classes.saturating_mul(c.classes));
+        items.push(("metrics (confusion counts)".to_string(), pairs * metrics::CONFUSION_ENTRY_BYTES));
+    }
+    // Saving a checkpoint downloads every parameter and state buffer and serialises them.
+    items.push(("checkpoint copies (2 x parameters+state)".to_string(), 2 * session.plan().persistent_bytes));
+    items.extend(session.host_memory());
+    items
+}
+
+/// The memory-liveness summary: planned arena, lower bound, measured peak, what lives
+/// outside the arena (`outside`, from [`outside_arena`]), the remainder of the measured peak
+/// ("runtime and libraries"), and the tensors alive at the planned peak with the `.cvnn` line
+/// that made each.
+pub fn memory_report(session: &Session, outside: &[(String, usize)]) -> String {
     let plan = session.plan();
     let model = session.model();
     let g = &session.program().graph;
@@ -455,13 +570,35 @@ pub fn memory_report(session: &Session) -> String {
         metrics::human_bytes(plan.lower_bound_bytes as u64),
         plan.fragmentation_pct()
     ));
-    s.push_str(&format!("  parameters+state{:>12}\n", metrics::human_bytes(plan.persistent_bytes as u64)));
+    s.push_str(&format!(
+        "  parameters+state{:>12}  (inside the arena)\n",
+        metrics::human_bytes(plan.persistent_bytes as u64)
+    ));
+    s.push_str("  outside the arena (host memory):\n");
+    for (label, bytes) in outside {
+        s.push_str(&format!("    {:>12}  {label}\n", metrics::human_bytes(*bytes as u64)));
+    }
+    let itemised = plan.arena_bytes + outside.iter().map(|x| x.1).sum::<usize>();
+    let host = session.device() != Device::Cuda;
+    if host {
+        s.push_str(&format!("  planned + itemised {:>9}\n", metrics::human_bytes(itemised as u64)));
+    }
     match session.measured_peak_bytes() {
-        Some(b) => s.push_str(&format!(
-            "  measured peak   {:>12}  ({})\n",
-            metrics::human_bytes(b as u64),
-            peak_kind(session)
-        )),
+        Some(b) => {
+            s.push_str(&format!(
+                "  measured peak   {:>12}  ({})\n",
+                metrics::human_bytes(b as u64),
+                peak_kind(session)
+            ));
+            if host {
+                let rest = b as i64 - itemised as i64;
+                let sign = if rest < 0 { "-" } else { "" };
+                s.push_str(&format!(
+                    "  runtime and libraries {sign}{}  (measured - planned - itemised: binary, allocator, compiler)\n",
+                    metrics::human_bytes(rest.unsigned_abs())
+                ));
+            }
+        }
         None => s.push_str("  measured peak   unknown\n"),
     }
     let mut live: Vec<(usize, String)> = plan

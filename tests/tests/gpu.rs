@@ -388,3 +388,75 @@ fn bench_seed_cnn() {
         }
     }
 }
+
+/// Check mode on the GPU (`--check-numerics`, `docs/NUMERICS.md`): a clean checked step of
+/// every example finds nothing (no false alarm from a buffer the scan plan misplaces) and
+/// computes the plain step's loss; NaN put into one training sample is named at the op that
+/// first reads it, with its `.cvnn` line and the dataset sample.
+#[test]
+fn check_mode_on_the_gpu_names_nan_data_and_passes_clean_steps() {
+    use cvc_runtime::data::{self, Dataset};
+    use cvc_runtime::numerics::CheckNumerics;
+    use cvc_runtime::session::{Device, Model, SessionOptions};
+    use cvc_runtime::train::{train, TrainOptions};
+    if !gpu_or_skip() {
+        return;
+    }
+    let mut rng = SplitMix64::new(seed_for("gpu::check_mode"));
+    for path in examples() {
+        let model = Model::from_file(&path).unwrap();
+        let batch = batch_for(&path);
+        let opts =
+            SessionOptions { device: Device::Cuda, batch, ..SessionOptions::from_config(model.config()) };
+        let data = Dataset::synthetic_random(batch, rng.next_u64(), model.inputs()).unwrap();
+        let inputs = data.gather(&(0..batch).collect::<Vec<_>>());
+        let mut plain = model.session_with(&opts).unwrap();
+        let mut checked = model.session_with(&opts).unwrap();
+        let a = plain.train_step(&inputs).unwrap().loss;
+        let b = checked
+            .train_step_checked(&inputs)
+            .unwrap_or_else(|f| panic!("{}: false alarm: {}", path.display(), f.render(None)))
+            .loss;
+        assert!((a - b).abs() <= 1e-4 * a.abs().max(1.0), "{}: loss {a} plain, {b} checked", path.display());
+        assert_eq!(checked.checked_steps(), 1);
+    }
+    let src = "model Probe {
+    input x: c64[B, 6]
+    input label: class[B] of 3
+    h = x |> linear(5)
+    logits = h |> linear(3) |> abs
+    output logits
+    loss cross_entropy(logits, label)
+}
+train Probe {
+    data      = synthetic.random(count = 40, seed = 4)
+    split     = 0.8
+    batch     = 4
+    epochs    = 1
+    optimizer = sgd(lr = 0.05)
+    seed      = 9
+}
+";
+    let model = Model::from_source("probe.cvnn", src).unwrap();
+    let mut data = Dataset::from_source(&model.config().data, model.dir(), model.inputs()).unwrap();
+    let order = data::epoch_order(&data::split(data.len, 0.8, 9).train, 9, 0);
+    let b = (rng.next_u64() % 4) as usize;
+    let s = order[b];
+    let (_, x) = data.arrays.iter_mut().find(|(n, _)| n == "x").unwrap();
+    let HostData::F32(v) = &mut x.data else { panic!("x is complex") };
+    v[s * 12 + 2 * (rng.next_u64() % 6) as usize] = f32::NAN;
+    let out = std::env::temp_dir().join(format!("cvc-gpu-check-{}", std::process::id()));
+    let opts = TrainOptions {
+        device: Device::Cuda,
+        check_numerics: CheckNumerics::First,
+        ..TrainOptions::from_model(&model, out.clone())
+    };
+    let e = train(&model, &data, &opts).unwrap_err();
+    let _ = std::fs::remove_dir_all(&out);
+    let line = src.lines().position(|l| l.contains("linear(5)")).unwrap() + 1;
+    for needle in
+        [format!("probe.cvnn:{line}:"), format!("batch sample {b} (dataset sample {s})"), "input `x`".into()]
+    {
+        assert!(e.0.contains(&needle), "`{needle}` missing in:\n{}", e.0);
+    }
+}

@@ -1,5 +1,5 @@
-//! `cvc eval FILE --weights W.safetensors --data D.npz [--batch N]`: inference-mode loss,
-//! accuracy and confusion matrix of given weights on given data.
+//! `cvc eval FILE --weights W.safetensors --data D.npz [--batch N] [--check-numerics MODE]`:
+//! inference-mode loss, accuracy and confusion matrix of given weights on given data.
 
 use super::train::{load_model, DeviceArg};
 use super::{CliError, CliResult};
@@ -28,6 +28,11 @@ pub struct EvalArgs {
     /// Where to run.
     #[arg(long, value_enum, default_value = "auto")]
     pub device: DeviceArg,
+    /// NaN/Inf checks: `first` re-runs a batch whose loss or class scores are non-finite in
+    /// check mode to name the op, line and sample; `always` checks every batch; `off` reports
+    /// the batch only.
+    #[arg(long, value_enum, default_value = "first")]
+    pub check_numerics: crate::numerics::CheckNumerics,
 }
 
 /// Runs `cvc eval`.
@@ -41,10 +46,15 @@ pub fn run(args: &EvalArgs) -> CliResult {
         errln!("note: {n}");
     }
     session.load_weights(&args.weights).map_err(|e| CliError::Message(e.0))?;
+    let weights = args.weights.display().to_string();
+    if let Some(e) = session.non_finite_state(&weights).map_err(|e| CliError::Message(e.0))? {
+        return Err(CliError::Message(e.0));
+    }
     let classifier = Classifier::find(&model);
     let all: Vec<usize> = (0..data.len).collect();
-    let (loss, cm) = validate(&mut session, &data, &all, args.batch as usize, classifier.as_ref())
-        .map_err(|e| CliError::Message(e.0))?;
+    let (loss, cm) =
+        validate(&mut session, &data, &all, args.batch as usize, classifier.as_ref(), args.check_numerics)
+            .map_err(|e| CliError::Message(format!("{}: {}", args.data.display(), e.0)))?;
     outln!("{} samples of {}", data.len, args.data.display())?;
     if let Some(l) = loss {
         outln!("loss      {l:.6}")?;

@@ -1,4 +1,5 @@
-//! `cvc run FILE --weights W.safetensors --data D.npz [--grads OUT.safetensors] [--out OUT.npz]`:
+//! `cvc run FILE --weights W.safetensors --data D.npz [--grads OUT.safetensors] [--out OUT.npz]`
+//! `[--check-numerics off|first|always]`:
 //! one forward + backward pass over the whole data file as one batch, from given weights;
 //! prints the loss and writes the outputs (and the loss) and the parameter gradients, for
 //! checking cvc against another framework.
@@ -8,6 +9,7 @@ use super::{CliError, CliResult};
 use crate::backend::{HostData, HostTensor};
 use crate::checkpoint;
 use crate::data::{npy, Dataset};
+use crate::numerics::CheckNumerics;
 use crate::session::{Device, SessionOptions};
 use cvc_compiler::ir::DType;
 use std::collections::BTreeMap;
@@ -33,6 +35,10 @@ pub struct RunArgs {
     /// Where to run.
     #[arg(long, value_enum, default_value = "auto")]
     pub device: DeviceArg,
+    /// Scan what every kernel writes for NaN/Inf and name the first one's op, line and sample
+    /// (`first` and `always` check the one step; `off` reports a non-finite loss unlocated).
+    #[arg(long, value_enum, default_value = "first")]
+    pub check_numerics: CheckNumerics,
 }
 
 /// Runs `cvc run`.
@@ -47,9 +53,26 @@ pub fn run(args: &RunArgs) -> CliResult {
         errln!("note: {n}");
     }
     session.load_weights(&args.weights).map_err(|e| CliError::Message(e.0))?;
+    let weights = args.weights.display().to_string();
+    if let Some(e) = session.non_finite_state(&weights).map_err(|e| CliError::Message(e.0))? {
+        return Err(CliError::Message(e.0));
+    }
     let all: Vec<usize> = (0..data.len).collect();
     let inputs = data.gather(&all);
-    let report = session.train_step(&inputs).map_err(|e| CliError::Message(e.0))?;
+    let report = if args.check_numerics == CheckNumerics::Off {
+        session.train_step(&inputs).map_err(|e| CliError::Message(e.0))?
+    } else {
+        session.train_step_checked(&inputs).map_err(|f| {
+            CliError::Message(format!("{}: {}", args.data.display(), f.render(Some(all.as_slice()))))
+        })?
+    };
+    if !report.loss.is_finite() {
+        return Err(CliError::Message(format!(
+            "{}: the loss is {} (rerun with --check-numerics first to name the op that made it)",
+            args.data.display(),
+            report.loss
+        )));
+    }
     outln!("loss {:.8}  ({} samples, {})", report.loss, data.len, session.device_name())?;
     if let Some(path) = &args.grads {
         let grads = session.gradients().map_err(|e| CliError::Message(e.0))?;

@@ -1,7 +1,7 @@
 //! `cvc train FILE [--device auto|cpu|cuda] [--epochs N] [--batch N] [--out DIR]
-//! [--resume | --overwrite] [--seed N] [--memory-budget SIZE]`: trains with a progress bar,
-//! writes `metrics.jsonl` and checkpoints into a locked output folder (see
-//! [`crate::run_dir`] and docs/RUNS.md), and prints the memory-liveness summary.
+//! [--resume | --overwrite] [--seed N] [--memory-budget SIZE] [--check-numerics off|first|always]`:
+//! trains with a progress bar, writes `metrics.jsonl` and checkpoints into a locked output
+//! folder (see [`crate::run_dir`] and docs/RUNS.md), and prints the memory-liveness summary.
 
 use super::{CliError, CliResult};
 use crate::data::Dataset;
@@ -70,6 +70,11 @@ pub struct TrainArgs {
     /// No progress bar or per-epoch lines (metrics.jsonl is still written).
     #[arg(long, short)]
     pub quiet: bool,
+    /// Scan what every kernel writes for NaN/Inf and name the first one's op, line and sample:
+    /// `first` checks the first 3 steps (and re-checks a non-finite validation batch),
+    /// `always` every step (slow), `off` none (docs/NUMERICS.md).
+    #[arg(long, value_enum, default_value = "first")]
+    pub check_numerics: crate::numerics::CheckNumerics,
 }
 
 /// Loads and checks a model, printing diagnostics on failure.
@@ -114,6 +119,7 @@ pub fn run(args: &TrainArgs) -> CliResult {
     }
     opts.resume = args.resume;
     opts.overwrite = args.overwrite;
+    opts.check_numerics = args.check_numerics;
     opts.verbose = !args.quiet;
     if opts.memory_budget.is_some() {
         // Before the data is read or generated (which can take longer than compiling): a plan

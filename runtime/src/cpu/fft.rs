@@ -19,6 +19,11 @@ pub struct AxisFft {
 }
 
 impl AxisFft {
+    /// Bytes of the line and scratch buffers this transform owns (for the memory report).
+    pub fn buffer_bytes(&self) -> usize {
+        (self.line.len() + self.scratch.len()) * std::mem::size_of::<Complex<f32>>()
+    }
+
     /// Plans the transform the compiler described.
     pub fn new(call: &FftCall) -> AxisFft {
         let FftCall { ref shape, axis, inverse, scale, src, dst } = *call;

@@ -27,6 +27,7 @@ pub struct JitKernels {
     module: Option<JITModule>,
     /// Compiled kernels, in the order of `CpuModule::loops`.
     pub kernels: Vec<CompiledKernel>,
+    code_bytes: usize,
 }
 
 fn err(e: impl std::fmt::Display) -> RuntimeError {
@@ -57,6 +58,7 @@ impl JitKernels {
             }
         }
         let mut ids = Vec::new();
+        let mut code_bytes = 0;
         let mut ctx = jit.make_context();
         for k in &module.loops {
             let id = jit
@@ -68,6 +70,7 @@ impl JitKernels {
                 .map_err(err)?;
             ctx.func = k.func.clone();
             jit.define_function(id, &mut ctx).map_err(|e| err(format!("group {}: {e:?}", k.group)))?;
+            code_bytes += ctx.compiled_code().map_or(0, |c| c.code_buffer().len());
             jit.clear_context(&mut ctx);
             ids.push((id, k.rows, k.work));
         }
@@ -82,7 +85,12 @@ impl JitKernels {
                 CompiledKernel { f, rows, work }
             })
             .collect();
-        Ok(JitKernels { module: Some(jit), kernels })
+        Ok(JitKernels { module: Some(jit), kernels, code_bytes })
+    }
+
+    /// Bytes of machine code of the kernels (for the memory report).
+    pub fn code_bytes(&self) -> usize {
+        self.code_bytes
     }
 }
 

@@ -18,10 +18,12 @@ pub mod movement;
 pub mod pool;
 
 use crate::backend::{Backend, HostTensor, RuntimeError};
+use crate::numerics::{self, CheckedBuffer, NonFinite};
 use contract::Mat;
 use cvc_compiler::back::clif::host_config;
 use cvc_compiler::back::cpu::{self as gen, ConvCall, CpuCall, MatMulCall, MatOperand};
 use cvc_compiler::ir::Value;
+use cvc_compiler::passes::fusion::GroupId;
 use cvc_compiler::passes::memplan::Slot;
 use cvc_compiler::passes::Program;
 use fft::AxisFft;
@@ -109,6 +111,11 @@ pub struct CpuBackend {
     scratch: Vec<Scratch>,
     pool: Pool,
     _jit: JitKernels,
+    /// The kernel group of each launch, for check mode.
+    launch_groups: Vec<GroupId>,
+    /// Per launch, the buffers to scan after it: built by the first checked step.
+    scan_after: Option<Vec<Vec<CheckedBuffer>>>,
+    checked_steps: u64,
 }
 
 // SAFETY: the backend exclusively owns its arena, code and workspaces; raw pointers in it
@@ -132,6 +139,7 @@ impl CpuBackend {
         let module = gen::generate(&program, host_config()?)?;
         let jit = JitKernels::compile(&module)?;
         let arena = ArenaBuf::new(module.arena_bytes)?;
+        let launch_groups = module.launches.iter().map(|l| l.group).collect();
         let kernels = module
             .launches
             .into_iter()
@@ -152,7 +160,17 @@ impl CpuBackend {
                 dw: vec![0.0; module.workspace.dw_words],
             })
             .collect();
-        Ok(CpuBackend { program, arena, kernels, scratch, pool: Pool::new(threads), _jit: jit })
+        Ok(CpuBackend {
+            program,
+            arena,
+            kernels,
+            scratch,
+            pool: Pool::new(threads),
+            _jit: jit,
+            launch_groups,
+            scan_after: None,
+            checked_steps: 0,
+        })
     }
 
     /// The program this backend runs.
@@ -419,6 +437,48 @@ impl Backend for CpuBackend {
             unsafe { Self::run_kernel(&self.pool, sh, k) };
         }
         Ok(())
+    }
+
+    fn step_checked(&mut self) -> Result<Option<NonFinite>, RuntimeError> {
+        self.checked_steps += 1;
+        let groups: Vec<Option<GroupId>> = self.launch_groups.iter().map(|&g| Some(g)).collect();
+        let scans = self.scan_after.get_or_insert_with(|| numerics::scan_plan(&self.program, &groups));
+        let sh = Shared { base: self.arena.ptr, scratch: self.scratch.as_mut_ptr() };
+        for (k, after) in self.kernels.iter_mut().zip(scans.iter()) {
+            // SAFETY: as in `step`.
+            unsafe { Self::run_kernel(&self.pool, sh, k) };
+            for buf in after {
+                // SAFETY: the buffer is a slot of the plan, inside the arena, and the launch
+                // that wrote it has returned (the pool joins its threads).
+                let bytes = unsafe { std::slice::from_raw_parts(self.arena.ptr.add(buf.offset), buf.bytes) };
+                if let Some(found) = numerics::scan(buf, bytes) {
+                    return Ok(Some(found));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    fn checked_steps(&self) -> u64 {
+        self.checked_steps
+    }
+
+    fn host_memory(&self) -> Vec<(String, usize)> {
+        let words: usize = self.scratch.iter().map(|s| s.gemm.len() + s.cols.len() + s.dw.len()).sum();
+        let fft: usize = self
+            .kernels
+            .iter()
+            .map(|k| match k {
+                Kernel::Fft(f) => f.buffer_bytes(),
+                _ => 0,
+            })
+            .sum();
+        let mut items = vec![(format!("CPU workspaces ({} threads)", self.threads()), 4 * words)];
+        if fft > 0 {
+            items.push(("FFT plans and buffers".to_string(), fft));
+        }
+        items.push(("JIT code".to_string(), self._jit.code_bytes()));
+        items
     }
 
     fn arena_bytes(&self) -> usize {

@@ -7,6 +7,7 @@
 //! entry point first checks that the library can be opened ([`available`], [`nvrtc_version`]).
 
 use crate::backend::{Backend, HostTensor, RuntimeError};
+use crate::numerics::{self, CheckedBuffer, NonFinite};
 use cudarc::driver::{result, sys};
 use cvc_compiler::back::cuda::{self, CudaModule, CudaStep};
 use cvc_compiler::config::Precision;
@@ -315,6 +316,9 @@ pub struct CudaBackend {
     /// Page-locked host buffers of staged inputs (`Backend::stage`): pointer and bytes
     /// staged, per value; freed on drop.
     staging: Vec<(Value, *mut u8, usize, usize)>,
+    /// Per action, the buffers check mode scans after it (`numerics::scan_plan`).
+    scan_after: Vec<Vec<CheckedBuffer>>,
+    checked_steps: u64,
 }
 
 impl CudaBackend {
@@ -336,6 +340,16 @@ impl CudaBackend {
             .map_err(|e| RuntimeError(format!("CUDA code generation: {e}")))?;
         backend.load_module(&target.device.arch())?;
         backend.allocate_arena(program)?;
+        let groups: Vec<Option<usize>> = backend
+            .generated
+            .steps
+            .iter()
+            .map(|s| match s {
+                CudaStep::Launch(l) => Some(l.group),
+                CudaStep::Zero { .. } => None,
+            })
+            .collect();
+        backend.scan_after = numerics::scan_plan(program, &groups);
         backend.target = target;
         backend.sample_memory();
         Ok(backend)
@@ -381,6 +395,8 @@ impl CudaBackend {
             },
             target: CudaTarget::default(),
             staging: Vec::new(),
+            scan_after: Vec::new(),
+            checked_steps: 0,
         };
         // Measured before the module and arena exist, so the peak counts both.
         backend.free_before = result::mem_get_info().map_err(driver_err("memory query"))?.0;
@@ -642,6 +658,48 @@ impl Backend for CudaBackend {
             .map_err(|e| RuntimeError(format!("a CUDA kernel failed during the step: {e}")))?;
         self.sample_memory();
         Ok(())
+    }
+
+    /// Check mode: after each launch, waits for the device and copies the buffers the
+    /// launch completed to the host to scan them. Slow, and only run when asked for.
+    fn step_checked(&mut self) -> Result<Option<NonFinite>, RuntimeError> {
+        self.bind()?;
+        self.checked_steps += 1;
+        let mut host = Vec::new();
+        for (a, after) in self.actions.iter().zip(&self.scan_after) {
+            run_action(self.arena, a)?;
+            if after.is_empty() {
+                continue;
+            }
+            result::ctx::synchronize()
+                .map_err(|e| RuntimeError(format!("{} failed during a checked step: {e}", a.label())))?;
+            for buf in after {
+                host.resize(buf.bytes, 0u8);
+                // SAFETY: the buffer is a slot of the plan, inside the arena; the copy is
+                // synchronous and `host` holds exactly `buf.bytes` bytes.
+                unsafe { result::memcpy_dtoh_sync(&mut host, self.arena + buf.offset as u64) }
+                    .map_err(driver_err("check-mode download"))?;
+                if let Some(found) = numerics::scan(buf, &host) {
+                    return Ok(Some(found));
+                }
+            }
+        }
+        result::ctx::synchronize()
+            .map_err(|e| RuntimeError(format!("a CUDA kernel failed during the step: {e}")))?;
+        self.sample_memory();
+        Ok(None)
+    }
+
+    fn checked_steps(&self) -> u64 {
+        self.checked_steps
+    }
+
+    fn host_memory(&self) -> Vec<(String, usize)> {
+        let staged: usize = self.staging.iter().map(|s| s.2).sum();
+        vec![
+            ("page-locked input staging".to_string(), staged),
+            ("CUDA module source".to_string(), self.generated.source.len()),
+        ]
     }
 
     fn overlaps(&self) -> bool {
