@@ -4,11 +4,11 @@ pub mod check;
 pub mod data;
 pub mod emit;
 pub mod eval;
+pub mod fmt;
 pub mod plan;
 pub mod run;
 pub mod train;
 
-use std::fmt;
 
 /// Why a command failed. Every variant exits with code 1: a user error, already explained.
 #[derive(Debug)]
@@ -19,8 +19,8 @@ pub enum CliError {
     Message(String),
 }
 
-impl fmt::Display for CliError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CliError::Reported => f.write_str("errors reported above"),
             CliError::Message(m) => f.write_str(m),
