@@ -10,6 +10,7 @@ pub mod cuda;
 pub mod data;
 pub mod interp_backend;
 pub mod metrics;
+pub mod run_plan;
 pub mod session;
 pub mod timeline;
 pub mod train;

@@ -1,4 +1,4 @@
-//! The `cvc` command: check, plan, emit, train, run, eval, data, fmt.
+//! The `cvc` command: check, plan, emit, train, run, eval, data, fmt, report.
 
 use clap::{Parser, Subcommand};
 use cvc_runtime::cli::{self, CliError};
@@ -30,6 +30,8 @@ enum Command {
     Data(cli::data::DataArgs),
     /// Format .cvnn files canonically (in place; --check for CI).
     Fmt(cli::fmt::FmtArgs),
+    /// Write an HTML page of a run: curves, memory timeline, planned vs measured peak.
+    Report(cli::report::ReportArgs),
 }
 
 /// Restores the default SIGPIPE action, so `cvc ... | head` ends quietly like other Unix
@@ -61,6 +63,7 @@ fn main() -> ExitCode {
         Command::Eval(a) => cli::eval::run(a),
         Command::Data(a) => cli::data::run(a),
         Command::Fmt(a) => cli::fmt::run(a),
+        Command::Report(a) => cli::report::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -298,6 +298,8 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
         records.push(m);
     }
     let memory_report = memory_report(&session);
+    // What `cvc report` draws: the plan's timeline and the measured peak.
+    crate::run_plan::write(&opts.out, &session).map_err(RuntimeError)?;
     Ok(TrainSummary { epochs: records, memory_report, device: session.device_name() })
 }
 

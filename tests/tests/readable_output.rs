@@ -280,3 +280,237 @@ fn fmt_check_and_write_on_the_command_line() {
     assert_eq!(leftovers.len(), 2, "temporary files left: {leftovers:?}");
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
+
+// ----------------------------------------------------------------------------- cvc report
+
+/// A headless Chromium: `CVC_BROWSER`, else `chromium`, `chromium-browser` or
+/// `google-chrome` on PATH. Without one the test fails when `CVC_REQUIRE_BROWSER=1` (CI)
+/// and is skipped loudly otherwise.
+fn browser() -> Option<PathBuf> {
+    let found = std::env::var_os("CVC_BROWSER").map(PathBuf::from).or_else(|| {
+        let path = std::env::var_os("PATH")?;
+        std::env::split_paths(&path)
+            .flat_map(|d| ["chromium", "chromium-browser", "google-chrome"].map(|n| d.join(n)))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        assert!(
+            std::env::var("CVC_REQUIRE_BROWSER").as_deref() != Ok("1"),
+            "CVC_REQUIRE_BROWSER=1 but no chromium found: install it (`apt-get install chromium`) or set CVC_BROWSER"
+        );
+        eprintln!("\n*** SKIPPED: no headless browser (chromium); the HTML report was not rendered ***\n");
+    }
+    found
+}
+
+/// Runs the browser on `page` with `args`, killed after 120 s; returns its stdout.
+fn headless(browser: &Path, profile: &Path, args: &[&str], page: &Path) -> String {
+    let url = format!("file://{}", page.display());
+    let mut child = Command::new(browser)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .arg(&url)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("browser starts");
+    let mut out = child.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut out, &mut s).expect("browser output");
+        s
+    });
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed().as_secs() > 120 {
+            let _ = child.kill();
+            panic!("the browser did not finish within 120 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    reader.join().expect("reader")
+}
+
+/// The pixels of an 8-bit RGB or RGBA PNG (width, height, bytes per pixel, rows), decoded
+/// here so the test needs no image crate.
+fn decode_png(bytes: &[u8]) -> (usize, usize, usize, Vec<u8>) {
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+    let (mut pos, mut idat, mut ihdr) = (8, Vec::new(), None);
+    while pos + 8 <= bytes.len() {
+        let len = u32::from_be_bytes(bytes[pos..pos + 4].try_into().expect("4 bytes")) as usize;
+        let kind = &bytes[pos + 4..pos + 8];
+        let data = &bytes[pos + 8..pos + 8 + len];
+        match kind {
+            b"IHDR" => ihdr = Some(data.to_vec()),
+            b"IDAT" => idat.extend_from_slice(data),
+            _ => {}
+        }
+        pos += 12 + len;
+    }
+    let h = ihdr.expect("IHDR");
+    let w = u32::from_be_bytes(h[0..4].try_into().expect("4")) as usize;
+    let ht = u32::from_be_bytes(h[4..8].try_into().expect("4")) as usize;
+    assert_eq!((h[8], h[12]), (8, 0), "8-bit, not interlaced");
+    let bpp = match h[9] {
+        2 => 3,
+        6 => 4,
+        t => panic!("PNG colour type {t}"),
+    };
+    let mut raw = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::ZlibDecoder::new(&idat[..]), &mut raw).expect("inflate");
+    let stride = w * bpp;
+    assert_eq!(raw.len(), ht * (stride + 1), "image data size");
+    let mut px = vec![0u8; ht * stride];
+    for y in 0..ht {
+        let filter = raw[y * (stride + 1)];
+        for x in 0..stride {
+            let v = raw[y * (stride + 1) + 1 + x];
+            let a = if x >= bpp { px[y * stride + x - bpp] as i16 } else { 0 };
+            let b = if y > 0 { px[(y - 1) * stride + x] as i16 } else { 0 };
+            let c = if x >= bpp && y > 0 { px[(y - 1) * stride + x - bpp] as i16 } else { 0 };
+            let pred = match filter {
+                0 => 0,
+                1 => a,
+                2 => b,
+                3 => (a + b) / 2,
+                4 => {
+                    let p = a + b - c;
+                    let (pa, pb, pc) = ((p - a).abs(), (p - b).abs(), (p - c).abs());
+                    if pa <= pb && pa <= pc {
+                        a
+                    } else if pb <= pc {
+                        b
+                    } else {
+                        c
+                    }
+                }
+                f => panic!("PNG filter {f}"),
+            };
+            px[y * stride + x] = v.wrapping_add(pred as u8);
+        }
+    }
+    (w, ht, bpp, px)
+}
+
+/// The value of `attr` on the element with `id` in a dumped DOM.
+fn attribute(dom: &str, id: &str, attr: &str) -> Option<String> {
+    let at = dom.find(&format!("id=\"{id}\""))?;
+    let start = dom[..at].rfind('<')?;
+    let tag = &dom[start..start + dom[start..].find('>')?];
+    let key = format!(" {attr}=\"");
+    let v = tag.find(&key)? + key.len();
+    Some(tag[v..v + tag[v..].find('"')?].to_string())
+}
+
+/// The page needs nothing from the network: the only URL in it is the SVG namespace name.
+fn assert_self_contained(html: &str) {
+    let urls = html.matches("http").count();
+    let namespace = html.matches("http://www.w3.org/2000/svg").count();
+    assert_eq!(urls, namespace, "the page refers to the network");
+    for bad in ["<link", "<script src", "<img", "@import", "url("] {
+        assert!(!html.contains(bad), "the page contains `{bad}`");
+    }
+}
+
+/// `cvc train` writes `plan.json` into its run folder and `cvc report` turns the folder into
+/// one page that a real headless browser renders without script errors: two curves per
+/// chart, the bytes-alive curve and one arena rectangle per stored value.
+#[test]
+fn report_of_a_run_renders_in_a_headless_browser() {
+    let dir = std::env::temp_dir().join(format!("cvc-report-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let model = dir.join("tiny.cvnn");
+    std::fs::write(
+        &model,
+        "model Tiny {\n    input x: c64[B, 8]\n    input label: class[B] of 3\n\
+         logits = x |> linear(16) |> crelu |> linear(3) |> abs\n    output logits\n\
+         loss cross_entropy(logits, label)\n}\n\ntrain Tiny {\n    data = synthetic.random(count = 96, seed = 2)\n\
+         split = 0.75\n    batch = 16\n    epochs = 3\n}\n",
+    )
+    .expect("write model");
+    let run_dir = dir.join("run");
+    let out = run(&["train", model.to_str().expect("utf-8"), "--device", "cpu", "--out", run_dir.to_str().expect("utf-8"), "-q"]);
+    assert!(out.status.success(), "train: {}", stderr(&out));
+
+    // plan.json agrees with the plan's own numbers: the most bytes alive at one step is the
+    // lower bound, reached at the peak step, and no buffer leaves the arena.
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("plan.json")).expect("plan.json")).expect("JSON");
+    let alive: Vec<u64> = plan["alive_bytes"].as_array().expect("alive").iter().map(|v| v.as_u64().expect("u64")).collect();
+    assert_eq!(alive.len() as u64, plan["steps"].as_u64().expect("steps"));
+    assert_eq!(alive.iter().max().copied(), plan["lower_bound_bytes"].as_u64());
+    assert_eq!(Some(alive[plan["peak_step"].as_u64().expect("peak") as usize]), plan["lower_bound_bytes"].as_u64());
+    let arena = plan["arena_bytes"].as_u64().expect("arena");
+    let mut values = 0;
+    for b in plan["buffers"].as_array().expect("buffers") {
+        assert!(b["offset"].as_u64().expect("offset") + b["bytes"].as_u64().expect("bytes") <= arena);
+        for v in b["values"].as_array().expect("values") {
+            values += 1;
+            let line = v["line"].as_u64().expect("line");
+            assert!(line == 0 || plan["source_lines"][line.to_string()].is_string(), "{v}");
+        }
+    }
+    assert!(values > 5, "{values} values");
+    assert!(plan["measured_peak_bytes"].as_u64().is_some(), "the CPU measures its peak");
+
+    let out = run(&["report", run_dir.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "report: {}", stderr(&out));
+    let page = run_dir.join("report.html");
+    let html = std::fs::read_to_string(&page).expect("report.html");
+    assert_self_contained(&html);
+
+    let Some(chromium) = browser() else { return };
+    let profile = dir.join("profile");
+    let dom = headless(&chromium, &profile, &["--dump-dom"], &page);
+    assert_eq!(attribute(&dom, "render-status", "data-state").as_deref(), Some("rendered"), "{dom}");
+    let errors = dom.split("id=\"script-errors\"").nth(1).and_then(|s| s.split_once('>')).map(|(_, r)| r);
+    assert!(errors.is_some_and(|r| r.starts_with("</pre>")), "script errors: {dom}");
+    // train and validation loss, train and validation accuracy.
+    assert_eq!(attribute(&dom, "render-status", "data-curves").as_deref(), Some("4"));
+    assert_eq!(dom.matches("class=\"curve\"").count(), 4);
+    assert_eq!(attribute(&dom, "render-status", "data-buffers"), Some(values.to_string()));
+    assert_eq!(dom.matches("class=\"buf\"").count(), values);
+    assert!(attribute(&dom, "alive-curve", "d").is_some_and(|d| d.len() > 20), "no bytes-alive curve");
+    assert_eq!(dom.matches("class=\"peak-bar\"").count(), 3, "lower bound, arena, measured peak");
+
+    let shot = dir.join("shot.png");
+    let arg = format!("--screenshot={}", shot.display());
+    headless(&chromium, &profile, &[&arg, "--window-size=1200,1400", "--hide-scrollbars"], &page);
+    let (w, h, bpp, px) = decode_png(&std::fs::read(&shot).expect("screenshot written"));
+    assert_eq!((w, h), (1200, 1400));
+    let background = &px[..bpp];
+    let drawn = px.chunks(bpp).filter(|p| p[..3] != background[..3]).count();
+    let mut colours: Vec<&[u8]> = px.chunks(bpp).step_by(97).collect();
+    colours.sort();
+    colours.dedup();
+    assert!(drawn * 20 > w * h, "only {drawn} of {} pixels drawn: a blank page", w * h);
+    assert!(colours.len() > 20, "{} colours: charts missing", colours.len());
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// A model file gives the page of its plan alone (no curves, no measured peak), which the
+/// browser renders without errors; a folder that is no run is a user error.
+#[test]
+fn report_of_a_model_file_and_of_a_folder_that_is_no_run() {
+    let dir = std::env::temp_dir().join(format!("cvc-report-model-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let page = dir.join("seed.html");
+    let out = run(&["report", "examples/seed_cnn.cvnn", "--batch", "4", "--out", page.to_str().expect("utf-8")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let html = std::fs::read_to_string(&page).expect("page");
+    assert_self_contained(&html);
+    assert!(html.contains("\"batch\":4"), "the plan is for batch 4");
+    let out = run(&["report", dir.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("neither metrics.jsonl nor plan.json"), "{}", stderr(&out));
+    if let Some(chromium) = browser() {
+        let dom = headless(&chromium, &dir.join("profile"), &["--dump-dom"], &page);
+        assert_eq!(attribute(&dom, "render-status", "data-state").as_deref(), Some("rendered"), "{dom}");
+        assert_eq!(attribute(&dom, "render-status", "data-curves").as_deref(), Some("0"));
+        assert!(dom.contains("not measured"), "no measured peak without a run");
+    }
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}

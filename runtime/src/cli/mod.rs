@@ -6,6 +6,7 @@ pub mod emit;
 pub mod eval;
 pub mod fmt;
 pub mod plan;
+pub mod report;
 pub mod run;
 pub mod train;
 
