@@ -243,8 +243,8 @@ fn indent_of(next: Option<&Tok>, depth: usize, prev: Option<&Tok>) -> usize {
     if let Kind::Close(_) = t.kind {
         return depth.saturating_sub(1);
     }
-    let continues = t.starts == Starts::Nothing
-        && prev.is_some_and(|p| !matches!(p.kind, Kind::Open(_) | Kind::Comma));
+    let continues =
+        t.starts == Starts::Nothing && prev.is_some_and(|p| !matches!(p.kind, Kind::Open(_) | Kind::Comma));
     depth + usize::from(continues)
 }
 

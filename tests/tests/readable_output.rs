@@ -73,13 +73,16 @@ fn plan_summary_fits_a_screen() {
         let text = stdout(&out);
         let n = text.lines().count();
         assert!(n <= 40, "{path}: the summary has {n} lines:\n{text}");
-        for needle in ["passes:", "kernels:", "casts:", "arena", "lower bound", "fragmentation", "peak at step"] {
+        for needle in
+            ["passes:", "kernels:", "casts:", "arena", "lower bound", "fragmentation", "peak at step"]
+        {
             assert!(text.contains(needle), "{path}: no `{needle}` in\n{text}");
         }
         let json: serde_json::Value =
             serde_json::from_str(&stdout(&run(&["plan", "--json", path]))).expect("--json is JSON");
         // Every layer line of the summary has bytes and a `.cvnn` line that exist in the plan.
-        let launched = json["kernels"].as_array().expect("kernels").iter().filter(|k| k["kind"] != "view").count();
+        let launched =
+            json["kernels"].as_array().expect("kernels").iter().filter(|k| k["kind"] != "view").count();
         assert!(text.contains(&format!("kernels: {launched} (")), "{path}: kernel count differs from --json");
         let verbose = stdout(&run(&["plan", "--verbose", path]));
         let kernel_lines = verbose
@@ -99,7 +102,8 @@ fn plan_summary_fits_a_screen() {
 fn plan_summary_groups_the_peak_by_layer() {
     let path = "examples/complex_resnet.cvnn";
     let text = stdout(&run(&["plan", path]));
-    let json: serde_json::Value = serde_json::from_str(&stdout(&run(&["plan", "--json", path]))).expect("json");
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&run(&["plan", "--json", path]))).expect("json");
     let mut by_layer: Vec<((String, u64), u64)> = Vec::new();
     for t in json["live_at_peak"].as_array().expect("live") {
         let key = (t["label"].as_str().expect("label").to_string(), t["line"].as_u64().expect("line"));
@@ -109,7 +113,7 @@ fn plan_summary_groups_the_peak_by_layer() {
             None => by_layer.push((key, b)),
         }
     }
-    by_layer.sort_by(|a, b| b.1.cmp(&a.1));
+    by_layer.sort_by_key(|x| std::cmp::Reverse(x.1));
     let listed: Vec<&str> = text.lines().skip_while(|l| !l.starts_with("peak at step")).skip(1).collect();
     let largest = &by_layer[0];
     let first = listed[0];
@@ -129,7 +133,9 @@ fn ast_without_spans(src: &str) -> serde_json::Value {
     fn strip(v: &mut serde_json::Value) {
         match v {
             // A span is a `span` field, or a `{start, end}` object inside a tuple.
-            serde_json::Value::Object(m) if m.len() == 2 && m.contains_key("start") && m.contains_key("end") => {
+            serde_json::Value::Object(m)
+                if m.len() == 2 && m.contains_key("start") && m.contains_key("end") =>
+            {
                 *v = serde_json::Value::Null;
             }
             serde_json::Value::Object(m) => {
@@ -189,7 +195,8 @@ fn fmt_keeps_meaning_and_comments_of_every_example_and_fixture() {
             assert!(cvc_grammar::format_source(&src).is_err(), "{}: formats but does not parse", f.display());
             continue;
         }
-        let out = cvc_grammar::format_source(&src).unwrap_or_else(|e| panic!("{}: {}", f.display(), e.message));
+        let out =
+            cvc_grammar::format_source(&src).unwrap_or_else(|e| panic!("{}: {}", f.display(), e.message));
         let name = f.display();
         assert_eq!(ast_without_spans(&src), ast_without_spans(&out), "{name}: the AST changed:\n{out}");
         assert_eq!(comments(&src), comments(&out), "{name}: comments changed:\n{out}");
@@ -276,7 +283,8 @@ fn fmt_check_and_write_on_the_command_line() {
     assert_eq!(formatted, "model M {\n    input x: c64[B, 4]\n    y = x |> crelu\n    output y\n}\n");
     let out = run(&["fmt", "--check", m]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let leftovers: Vec<_> = std::fs::read_dir(&dir).expect("dir").map(|e| e.expect("entry").file_name()).collect();
+    let leftovers: Vec<_> =
+        std::fs::read_dir(&dir).expect("dir").map(|e| e.expect("entry").file_name()).collect();
     assert_eq!(leftovers.len(), 2, "temporary files left: {leftovers:?}");
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
@@ -431,17 +439,30 @@ fn report_of_a_run_renders_in_a_headless_browser() {
     )
     .expect("write model");
     let run_dir = dir.join("run");
-    let out = run(&["train", model.to_str().expect("utf-8"), "--device", "cpu", "--out", run_dir.to_str().expect("utf-8"), "-q"]);
+    let out = run(&[
+        "train",
+        model.to_str().expect("utf-8"),
+        "--device",
+        "cpu",
+        "--out",
+        run_dir.to_str().expect("utf-8"),
+        "-q",
+    ]);
     assert!(out.status.success(), "train: {}", stderr(&out));
 
     // plan.json agrees with the plan's own numbers: the most bytes alive at one step is the
     // lower bound, reached at the peak step, and no buffer leaves the arena.
     let plan: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(run_dir.join("plan.json")).expect("plan.json")).expect("JSON");
-    let alive: Vec<u64> = plan["alive_bytes"].as_array().expect("alive").iter().map(|v| v.as_u64().expect("u64")).collect();
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("plan.json")).expect("plan.json"))
+            .expect("JSON");
+    let alive: Vec<u64> =
+        plan["alive_bytes"].as_array().expect("alive").iter().map(|v| v.as_u64().expect("u64")).collect();
     assert_eq!(alive.len() as u64, plan["steps"].as_u64().expect("steps"));
     assert_eq!(alive.iter().max().copied(), plan["lower_bound_bytes"].as_u64());
-    assert_eq!(Some(alive[plan["peak_step"].as_u64().expect("peak") as usize]), plan["lower_bound_bytes"].as_u64());
+    assert_eq!(
+        Some(alive[plan["peak_step"].as_u64().expect("peak") as usize]),
+        plan["lower_bound_bytes"].as_u64()
+    );
     let arena = plan["arena_bytes"].as_u64().expect("arena");
     let mut values = 0;
     for b in plan["buffers"].as_array().expect("buffers") {
@@ -498,7 +519,8 @@ fn report_of_a_model_file_and_of_a_folder_that_is_no_run() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     let page = dir.join("seed.html");
-    let out = run(&["report", "examples/seed_cnn.cvnn", "--batch", "4", "--out", page.to_str().expect("utf-8")]);
+    let out =
+        run(&["report", "examples/seed_cnn.cvnn", "--batch", "4", "--out", page.to_str().expect("utf-8")]);
     assert!(out.status.success(), "{}", stderr(&out));
     let html = std::fs::read_to_string(&page).expect("page");
     assert_self_contained(&html);

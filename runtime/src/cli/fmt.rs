@@ -107,7 +107,10 @@ fn read_and_format(path: &Path) -> Result<Formatted, String> {
     let name = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read `{name}`: {e}"))?;
     if bytes.len() as u64 > MAX_SOURCE_BYTES {
-        return Err(format!("`{name}` is larger than {} MiB; is it really a .cvnn file?", MAX_SOURCE_BYTES >> 20));
+        return Err(format!(
+            "`{name}` is larger than {} MiB; is it really a .cvnn file?",
+            MAX_SOURCE_BYTES >> 20
+        ));
     }
     let src = match String::from_utf8(bytes) {
         Ok(s) => s,

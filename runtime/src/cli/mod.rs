@@ -10,7 +10,6 @@ pub mod report;
 pub mod run;
 pub mod train;
 
-
 /// Why a command failed. Every variant exits with code 1: a user error, already explained.
 #[derive(Debug)]
 pub enum CliError {

@@ -270,12 +270,7 @@ pub fn brief(p: &Program, src: &str, model: &str) -> String {
         p.facts.recomputed.len()
     );
     let _ = writeln!(s, "\nmemory (batch {}):", plan.batch);
-    let _ = writeln!(
-        s,
-        "  arena        {:>12}  ({})",
-        human_bytes(plan.arena_bytes as u64),
-        plan.heuristic
-    );
+    let _ = writeln!(s, "  arena        {:>12}  ({})", human_bytes(plan.arena_bytes as u64), plan.heuristic);
     let _ = writeln!(
         s,
         "  lower bound  {:>12}  (fragmentation {:.2}%)",
@@ -311,12 +306,7 @@ pub fn brief(p: &Program, src: &str, model: &str) -> String {
     }
     if layers.len() > TOP_LAYERS {
         let rest: usize = layers[TOP_LAYERS..].iter().map(|l| l.bytes).sum();
-        let _ = writeln!(
-            s,
-            "  and {} more layers ({})",
-            layers.len() - TOP_LAYERS,
-            human_bytes(rest as u64)
-        );
+        let _ = writeln!(s, "  and {} more layers ({})", layers.len() - TOP_LAYERS, human_bytes(rest as u64));
     }
     let _ = writeln!(s, "\n(--verbose lists every kernel, recomputed value and tensor; --json for tools)");
     s

@@ -80,7 +80,9 @@ fn read_run(dir: &Path) -> Result<(Vec<serde_json::Value>, Option<serde_json::Va
         for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
             let v: serde_json::Value = serde_json::from_str(line)
                 .map_err(|e| format!("{}:{}: not a JSON record: {e}", metrics_path.display(), i + 1))?;
-            if !v.get("epoch").is_some_and(|e| e.is_u64()) || !v.get("train_loss").is_some_and(|l| l.is_number()) {
+            if !v.get("epoch").is_some_and(|e| e.is_u64())
+                || !v.get("train_loss").is_some_and(|l| l.is_number())
+            {
                 return Err(CliError::Message(format!(
                     "{}:{}: an epoch record needs `epoch` and `train_loss`",
                     metrics_path.display(),
