@@ -211,6 +211,59 @@ fn fmt_keeps_meaning_and_comments_of_every_example_and_fixture() {
     assert!(formatted >= 40 && checked >= 15, "only {formatted} files formatted, {checked} checked");
 }
 
+/// Layout the formatter must undo: whitespace, line breaks and comments inserted at random
+/// places of every example (seeded, `CVC_SEED` varies it). Whatever still parses formats to
+/// the same AST, keeps its comments, and formats to a fixed point in one step.
+#[test]
+fn fmt_is_stable_under_random_layout() {
+    let mut state = cvc_tests::seed::seed_for("fmt_is_stable_under_random_layout") | 1;
+    let mut next = move || {
+        // xorshift64*: a small, fixed generator for test inputs.
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    };
+    let (mut tried, mut parsed) = (0, 0);
+    for f in examples() {
+        let src = std::fs::read_to_string(&f).expect("example reads");
+        for _ in 0..40 {
+            let mut text = src.clone();
+            for _ in 0..(1 + next() % 6) {
+                let at = (next() as usize) % (text.len() + 1);
+                // Next to existing whitespace, so that most layouts still parse.
+                let b = text.as_bytes();
+                let near_space = (at > 0 && b[at - 1].is_ascii_whitespace())
+                    || b.get(at).is_some_and(u8::is_ascii_whitespace);
+                if !text.is_char_boundary(at) || !near_space {
+                    continue;
+                }
+                let piece = ["\n", "  ", "\n\n\n", "\t", " # note\n", "\n# own line\n", "\r\n"]
+                    [(next() % 7) as usize];
+                text.insert_str(at, piece);
+            }
+            tried += 1;
+            if cvc_grammar::parse(&text).is_err() {
+                continue;
+            }
+            parsed += 1;
+            let out = cvc_grammar::format_source(&text).expect("what parses formats");
+            assert_eq!(
+                ast_without_spans(&text),
+                ast_without_spans(&out),
+                "AST changed for:\n{text}\n---\n{out}"
+            );
+            assert_eq!(comments(&text), comments(&out), "comments changed for:\n{text}\n---\n{out}");
+            assert_eq!(
+                cvc_grammar::format_source(&out).expect("formats"),
+                out,
+                "not idempotent for:\n{text}"
+            );
+        }
+    }
+    assert!(parsed * 4 > tried, "only {parsed} of {tried} layouts parsed");
+}
+
 /// A messy file comes out in the documented canonical style (the expectation is written by
 /// hand from the style in `grammar/src/fmt.rs`).
 #[test]

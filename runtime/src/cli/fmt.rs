@@ -33,9 +33,13 @@ pub fn run(args: &FmtArgs) -> CliResult {
             Formatted::Same => {}
             Formatted::Changed(_) if args.check => unformatted.push(file.display().to_string()),
             Formatted::Changed(text) => {
+                // The rename gives a new file: keep the old one's permissions.
+                let perms = std::fs::metadata(file).map(|m| m.permissions());
                 if let Err(e) = crate::checkpoint::write_atomic(file, text.as_bytes()) {
                     eprintln!("error: cannot write `{}`: {e}", file.display());
                     failed = true;
+                } else if let Ok(p) = perms {
+                    let _ = std::fs::set_permissions(file, p);
                 }
             }
             Formatted::Invalid => failed = true,
