@@ -6,7 +6,9 @@
 //! ```
 
 pub mod ast;
+pub mod fmt;
 pub mod parser;
 pub mod span;
+pub use fmt::format_source;
 pub use parser::{parse, ParseError};
 pub use span::{LineIndex, Span};

@@ -10,7 +10,7 @@ use pest_derive::Parser;
 
 #[derive(Parser)]
 #[grammar = "../cvnn.pest"]
-struct CvnnParser;
+pub(crate) struct CvnnParser;
 
 /// Deepest nesting of brackets accepted; deeper input is refused before parsing, so that
 /// neither the parser nor the checker can run out of stack.

@@ -1,4 +1,4 @@
-//! The `cvc` command: check, plan, emit, train, run, eval, data.
+//! The `cvc` command: check, plan, emit, train, run, eval, data, fmt, report.
 
 use clap::{Parser, Subcommand};
 use cvc_runtime::cli::{self, CliError};
@@ -28,6 +28,10 @@ enum Command {
     Eval(cli::eval::EvalArgs),
     /// Generate a built-in dataset.
     Data(cli::data::DataArgs),
+    /// Format .cvnn files canonically (in place; --check for CI).
+    Fmt(cli::fmt::FmtArgs),
+    /// Write an HTML page of a run: curves, memory timeline, planned vs measured peak.
+    Report(cli::report::ReportArgs),
 }
 
 /// Restores the default SIGPIPE action, so `cvc ... | head` ends quietly like other Unix
@@ -66,6 +70,8 @@ fn main() -> ExitCode {
         Command::Run(a) => cli::run::run(a),
         Command::Eval(a) => cli::eval::run(a),
         Command::Data(a) => cli::data::run(a),
+        Command::Fmt(a) => cli::fmt::run(a),
+        Command::Report(a) => cli::report::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

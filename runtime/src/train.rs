@@ -393,6 +393,8 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
     }
     let outside_arena = outside_arena(&session, data, classifier.as_ref());
     let memory_report = memory_report(&session, &outside_arena);
+    // What `cvc report` draws: the plan's timeline and the measured peak.
+    crate::run_plan::write(&opts.out, &session).map_err(RuntimeError)?;
     Ok(TrainSummary {
         epochs: records,
         memory_report,

@@ -31,11 +31,11 @@ pub mod check;
 pub mod data;
 pub mod emit;
 pub mod eval;
+pub mod fmt;
 pub mod plan;
+pub mod report;
 pub mod run;
 pub mod train;
-
-use std::fmt;
 
 /// Why a command failed. Every variant exits with code 1: a user error, already explained.
 #[derive(Debug)]
@@ -46,8 +46,8 @@ pub enum CliError {
     Message(String),
 }
 
-impl fmt::Display for CliError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CliError::Reported => f.write_str("errors reported above"),
             CliError::Message(m) => f.write_str(m),

@@ -41,6 +41,10 @@ pub struct PlanArgs {
     /// Plan the unfused baseline (one kernel per node).
     #[arg(long)]
     pub no_fuse: bool,
+    /// Print every kernel, recomputed value and tensor alive at the peak (the default is a
+    /// summary that fits a screen).
+    #[arg(long, short)]
+    pub verbose: bool,
 }
 
 /// Parses a memory budget (`--memory-budget`, `--max-batch`): a byte size in the forms of
@@ -122,8 +126,10 @@ pub fn run(args: &PlanArgs) -> CliResult {
             "{}\n",
             serde_json::to_string_pretty(&json(&program, &checked.src)).expect("plan serialises")
         ))?;
-    } else {
+    } else if args.verbose {
         print_out(&summary(&program, &checked.src, &checked.model))?;
+    } else {
+        print_out(&brief(&program, &checked.src, &checked.model))?;
     }
     if let Some(m) = budget_error(program.plan.arena_bytes as u64, opts.memory_budget) {
         return Err(CliError::Message(m));
@@ -231,7 +237,127 @@ fn kind_name(k: GroupKind) -> &'static str {
     }
 }
 
-/// The human-readable plan.
+/// How many layers `cvc plan` lists among the tensors alive at the peak, and how many casts.
+const TOP_LAYERS: usize = 10;
+const TOP_CASTS: usize = 5;
+
+/// The plan in at most 40 lines: passes, kernel counts by kind, casts, memory, and the layers
+/// holding the most bytes at the peak. [`summary`] is the full listing (`--verbose`).
+pub fn brief(p: &Program, src: &str, model: &str) -> String {
+    let lines = LineIndex::new(src);
+    let g = &p.graph;
+    let plan = &p.plan;
+    let mut s = String::new();
+    let mode = match g.mode {
+        Mode::Train => "training step",
+        Mode::Eval => "inference",
+    };
+    let _ = writeln!(s, "plan {model} ({mode}, batch {})", plan.batch);
+    let _ = writeln!(s, "passes: {}", p.facts.passes.join(" → "));
+    let mut counts = std::collections::BTreeMap::new();
+    for k in p.groups.iter().filter(|k| k.kind != GroupKind::View) {
+        *counts.entry(kind_name(k.kind)).or_insert(0usize) += 1;
+    }
+    let launched: usize = counts.values().sum();
+    let views = p.groups.len() - launched;
+    let per: Vec<String> = counts.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let per = if per.is_empty() { String::new() } else { format!(" ({})", per.join(", ")) };
+    let _ = writeln!(s, "kernels: {launched}{per}, {views} views (no launch)");
+    let _ = writeln!(s, "casts: {}", p.facts.casts.len());
+    for c in p.facts.casts.iter().take(TOP_CASTS) {
+        let _ = writeln!(s, "  line {:>3}: {}", c.line, c.what);
+    }
+    if p.facts.casts.len() > TOP_CASTS {
+        let _ = writeln!(s, "  and {} more", p.facts.casts.len() - TOP_CASTS);
+    }
+    let _ = writeln!(
+        s,
+        "combines materialised: {}; recomputed: {} values",
+        p.facts.combines_materialized,
+        p.facts.recomputed.len()
+    );
+    let _ = writeln!(s, "\nmemory (batch {}):", plan.batch);
+    let _ = writeln!(s, "  arena        {:>12}  ({})", human_bytes(plan.arena_bytes as u64), plan.heuristic);
+    let _ = writeln!(
+        s,
+        "  lower bound  {:>12}  (fragmentation {:.2}%)",
+        human_bytes(plan.lower_bound_bytes as u64),
+        plan.fragmentation_pct()
+    );
+    let _ = writeln!(
+        s,
+        "  persistent   {:>12}  (parameters {}, and state)",
+        human_bytes(plan.persistent_bytes as u64),
+        human_bytes(plan.param_bytes as u64)
+    );
+    let layers = peak_layers(p, &lines);
+    let total: usize = layers.iter().map(|l| l.bytes).sum();
+    let _ = writeln!(
+        s,
+        "\npeak at step {} of {}: {} in {} tensors; by layer:",
+        plan.peak_step,
+        plan.steps,
+        human_bytes(total as u64),
+        plan.live_at_peak.len()
+    );
+    for l in layers.iter().take(TOP_LAYERS) {
+        let at = if l.line > 0 { format!("line {:>3}", l.line) } else { "        ".into() };
+        let _ = writeln!(
+            s,
+            "  {:>12}  {at}  {:<28} {} × {}",
+            human_bytes(l.bytes as u64),
+            l.layer,
+            l.tensors,
+            l.kinds.join(", ")
+        );
+    }
+    if layers.len() > TOP_LAYERS {
+        let rest: usize = layers[TOP_LAYERS..].iter().map(|l| l.bytes).sum();
+        let _ = writeln!(s, "  and {} more layers ({})", layers.len() - TOP_LAYERS, human_bytes(rest as u64));
+    }
+    let _ = writeln!(s, "\n(--verbose lists every kernel, recomputed value and tensor; --json for tools)");
+    s
+}
+
+/// The tensors alive at the peak of one layer (one `.cvnn` line and label).
+struct PeakLayer {
+    layer: String,
+    line: usize,
+    bytes: usize,
+    tensors: usize,
+    /// What the tensors hold (`forward activation`, `gradient`, ...), distinct, in order met.
+    kinds: Vec<&'static str>,
+}
+
+/// The values alive at the peak grouped by layer, largest first.
+fn peak_layers(p: &Program, lines: &LineIndex) -> Vec<PeakLayer> {
+    let g = &p.graph;
+    let plan = &p.plan;
+    let mut out: Vec<PeakLayer> = Vec::new();
+    let mut live = plan.live_at_peak.clone();
+    live.sort_by_key(|&v| std::cmp::Reverse(g.ty(v).bytes(plan.batch)));
+    for v in live {
+        let n = g.node(v);
+        let layer = if n.origin.label.is_empty() { n.op.mnemonic() } else { n.origin.label.clone() };
+        let line = line_of(g, v, lines);
+        let bytes = g.ty(v).bytes(plan.batch);
+        let kind = BufferKind::of(p, v).name();
+        match out.iter_mut().find(|l| l.layer == layer && l.line == line) {
+            Some(l) => {
+                l.bytes += bytes;
+                l.tensors += 1;
+                if !l.kinds.contains(&kind) {
+                    l.kinds.push(kind);
+                }
+            }
+            None => out.push(PeakLayer { layer, line, bytes, tensors: 1, kinds: vec![kind] }),
+        }
+    }
+    out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.line.cmp(&b.line)).then(a.layer.cmp(&b.layer)));
+    out
+}
+
+/// The human-readable plan in full (`--verbose`): every kernel and tensor.
 pub fn summary(p: &Program, src: &str, model: &str) -> String {
     let lines = LineIndex::new(src);
     let g = &p.graph;
