@@ -200,7 +200,8 @@ pub fn validate(
     Ok((loss, cm))
 }
 
-/// `evaluating samples 40..47` (dataset indices of a chunk, as a range when contiguous).
+/// `evaluating dataset samples 40..=47` (a chunk's dataset indices as a range when contiguous,
+/// else their count: the finding names the sample itself).
 fn samples_text(chunk: &[usize]) -> String {
     match (chunk.first(), chunk.last()) {
         (Some(a), Some(b)) if b - a + 1 == chunk.len() => format!("evaluating dataset samples {a}..={b}"),
@@ -285,7 +286,8 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
             let next_chunk = chunks.get(i + 1).copied();
             let t0 = Instant::now();
             let r = if opts.check_numerics.checks_step(run_step) {
-                // Check mode: no overlap, every launch scanned (a slow step, not timed).
+                // Check mode: no overlap, every launch scanned. Only timed when every step is
+                // checked: a few slow first steps would skew a short epoch's median.
                 let r = session.train_step_checked(staged.batch()).map_err(|f| {
                     bar.abandon();
                     RuntimeError(format!(
@@ -295,6 +297,9 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
                         f.render(Some(chunks[i]))
                     ))
                 })?;
+                if opts.check_numerics == CheckNumerics::Always {
+                    times.push(t0.elapsed().as_secs_f64() * 1e3);
+                }
                 pending = next_chunk.map(|c| StagedBatch::new(data.gather_reusing(c, spare.take())));
                 r
             } else if overlap {
@@ -337,8 +342,13 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
         bar.finish_and_clear();
         // An update that broke the model is caught here, before anything is saved: no
         // checkpoint (last or best) ever holds a non-finite parameter.
+        let kept = match epoch {
+            0 => "no checkpoint was written".to_string(),
+            e => format!("the checkpoints keep epoch {e}"),
+        };
         let broken = format!(
-            "after epoch {} (lr {lr:e}; checkpoints keep the previous epoch, try a smaller learning rate)",
+            "after epoch {} (lr {lr:e}) the updates made the model non-finite; {kept}; rerun with \
+             --check-numerics always to name the step, op and sample, or try a smaller learning rate",
             epoch + 1
         );
         if let Some(e) = session.non_finite_state(&broken)? {

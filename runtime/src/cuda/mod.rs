@@ -664,6 +664,13 @@ impl Backend for CudaBackend {
     /// launch completed to the host to scan them. Slow, and only run when asked for.
     fn step_checked(&mut self) -> Result<Option<NonFinite>, RuntimeError> {
         self.bind()?;
+        if self.scan_after.len() != self.actions.len() {
+            return Err(RuntimeError(format!(
+                "internal error: check mode has a scan list for {} of {} actions",
+                self.scan_after.len(),
+                self.actions.len()
+            )));
+        }
         self.checked_steps += 1;
         let mut host = Vec::new();
         for (a, after) in self.actions.iter().zip(&self.scan_after) {
