@@ -496,7 +496,8 @@ fn check_identity(
         return Ok(());
     }
     Err(RuntimeError(format!(
-        "--resume: {} was trained with {}: resume with the settings it was trained with, or start a new run          with --overwrite or another --out",
+        "--resume: {} was trained with {}: resume with the settings it was trained with, or start a new \
+         run with --overwrite or another --out",
         file.display(),
         differs.join("; with ")
     )))

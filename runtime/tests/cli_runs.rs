@@ -496,7 +496,9 @@ fn resume_refuses_another_model_batch_seed_or_data() {
         a.extend(extra);
         cvc(&dir, &a)
     };
-    assert_fails(&resume("tiny.cvnn", &["--batch", "4"]), "batch 8, this run batch 4", "--batch");
+    let o = resume("tiny.cvnn", &["--batch", "4"]);
+    assert_fails(&o, "batch 8, this run batch 4", "--batch");
+    assert!(text(&o).contains("or start a new run with --overwrite or another --out"), "{}", text(&o));
     assert_fails(&resume("tiny.cvnn", &["--seed", "3"]), "seed 2, this run seed 3", "--seed");
     assert_fails(&resume("wider.cvnn", &[]), "a different model", "another model");
     assert_fails(&resume("lr.cvnn", &[]), "\"lr\":0.01", "another optimizer");
