@@ -107,6 +107,8 @@ fn tiny_setup(name: &str) -> PathBuf {
 #[test]
 fn every_subcommand_with_a_full_stdout_exits_1_with_an_error() {
     let dir = tiny_setup("full-stdout");
+    // `fmt --check` prints the files it would change.
+    fs::write(dir.join("unformatted.cvnn"), TINY.replace("    ", "  ")).unwrap();
     let w = ["--weights", "run/last.safetensors", "--data", "d.npz", "--device", "cpu"];
     let mut cases: Vec<Vec<&str>> = vec![
         vec!["check", "tiny.cvnn"],
@@ -123,6 +125,8 @@ fn every_subcommand_with_a_full_stdout_exits_1_with_an_error() {
         vec!["--help"],
         vec!["--version"],
         vec!["train", "--help"],
+        vec!["report", "tiny.cvnn", "-o", "tiny.html"],
+        vec!["fmt", "--check", "unformatted.cvnn"],
     ];
     let mut run = vec!["run", "tiny.cvnn"];
     run.extend(w);

@@ -36,7 +36,7 @@ pub fn run(args: &FmtArgs) -> CliResult {
                 // The rename gives a new file: keep the old one's permissions.
                 let perms = std::fs::metadata(file).map(|m| m.permissions());
                 if let Err(e) = crate::checkpoint::write_atomic(file, text.as_bytes()) {
-                    eprintln!("error: cannot write `{}`: {e}", file.display());
+                    errln!("error: cannot write `{}`: {e}", file.display());
                     failed = true;
                 } else if let Ok(p) = perms {
                     let _ = std::fs::set_permissions(file, p);
@@ -50,7 +50,7 @@ pub fn run(args: &FmtArgs) -> CliResult {
         for f in &unformatted {
             out.push_str(&format!("would reformat {f}\n"));
         }
-        super::plan::print_out(&out);
+        super::plan::print_out(&out)?;
     }
     if failed {
         return Err(CliError::Reported);
@@ -101,7 +101,7 @@ fn format_file(path: &Path) -> Formatted {
     match read_and_format(path) {
         Ok(f) => f,
         Err(m) => {
-            eprintln!("error: {m}");
+            errln!("error: {m}");
             Formatted::Invalid
         }
     }
@@ -135,7 +135,7 @@ fn read_and_format(path: &Path) -> Result<Formatted, String> {
                 d = d.with_help(h);
             }
             eprint!("{}", render_all(&name, &src, &[d], std::io::stderr().is_terminal()));
-            eprintln!("error: `{name}` was not formatted: it does not parse");
+            errln!("error: `{name}` was not formatted: it does not parse");
             Ok(Formatted::Invalid)
         }
     }

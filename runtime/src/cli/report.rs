@@ -50,7 +50,7 @@ pub fn run(args: &ReportArgs) -> CliResult {
     let data = serde_json::json!({ "title": title, "metrics": metrics, "plan": plan });
     let page = render(&title, &data);
     crate::checkpoint::write_atomic(&out, page.as_bytes())?;
-    println!("wrote {}", out.display());
+    outln!("wrote {}", out.display())?;
     Ok(())
 }
 
