@@ -97,7 +97,7 @@ def torch_step(net: Parity, batch: dict):
     loss = F.cross_entropy(logits, torch.from_numpy(batch["label"]).long())
     loss.backward()
     grads = {k: p.grad.detach().numpy().copy() for k, p in net.named_parameters()}
-    return float(loss), logits.detach().numpy(), grads
+    return loss.item(), logits.detach().numpy(), grads
 
 
 def rel_err(a: np.ndarray, b: np.ndarray) -> float:
