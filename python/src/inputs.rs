@@ -10,7 +10,9 @@
 use crate::errors::data_error;
 use cvc_compiler::ir::{DType, Shape};
 use cvc_runtime::session::{TensorBytes, TensorRef};
-use numpy::{Complex32, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{
+    Complex32, PyArrayDyn, PyArrayMethods, PyReadonlyArrayDyn, PyUntypedArray, PyUntypedArrayMethods,
+};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -190,7 +192,11 @@ fn read_host<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>, e: &Expected) -> PyR
         obj.clone()
     };
     let arr = np.call_method1("asarray", (&obj,)).map_err(|err| {
-        data_error(format!("input '{}': expected an array {}, got something NumPy cannot read: {err}", e.name, want_text(e)))
+        data_error(format!(
+            "input '{}': expected an array {}, got something NumPy cannot read: {err}",
+            e.name,
+            want_text(e)
+        ))
     })?;
     let untyped = arr.cast::<PyUntypedArray>()?;
     let kind: String = untyped.dtype().getattr("kind")?.extract()?;
@@ -206,7 +212,8 @@ fn read_host<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>, e: &Expected) -> PyR
             e.name,
             want_text(e),
             match e.dtype {
-                DType::C64 if kind == "f" => " (a real array for a complex input: convert with .astype(numpy.complex64))",
+                DType::C64 if kind == "f" =>
+                    " (a real array for a complex input: convert with .astype(numpy.complex64))",
                 DType::I32 => " (class labels are integers)",
                 _ => "",
             }
@@ -239,7 +246,9 @@ fn read_host<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>, e: &Expected) -> PyR
         np.call_method("ascontiguousarray", (&arr,), Some(&kw))?
     };
     let held = match e.dtype {
-        DType::C64 => Held::C64(arr.cast::<PyArrayDyn<Complex32>>()?.try_readonly().map_err(|err| busy(e, err))?),
+        DType::C64 => {
+            Held::C64(arr.cast::<PyArrayDyn<Complex32>>()?.try_readonly().map_err(|err| busy(e, err))?)
+        }
         DType::F32 => Held::F32(arr.cast::<PyArrayDyn<f32>>()?.try_readonly().map_err(|err| busy(e, err))?),
         DType::I32 => {
             let a = arr.cast::<PyArrayDyn<i32>>()?.try_readonly().map_err(|err| busy(e, err))?;
@@ -359,7 +368,11 @@ fn read_cuda<'py>(obj: &Bound<'py, PyAny>, e: &Expected, device_id: i32) -> PyRe
     let shape: Vec<usize> =
         unsafe { std::slice::from_raw_parts(t.shape, ndim) }.iter().map(|&d| d as usize).collect();
     if shape != e.shape {
-        return Err(data_error(format!("input '{}': expected {}, got a CUDA tensor {shape:?}", e.name, want_text(e))));
+        return Err(data_error(format!(
+            "input '{}': expected {}, got a CUDA tensor {shape:?}",
+            e.name,
+            want_text(e)
+        )));
     }
     if !t.strides.is_null() {
         // SAFETY: see above.

@@ -42,9 +42,9 @@ fn device_of(name: &str) -> PyResult<Device> {
         "cpu" => Ok(Device::Cpu),
         "cuda" => Ok(Device::Cuda),
         "interp" => Ok(Device::Interp),
-        other => Err(bad_argument(format!(
-            "device={other:?}: expected \"auto\", \"cpu\", \"cuda\" or \"interp\""
-        ))),
+        other => {
+            Err(bad_argument(format!("device={other:?}: expected \"auto\", \"cpu\", \"cuda\" or \"interp\"")))
+        }
     }
 }
 
@@ -80,7 +80,9 @@ impl PyModel {
     #[staticmethod]
     #[pyo3(signature = (text, name = "<string>"))]
     fn from_source(py: Python<'_>, text: &str, name: &str) -> PyResult<PyModel> {
-        guard(|| Model::from_source(name, text).map(|model| PyModel { model }).map_err(|e| model_error(py, &e)))
+        guard(|| {
+            Model::from_source(name, text).map(|model| PyModel { model }).map_err(|e| model_error(py, &e))
+        })
     }
 
     /// The model's name.

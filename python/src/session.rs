@@ -134,19 +134,26 @@ fn batch_rows(batch: &Bound<'_, PyDict>) -> PyResult<usize> {
     let (_, first) = batch.iter().next().ok_or_else(|| data_error("the batch is empty"))?;
     let shape = first.getattr("shape").map_err(|_| data_error("batch values must be arrays or tensors"))?;
     let dims: Vec<usize> = shape.extract()?;
-    dims.first().copied().filter(|&n| n > 0).ok_or_else(|| data_error("batch arrays need a batch dimension of at least 1"))
+    dims.first()
+        .copied()
+        .filter(|&n| n > 0)
+        .ok_or_else(|| data_error("batch arrays need a batch dimension of at least 1"))
 }
 
 /// A host tensor from a NumPy-readable value of `dtype`.
 fn host_tensor(py: Python<'_>, name: &str, value: &Bound<'_, PyAny>, dtype: DType) -> PyResult<HostTensor> {
     let np = py.import("numpy")?;
-    let value = if value.hasattr("detach")? { value.call_method0("detach")?.call_method0("cpu")? } else { value.clone() };
+    let value = if value.hasattr("detach")? {
+        value.call_method0("detach")?.call_method0("cpu")?
+    } else {
+        value.clone()
+    };
     let target = crate::inputs::numpy_name(dtype);
     let kw = PyDict::new(py);
     kw.set_item("dtype", target)?;
-    let arr = np.call_method("ascontiguousarray", (&value,), Some(&kw)).map_err(|e| {
-        data_error(format!("state dict entry '{name}': expected a {target} array: {e}"))
-    })?;
+    let arr = np
+        .call_method("ascontiguousarray", (&value,), Some(&kw))
+        .map_err(|e| data_error(format!("state dict entry '{name}': expected a {target} array: {e}")))?;
     let shape = arr.cast::<PyUntypedArray>()?.shape().to_vec();
     let data = match dtype {
         DType::C64 => {
@@ -199,7 +206,12 @@ impl PySession {
     /// One training step (forward, loss, backward, optimizer update) on `batch`, a dict
     /// input name → array with `session.batch` rows. Returns a `StepResult`.
     #[pyo3(signature = (batch, as_torch = false))]
-    fn train_step(&mut self, py: Python<'_>, batch: &Bound<'_, PyDict>, as_torch: bool) -> PyResult<PyStepResult> {
+    fn train_step(
+        &mut self,
+        py: Python<'_>,
+        batch: &Bound<'_, PyDict>,
+        as_torch: bool,
+    ) -> PyResult<PyStepResult> {
         guard(|| {
             let (report, held) =
                 self.with_batch(batch, true, |s, refs| s.train_step_refs(refs).map_err(runtime_error))?;
@@ -215,7 +227,12 @@ impl PySession {
     /// The inference program on a batch of any size: a dict `loss` (None unless every input
     /// the loss reads was given), `metrics` and `outputs`.
     #[pyo3(signature = (batch, as_torch = false))]
-    fn evaluate(&mut self, py: Python<'_>, batch: &Bound<'_, PyDict>, as_torch: bool) -> PyResult<Py<PyDict>> {
+    fn evaluate(
+        &mut self,
+        py: Python<'_>,
+        batch: &Bound<'_, PyDict>,
+        as_torch: bool,
+    ) -> PyResult<Py<PyDict>> {
         guard(|| {
             let (report, held) =
                 self.with_batch(batch, false, |s, refs| s.evaluate_refs(refs).map_err(runtime_error))?;
@@ -242,7 +259,12 @@ impl PySession {
     /// parameters, in PyTorch's names and layouts. Parameters, optimizer state and running
     /// statistics are left as they were (the step's update is undone).
     #[pyo3(signature = (batch, as_torch = false))]
-    fn gradients(&mut self, py: Python<'_>, batch: &Bound<'_, PyDict>, as_torch: bool) -> PyResult<Py<PyDict>> {
+    fn gradients(
+        &mut self,
+        py: Python<'_>,
+        batch: &Bound<'_, PyDict>,
+        as_torch: bool,
+    ) -> PyResult<Py<PyDict>> {
         guard(|| {
             let saved: BTreeMap<String, HostTensor> =
                 self.session.state_tensors().map_err(runtime_error)?.into_iter().collect();
@@ -324,9 +346,7 @@ impl PySession {
     /// `metadata` (str → str) is stored with it. The file is what `cvc train` writes.
     #[pyo3(signature = (path, metadata = None))]
     fn save(&mut self, path: PathBuf, metadata: Option<BTreeMap<String, String>>) -> PyResult<()> {
-        guard(|| {
-            self.session.save_checkpoint(&path, &metadata.unwrap_or_default()).map_err(runtime_error)
-        })
+        guard(|| self.session.save_checkpoint(&path, &metadata.unwrap_or_default()).map_err(runtime_error))
     }
 
     /// Loads parameters and state from a safetensors file (`save`'s or `cvc train`'s);
@@ -365,6 +385,11 @@ impl PySession {
     }
 
     fn __repr__(&self) -> String {
-        format!("<cvc.Session {} on {}, batch {}>", self.session.model().name(), self.session.device_name(), self.session.batch())
+        format!(
+            "<cvc.Session {} on {}, batch {}>",
+            self.session.model().name(),
+            self.session.device_name(),
+            self.session.batch()
+        )
     }
 }

@@ -917,7 +917,10 @@ fn upload_input_refs(
 /// NumPy arrays and CUDA tensors reach the arena without an intermediate copy.
 impl Session {
     /// [`Session::train_step`] on borrowed inputs.
-    pub fn train_step_refs(&mut self, inputs: &[(String, TensorRef<'_>)]) -> Result<StepReport, RuntimeError> {
+    pub fn train_step_refs(
+        &mut self,
+        inputs: &[(String, TensorRef<'_>)],
+    ) -> Result<StepReport, RuntimeError> {
         self.staged = 0;
         upload_input_refs(&mut self.train, inputs, true)?;
         for (v, _, c) in &self.counters {
