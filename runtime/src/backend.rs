@@ -155,6 +155,28 @@ pub trait Backend {
     fn upload_staged(&mut self, v: Value) -> Result<(), RuntimeError> {
         Err(RuntimeError(format!("upload of {v}: nothing was staged for it")))
     }
+    /// Copies a `dtype`/`shape` tensor given as little-endian bytes (the layout
+    /// [`HostTensor::as_bytes`] gives) into the buffer of `v`. Back ends that copy host memory
+    /// into an arena take `bytes` straight from the caller's buffer (the Python package hands
+    /// NumPy arrays over this way, without a copy); the default goes through a [`HostTensor`].
+    fn upload_bytes(
+        &mut self,
+        v: Value,
+        dtype: DType,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> Result<(), RuntimeError> {
+        self.upload(v, &HostTensor::from_bytes(dtype, shape, bytes))
+    }
+    /// Copies `len` bytes of CUDA device memory at `ptr` (an address in this process's
+    /// unified address space, e.g. a PyTorch CUDA tensor's data) into the buffer of `v`,
+    /// device to device. An error on back ends without device memory.
+    fn upload_device(&mut self, v: Value, _ptr: u64, _len: usize) -> Result<(), RuntimeError> {
+        Err(RuntimeError(format!(
+            "upload to {v}: the {} back end cannot read CUDA device memory (open the session on cuda, or pass host arrays)",
+            self.name()
+        )))
+    }
     /// Arena size allocated from the plan, in bytes.
     fn arena_bytes(&self) -> usize;
     /// Measured peak memory of the process/device attributable to this back end, in bytes

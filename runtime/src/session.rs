@@ -1019,3 +1019,113 @@ fn scalar(t: &HostTensor) -> Result<f32, RuntimeError> {
         _ => Err(RuntimeError("the loss is not a real scalar".into())),
     }
 }
+
+/// Where the elements of a borrowed input tensor ([`TensorRef`]) are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TensorBytes<'a> {
+    /// Host memory in the arena's layout (row-major, little-endian, complex interleaved).
+    Host(&'a [u8]),
+    /// CUDA device memory of this process (same layout): an address and a length in bytes.
+    Cuda {
+        /// The device address.
+        ptr: u64,
+        /// Bytes to copy.
+        len: usize,
+    },
+}
+
+/// An input tensor borrowed from its owner (a NumPy array, a DLPack tensor): uploaded
+/// straight from its memory, without an intermediate [`HostTensor`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorRef<'a> {
+    /// Element type.
+    pub dtype: DType,
+    /// Concrete shape.
+    pub shape: Vec<usize>,
+    /// The elements.
+    pub data: TensorBytes<'a>,
+}
+
+/// Uploads borrowed inputs by name (see [`upload_inputs`]; missing ones are zero-filled
+/// unless `require`).
+fn upload_input_refs(
+    exec: &mut Exec,
+    inputs: &[(String, TensorRef<'_>)],
+    require: bool,
+) -> Result<bool, RuntimeError> {
+    let mut complete = true;
+    for (v, name, dtype, shape) in input_leaves(exec) {
+        match inputs.iter().find(|(n, _)| *n == name) {
+            Some((_, t)) => {
+                if t.dtype != dtype || t.shape != shape {
+                    return Err(RuntimeError(format!(
+                        "input '{name}': expected {dtype} {shape:?}, got {} {:?}",
+                        t.dtype, t.shape
+                    )));
+                }
+                match t.data {
+                    TensorBytes::Host(b) => exec.backend.upload_bytes(v, dtype, &shape, b)?,
+                    TensorBytes::Cuda { ptr, len } => {
+                        let want = shape.iter().product::<usize>() * dtype.bytes();
+                        if len != want {
+                            return Err(RuntimeError(format!(
+                                "input '{name}': {len} bytes of device memory for a {want}-byte tensor"
+                            )));
+                        }
+                        exec.backend.upload_device(v, ptr, len)?
+                    }
+                }
+            }
+            None if require => return Err(RuntimeError(format!("no data given for input '{name}'"))),
+            None => {
+                complete = false;
+                exec.backend.upload(v, &HostTensor::zeros(dtype, &shape))?;
+            }
+        }
+    }
+    Ok(complete)
+}
+
+/// Steps and evaluation on borrowed inputs ([`TensorRef`]): what the Python package calls, so
+/// NumPy arrays and CUDA tensors reach the arena without an intermediate copy.
+impl Session {
+    /// [`Session::train_step`] on borrowed inputs.
+    pub fn train_step_refs(
+        &mut self,
+        inputs: &[(String, TensorRef<'_>)],
+    ) -> Result<StepReport, RuntimeError> {
+        self.staged = 0;
+        upload_input_refs(&mut self.train, inputs, true)?;
+        for (v, _, c) in &self.counters {
+            let t = HostTensor { dtype: DType::I32, shape: vec![], data: HostData::I32(vec![*c]) };
+            self.train.backend.upload(*v, &t)?;
+        }
+        self.train.backend.launch()?;
+        self.end_step()
+    }
+
+    /// [`Session::evaluate`] on borrowed inputs.
+    pub fn evaluate_refs(&mut self, inputs: &[(String, TensorRef<'_>)]) -> Result<EvalReport, RuntimeError> {
+        let n = inputs
+            .first()
+            .and_then(|(_, t)| t.shape.first().copied())
+            .ok_or_else(|| RuntimeError("evaluate: no input tensors given".into()))?;
+        let idx = self.eval_exec(n)?;
+        self.sync_eval(idx)?;
+        let exec = &mut self.evals[idx];
+        let complete = upload_input_refs(exec, inputs, false)?;
+        exec.backend.step()?;
+        let loss = match (exec.program.graph.loss, complete) {
+            (Some(l), true) => Some(scalar(&exec.backend.download(l)?)?),
+            _ => None,
+        };
+        let outputs = download_outputs(exec)?;
+        Ok(EvalReport { loss, outputs })
+    }
+
+    /// Whether the leaf `name` of the training program is a trainable parameter (not state).
+    pub fn is_parameter(&self, name: &str) -> bool {
+        let g = &self.train.program.graph;
+        g.find_leaf(name).is_some_and(|v| g.is_param(v))
+    }
+}

@@ -22,7 +22,7 @@ use crate::numerics::{self, CheckedBuffer, NonFinite};
 use contract::Mat;
 use cvc_compiler::back::clif::host_config;
 use cvc_compiler::back::cpu::{self as gen, ConvCall, CpuCall, MatMulCall, MatOperand};
-use cvc_compiler::ir::Value;
+use cvc_compiler::ir::{DType, Value};
 use cvc_compiler::passes::fusion::GroupId;
 use cvc_compiler::passes::memplan::Slot;
 use cvc_compiler::passes::Program;
@@ -413,6 +413,32 @@ impl Backend for CpuBackend {
             )));
         }
         // SAFETY: the slot lies inside the arena (the plan sized it).
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.arena.ptr.add(slot.offset), bytes.len())
+        };
+        Ok(())
+    }
+
+    fn upload_bytes(
+        &mut self,
+        v: Value,
+        dtype: DType,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> Result<(), RuntimeError> {
+        let slot = self.slot(v)?;
+        let ty = self.program.graph.ty(v);
+        let want = ty.shape.resolve(self.program.plan.batch);
+        if dtype != ty.dtype || shape != want.as_slice() || bytes.len() != slot.bytes {
+            return Err(RuntimeError(format!(
+                "upload to {v}: expected {}{want:?} ({} bytes), got {dtype}{shape:?} ({} bytes)",
+                ty.dtype,
+                slot.bytes,
+                bytes.len()
+            )));
+        }
+        // SAFETY: the slot lies inside the arena (the plan sized it) and `bytes` has exactly
+        // its length (checked above); a caller's buffer never aliases the arena.
         unsafe {
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.arena.ptr.add(slot.offset), bytes.len())
         };

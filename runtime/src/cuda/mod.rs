@@ -627,6 +627,45 @@ impl Backend for CudaBackend {
             .map_err(driver_err("upload"))
     }
 
+    fn upload_bytes(
+        &mut self,
+        v: Value,
+        dtype: DType,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> Result<(), RuntimeError> {
+        self.bind()?;
+        let (dt, want, slot) = self.slot(v)?;
+        if dt != dtype || want.as_slice() != shape || bytes.len() > slot.bytes {
+            return Err(RuntimeError(format!(
+                "upload to {v}: expected {dt}{want:?} ({} bytes), got {dtype}{shape:?} ({} bytes)",
+                slot.bytes,
+                bytes.len()
+            )));
+        }
+        // SAFETY: `bytes.len() <= slot.bytes` (checked above) and the slot lies inside the
+        // arena; the copy is synchronous, so `bytes` outlives it.
+        unsafe { result::memcpy_htod_sync(self.arena + slot.offset as u64, bytes) }
+            .map_err(driver_err("upload"))
+    }
+
+    fn upload_device(&mut self, v: Value, ptr: u64, len: usize) -> Result<(), RuntimeError> {
+        self.bind()?;
+        let (_, _, slot) = self.slot(v)?;
+        if len > slot.bytes {
+            return Err(RuntimeError(format!(
+                "upload to {v}: {len} bytes of device memory into a {}-byte buffer",
+                slot.bytes
+            )));
+        }
+        // SAFETY: the destination range lies inside the arena (`len <= slot.bytes`); the
+        // caller guarantees `ptr..ptr + len` is live device memory of this process (a DLPack
+        // tensor it holds for the call). The copy is synchronous on the legacy default
+        // stream, which orders it after the producer's work on blocking streams.
+        unsafe { result::memcpy_dtod_sync(self.arena + slot.offset as u64, ptr, len) }
+            .map_err(driver_err("device-to-device upload"))
+    }
+
     fn download(&mut self, v: Value) -> Result<HostTensor, RuntimeError> {
         self.bind()?;
         let (dt, shape, slot) = self.slot(v)?;
