@@ -224,17 +224,29 @@ fn emit_after_a_training_pass_in_inference_says_why() {
     assert!(text(&out.stderr).contains("unknown pass `bogus`; the passes are: lower, cast"));
 }
 
-/// An endless device or an oversized file is refused after 16 MiB, not read until memory
-/// runs out.
+/// An endless device is refused without being read (it is not a regular file), and an
+/// oversized file after 16 MiB, not read until memory runs out.
 #[test]
 fn endless_or_oversized_input_is_refused() {
     if std::path::Path::new("/dev/zero").exists() {
         for cmd in ["check", "plan"] {
             let out = run(&[cmd, "/dev/zero"]);
             assert_eq!(out.status.code(), Some(1));
-            assert!(text(&out.stderr).contains("cannot read `/dev/zero`: it is larger than 16 MiB"));
+            let err = text(&out.stderr);
+            assert!(err.contains("cannot read `/dev/zero`: it is not a regular file but a device"), "{err}");
         }
     }
+    // A sparse file of 17 MiB: regular, but over the source limit.
+    let big = std::env::temp_dir().join(format!("cvc-oversized-{}.cvnn", std::process::id()));
+    std::fs::File::create(&big).unwrap().set_len(17 << 20).unwrap();
+    let shown = big.display().to_string();
+    for cmd in ["check", "plan"] {
+        let out = run(&[cmd, &shown]);
+        assert_eq!(out.status.code(), Some(1));
+        let err = text(&out.stderr);
+        assert!(err.contains(&format!("cannot read `{shown}`: it is larger than 16 MiB")), "{err}");
+    }
+    let _ = std::fs::remove_file(&big);
 }
 
 /// `--max-batch` searches the batch itself, so `--batch`, `--memory-budget` and

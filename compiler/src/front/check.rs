@@ -191,8 +191,7 @@ fn read_limited(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     // the limit: refuse anything but a regular file before opening it.
     let meta = std::fs::metadata(path)?;
     if !meta.is_file() {
-        let kind =
-            if meta.is_dir() { "a directory" } else { "not a regular file (a FIFO, a device or a socket)" };
+        let kind = special_kind(&meta);
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("it is {kind}")));
     }
     let mut bytes = Vec::new();
@@ -204,6 +203,28 @@ fn read_limited(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
         ));
     }
     Ok(bytes)
+}
+
+/// What a path that is not a regular file is, in words.
+fn special_kind(meta: &std::fs::Metadata) -> &'static str {
+    let t = meta.file_type();
+    if t.is_dir() {
+        return "a directory";
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "not a regular file but a FIFO (named pipe)";
+        }
+        if t.is_char_device() || t.is_block_device() {
+            return "not a regular file but a device";
+        }
+        if t.is_socket() {
+            return "not a regular file but a socket";
+        }
+    }
+    "not a regular file"
 }
 
 /// `text` with control characters other than line breaks and tabs replaced by as many `?`
