@@ -107,7 +107,7 @@ impl PySession {
             let mut cm = Confusion::new(c.classes);
             cm.add(l, y.as_slice()?);
             d.set_item("accuracy", cm.accuracy())?;
-            d.set_item("correct", (0..c.classes).map(|i| cm.counts[i][i]).sum::<u64>())?;
+            d.set_item("correct", (0..c.classes).map(|i| cm.get(i, i)).sum::<u64>())?;
             d.set_item("count", cm.total())?;
         }
         Ok(d)

@@ -44,6 +44,8 @@ pub const LAST: &str = "last.safetensors";
 pub const BEST: &str = "best.safetensors";
 /// The lock file (holds the pid of the run that owns the folder).
 pub const LOCK: &str = "train.lock";
+/// The plan of the training step, for `cvc report` (written once training ends).
+pub const PLAN: &str = "plan.json";
 
 /// Environment variable of the test-only fault injection ([`crash_point`]).
 pub const CRASH_ENV: &str = "CVC_CRASH_AFTER";
@@ -114,7 +116,7 @@ impl RunDir {
                 }
             }
             Reuse::Overwrite => {
-                for name in [METRICS, LAST, BEST] {
+                for name in [METRICS, LAST, BEST, PLAN] {
                     let p = dir.join(name);
                     match fs::remove_file(&p) {
                         Ok(()) => {}
@@ -156,7 +158,7 @@ impl Drop for RunDir {
 /// Whether a folder entry is a temporary [`checkpoint::write_atomic`] makes for one of the
 /// run's files (`.<name>.tmp-<pid>`); other files, even of that shape, are the user's.
 fn is_temporary(name: &str) -> bool {
-    [METRICS, LAST, BEST].iter().any(|f| {
+    [METRICS, LAST, BEST, PLAN].iter().any(|f| {
         name.strip_prefix('.')
             .and_then(|n| n.strip_prefix(f))
             .and_then(|n| n.strip_prefix(".tmp-"))

@@ -108,5 +108,5 @@ pub fn write(dir: &Path, session: &crate::session::Session) -> Result<(), String
         kind,
     );
     let text = serde_json::to_string(&doc).map_err(|e| format!("plan.json: {e}"))?;
-    crate::checkpoint::write_atomic(&dir.join("plan.json"), text.as_bytes())
+    crate::checkpoint::write_atomic(&dir.join(crate::run_dir::PLAN), text.as_bytes())
 }

@@ -252,7 +252,7 @@ fn assert_clean(out: &Path) {
         fs::read_dir(out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     let mut sorted = names.clone();
     sorted.sort();
-    assert_eq!(sorted, ["best.safetensors", "last.safetensors", "metrics.jsonl"], "{names:?}");
+    assert_eq!(sorted, ["best.safetensors", "last.safetensors", "metrics.jsonl", "plan.json"], "{names:?}");
 }
 
 /// Arguments of a Reg run into `out`: resume when the folder has a checkpoint, else a fresh
