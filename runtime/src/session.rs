@@ -642,14 +642,22 @@ impl Session {
     /// inference graph reads but `inputs` lacks (labels, for pure inference) are zeros, and
     /// the loss is then not reported.
     pub fn evaluate(&mut self, inputs: &[(String, HostTensor)]) -> Result<EvalReport, RuntimeError> {
-        let n = inputs
-            .first()
-            .and_then(|(_, t)| t.shape.first().copied())
-            .ok_or_else(|| RuntimeError("evaluate: no input tensors given".into()))?;
+        let n = inputs.first().and_then(|(_, t)| t.shape.first().copied());
+        self.evaluate_with(n, |exec| upload_inputs(exec, inputs, false))
+    }
+
+    /// The inference step of [`Session::evaluate`] at batch `n` (the first input's leading
+    /// extent), with `upload` binding the inputs (it says whether every input was given).
+    fn evaluate_with(
+        &mut self,
+        n: Option<usize>,
+        upload: impl FnOnce(&mut Exec) -> Result<bool, RuntimeError>,
+    ) -> Result<EvalReport, RuntimeError> {
+        let n = n.ok_or_else(|| RuntimeError("evaluate: no input tensors given".into()))?;
         let idx = self.eval_exec(n)?;
         self.sync_eval(idx)?;
         let exec = &mut self.evals[idx];
-        let complete = upload_inputs(exec, inputs, false)?;
+        let complete = upload(exec)?;
         exec.backend.step()?;
         let loss = match (exec.program.graph.loss, complete) {
             (Some(l), true) => Some(scalar(&exec.backend.download(l)?)?),
@@ -1106,21 +1114,8 @@ impl Session {
 
     /// [`Session::evaluate`] on borrowed inputs.
     pub fn evaluate_refs(&mut self, inputs: &[(String, TensorRef<'_>)]) -> Result<EvalReport, RuntimeError> {
-        let n = inputs
-            .first()
-            .and_then(|(_, t)| t.shape.first().copied())
-            .ok_or_else(|| RuntimeError("evaluate: no input tensors given".into()))?;
-        let idx = self.eval_exec(n)?;
-        self.sync_eval(idx)?;
-        let exec = &mut self.evals[idx];
-        let complete = upload_input_refs(exec, inputs, false)?;
-        exec.backend.step()?;
-        let loss = match (exec.program.graph.loss, complete) {
-            (Some(l), true) => Some(scalar(&exec.backend.download(l)?)?),
-            _ => None,
-        };
-        let outputs = download_outputs(exec)?;
-        Ok(EvalReport { loss, outputs })
+        let n = inputs.first().and_then(|(_, t)| t.shape.first().copied());
+        self.evaluate_with(n, |exec| upload_input_refs(exec, inputs, false))
     }
 
     /// Whether the leaf `name` of the training program is a trainable parameter (not state).
