@@ -1,6 +1,7 @@
 //! Lowers one checked model to IR: evaluates compile-time values, expands blocks, and hands
 //! every operator application to [`layers::lower_layer`], recording a table row for each.
 
+use super::combinators;
 use super::layers::{self, Arg, ArgValue, LayerCall, LowerCtx, Operand};
 use super::resolve::{self, did_you_mean};
 use super::{ModelInput, TableRow};
@@ -338,7 +339,10 @@ impl<'m> Lowerer<'m, '_> {
         let names: Vec<&str> = scope.names.keys().map(String::as_str).collect();
         if let Some(s) = did_you_mean(name, names.iter().copied()) {
             d = d.with_help(format!("did you mean `{s}`?"));
-        } else if layers::known_ops().contains(&name) || self.blocks.contains_key(name) {
+        } else if layers::known_ops().contains(&name)
+            || self.blocks.contains_key(name)
+            || combinators::is_combinator(name)
+        {
             d = d.with_help(format!("`{name}` is an operator: apply it with `x |> {name}` or `{name}(x)`"));
         } else {
             d = d.with_help("names are inputs (`input x: ...`) or bindings (`x = ...`) defined above");
@@ -493,6 +497,9 @@ impl<'m> Lowerer<'m, '_> {
         if let Some(block) = self.blocks.get(name.as_str()).copied() {
             return self.expand_block(block, args, piped, span, scope);
         }
+        if callee.parts.len() == 1 && combinators::is_combinator(&name) {
+            return self.combinator(&name, args, piped, span, scope).map(Val::Tensor);
+        }
         if callee.parts.len() > 1 || !layers::known_ops().contains(&name.as_str()) {
             let blocks: Vec<&str> = self.blocks.keys().copied().collect();
             let mut d = resolve::unknown_op(&name, callee.span, &blocks);
@@ -576,6 +583,101 @@ impl<'m> Lowerer<'m, '_> {
             line: self.use_site.unwrap_or(span).line_col(self.src).0,
         });
         Ok(v)
+    }
+
+    /// `residual(stages)`: `x + stages(x)`; `repeat(n, stages)`: the stages `n` times.
+    fn combinator(
+        &mut self,
+        name: &str,
+        args: &[ast::Arg],
+        piped: Option<Operand>,
+        span: Span,
+        scope: &Scope,
+    ) -> Res<Value> {
+        let usage = if name == "residual" {
+            "write `x |> residual(rmsnorm |> attention(heads = 3))`: the stages apply to `x` and the result is added to `x`"
+        } else {
+            "write `x |> repeat(12, encoder(192))`: the stages apply 12 times in a row"
+        };
+        let Some(input) = piped else {
+            return Err(Diagnostic::error(format!("`{name}` needs a tensor to apply to"), span, "no input")
+                .with_help(usage)
+                .into());
+        };
+        let want = if name == "residual" { 1 } else { 2 };
+        let positional: Vec<&ast::Arg> = args.iter().filter(|a| a.name.is_none()).collect();
+        if let Some(k) = args.iter().find_map(|a| a.name.as_ref()) {
+            return Err(Diagnostic::error(
+                format!("`{name}` takes no named arguments"),
+                k.span,
+                format!("not an argument of `{name}`"),
+            )
+            .with_help(usage)
+            .into());
+        }
+        if positional.len() != want {
+            let s = if want == 1 { "" } else { "s" };
+            return Err(Diagnostic::error(
+                format!("`{name}` takes {want} argument{s}, got {}", positional.len()),
+                span,
+                format!("{} given", positional.len()),
+            )
+            .with_help(usage)
+            .into());
+        }
+        let body = positional[want - 1];
+        let Some(stages) = combinators::stages(&body.value) else {
+            return Err(Diagnostic::error(
+                format!("the argument of `{name}` must be stages of a pipeline"),
+                body.value.span,
+                "not an operator, block or pipeline",
+            )
+            .with_help(usage)
+            .into());
+        };
+        let times = if name == "repeat" {
+            let count = positional[0];
+            match self.eval(&count.value, scope, false)? {
+                Val::Const(ArgValue::Int(n)) if n >= 1 => n as usize,
+                Val::Const(ArgValue::Int(n)) => {
+                    return Err(Diagnostic::error(
+                        format!("`repeat` needs a count of at least 1, got {n}"),
+                        count.value.span,
+                        "not a positive count",
+                    )
+                    .into())
+                }
+                other => {
+                    return Err(Diagnostic::error(
+                        "the first argument of `repeat` is how many times to apply the stages",
+                        count.value.span,
+                        format!("this is {}", describe(&other)),
+                    )
+                    .with_help(usage)
+                    .into())
+                }
+            }
+        } else {
+            1
+        };
+        // Each repetition goes through `apply`, so its layers count against MAX_LAYERS and a
+        // huge count stops with that diagnostic instead of running away.
+        let mut cur = input;
+        for _ in 0..times {
+            let start = cur;
+            for s in &stages {
+                let v = self.apply(&s.callee, s.args, Some(cur), s.span, scope)?;
+                let Val::Tensor(v) = v else { unreachable_const(s.span)? };
+                cur = Operand { value: v, span: start.span.join(s.span) };
+            }
+            if name == "residual" {
+                let shown = format!("{} + residual", self.excerpt(start.span));
+                let ops = [start, cur];
+                let v = self.layer("+", span, &[], &ops, Some(shown))?;
+                cur = Operand { value: v, span };
+            }
+        }
+        Ok(cur.value)
     }
 
     /// Expands `block` applied to the piped tensor (or its one tensor argument).

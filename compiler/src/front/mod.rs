@@ -13,6 +13,7 @@
 //! ```
 
 pub mod check;
+pub mod combinators;
 pub mod layers;
 pub mod limits;
 pub mod lower;

@@ -2,7 +2,7 @@
 //! types, collects blocks (duplicates, shadowing, unknown operators in bodies, self-use),
 //! and finds where every binding is defined (for "used before definition" errors).
 
-use super::layers;
+use super::{combinators, layers};
 use crate::diag::Diagnostic;
 use crate::ir::{DType, Dim, Shape, TensorType};
 use cvc_grammar::ast::{self, DimKind, ModelItem};
@@ -225,7 +225,7 @@ pub fn collect_blocks<'m>(
     let mut blocks: HashMap<&str, &ast::BlockDef> = HashMap::new();
     for item in &model.items {
         let ModelItem::Block(b) = item else { continue };
-        if layers::known_ops().contains(&b.name.name.as_str()) {
+        if layers::known_ops().contains(&b.name.name.as_str()) || combinators::is_combinator(&b.name.name) {
             diags.push(
                 Diagnostic::error(
                     format!("block `{}` has the name of an operator", b.name.name),
@@ -266,9 +266,12 @@ pub fn collect_blocks<'m>(
     let mut bodies: Vec<&&ast::BlockDef> = blocks.values().collect();
     bodies.sort_by_key(|b| b.span.start);
     for b in bodies {
-        for s in &b.body {
+        for s in b.body.iter().flat_map(body_stages) {
             let callee = s.callee.text();
-            if !blocks.contains_key(callee.as_str()) && !layers::known_ops().contains(&callee.as_str()) {
+            if !blocks.contains_key(callee.as_str())
+                && !layers::known_ops().contains(&callee.as_str())
+                && !combinators::is_combinator(&callee)
+            {
                 diags.push(unknown_op(&callee, s.callee.span, &names));
             }
         }
@@ -289,6 +292,13 @@ pub fn collect_blocks<'m>(
     blocks
 }
 
+/// A block-body stage and the stages inside its combinator arguments (`residual(f |> g)`).
+fn body_stages(s: &ast::Stage) -> Vec<combinators::StageRef<'_>> {
+    let mut out = Vec::new();
+    combinators::flatten(&s.callee, &s.args, s.span, &mut out);
+    out
+}
+
 /// How deeply blocks may nest inside each other (lowering reports deeper uses).
 pub const MAX_BLOCK_DEPTH: usize = 64;
 
@@ -304,7 +314,7 @@ fn find_cycle(start: &ast::BlockDef, blocks: &HashMap<&str, &ast::BlockDef>) -> 
         if path.len() > MAX_BLOCK_DEPTH {
             return false;
         }
-        for s in &b.body {
+        for s in b.body.iter().flat_map(body_stages) {
             let c = s.callee.text();
             if c == target {
                 return true;
