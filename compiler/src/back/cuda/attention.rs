@@ -527,14 +527,14 @@ static __device__ void attn_dq(const float2* __restrict__ q, const float2* __res
 
 // AttentionGrad w.r.t. k and v: dk_j = sum_i g_ij q_i (conj(g_ij) for the magnitude score),
 // dv_j = sum_i p~_ij dO_i, written side by side as out[b, h, j, 0 .. D + DV). A block owns BN
-// keys, 256 / BN threads per key; the queries' rows are staged RC at a time where the score
-// chunks were.
+// keys; each thread accumulates two of them (j and j + BN/2), 512 / BN threads per key pair;
+// the queries' rows are staged RC at a time where the score chunks were.
 template <int H, int T, int S, int D, int DV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, int RC>
 static __device__ void attn_dkv(const float2* __restrict__ q, const float2* __restrict__ k,
     const float2* __restrict__ v, const float2* __restrict__ o, const float2* __restrict__ dout,
     const float* __restrict__ lse, const float* __restrict__ mask, float2* __restrict__ dkv,
     float scale, u32 thr, float keep, u32 salt, u32 step) {
-  constexpr int BM = 16 * RM, BN = 16 * RN, TILES = (S + BN - 1) / BN, L = 256 / BN;
+  constexpr int BM = 16 * RM, BN = 16 * RN, TILES = (S + BN - 1) / BN, L = 512 / BN, HB = BN / 2;
   constexpr int CK = (D + L - 1) / L, CV = (DV + L - 1) / L;
   constexpr int CHUNK_BYTES = (BM + BN) * 17 * 8, ROW_BYTES = RC * (D + DV) * 8;
   __shared__ __align__(16) char raw[CHUNK_BYTES > ROW_BYTES ? CHUNK_BYTES : ROW_BYTES];
@@ -554,11 +554,14 @@ static __device__ void attn_dkv(const float2* __restrict__ q, const float2* __re
   const float2* ob = o + (size_t)bh * T * DV;
   const float2* dob = dout + (size_t)bh * T * DV;
   const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
-  float2 dk[CK], dv[CV];
+  float2 dk[2][CK], dv[2][CV];
   #pragma unroll
-  for (int e = 0; e < CK; ++e) dk[e] = make_float2(0.0f, 0.0f);
-  #pragma unroll
-  for (int e = 0; e < CV; ++e) dv[e] = make_float2(0.0f, 0.0f);
+  for (int u = 0; u < 2; ++u) {
+    #pragma unroll
+    for (int e = 0; e < CK; ++e) dk[u][e] = make_float2(0.0f, 0.0f);
+    #pragma unroll
+    for (int e = 0; e < CV; ++e) dv[u][e] = make_float2(0.0f, 0.0f);
+  }
   // With a causal mask, query tiles that end before the first key see none of these keys.
   for (int i0 = CAUSAL ? (j0 / BM) * BM : 0; i0 < T; i0 += BM) {
     __syncthreads();
@@ -590,17 +593,25 @@ static __device__ void attn_dkv(const float2* __restrict__ q, const float2* __re
       __syncthreads();
       #pragma unroll 2
       for (int ii = 0; ii < RC; ++ii) {
-        const float pt = pt_s[ic + ii][kr], gx = gr_s[ic + ii][kr];
-        const float gy = ABS ? gi_s[ABS ? ic + ii : 0][kr] : 0.0f;
+        float pt[2], gx[2], gy[2];
+        #pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          pt[u] = pt_s[ic + ii][kr + HB * u];
+          gx[u] = gr_s[ic + ii][kr + HB * u];
+          gy[u] = ABS ? gi_s[ABS ? ic + ii : 0][kr + HB * u] : 0.0f;
+        }
         #pragma unroll
         for (int e = 0; e < CK; ++e) {
           if (kc + L * e < D) {
             const float2 w = qr[ii * D + kc + L * e];
-            dk[e].x = fmaf(gx, w.x, dk[e].x);
-            dk[e].y = fmaf(gx, w.y, dk[e].y);
-            if (ABS) {
-              dk[e].x = fmaf(gy, w.y, dk[e].x);
-              dk[e].y = fmaf(-gy, w.x, dk[e].y);
+            #pragma unroll
+            for (int u = 0; u < 2; ++u) {
+              dk[u][e].x = fmaf(gx[u], w.x, dk[u][e].x);
+              dk[u][e].y = fmaf(gx[u], w.y, dk[u][e].y);
+              if (ABS) {
+                dk[u][e].x = fmaf(gy[u], w.y, dk[u][e].x);
+                dk[u][e].y = fmaf(-gy[u], w.x, dk[u][e].y);
+              }
             }
           }
         }
@@ -608,22 +619,28 @@ static __device__ void attn_dkv(const float2* __restrict__ q, const float2* __re
         for (int e = 0; e < CV; ++e) {
           if (kc + L * e < DV) {
             const float2 w = dor[ii * DV + kc + L * e];
-            dv[e].x = fmaf(pt, w.x, dv[e].x);
-            dv[e].y = fmaf(pt, w.y, dv[e].y);
+            #pragma unroll
+            for (int u = 0; u < 2; ++u) {
+              dv[u][e].x = fmaf(pt[u], w.x, dv[u][e].x);
+              dv[u][e].y = fmaf(pt[u], w.y, dv[u][e].y);
+            }
           }
         }
       }
     }
   }
-  const int j = j0 + kr;
-  if (j < S) {
-    float2* row = dkv + ((size_t)bh * S + j) * (D + DV);
-    #pragma unroll
-    for (int e = 0; e < CK; ++e)
-      if (kc + L * e < D) row[kc + L * e] = dk[e];
-    #pragma unroll
-    for (int e = 0; e < CV; ++e)
-      if (kc + L * e < DV) row[D + kc + L * e] = dv[e];
+  #pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    const int j = j0 + kr + HB * u;
+    if (j < S) {
+      float2* row = dkv + ((size_t)bh * S + j) * (D + DV);
+      #pragma unroll
+      for (int e = 0; e < CK; ++e)
+        if (kc + L * e < D) row[kc + L * e] = dk[u][e];
+      #pragma unroll
+      for (int e = 0; e < CV; ++e)
+        if (kc + L * e < DV) row[D + kc + L * e] = dv[u][e];
+    }
   }
 }
 
