@@ -2,5 +2,6 @@
 //! differential check of a back end against the reference interpreter ([`differential`]),
 //! which the CPU tests run in CI and the GPU tests run on a device through the same code.
 
+pub mod attention;
 pub mod differential;
 pub mod seed;

@@ -460,3 +460,123 @@ train Probe {
         assert!(e.0.contains(&needle), "`{needle}` missing in:\n{}", e.0);
     }
 }
+
+/// Every fused attention variant of `cvc_tests::attention::cases` (both scores, causal, key
+/// mask, dropout, heads 8 to 128, tails of every tile), one training step at batch 2 on the
+/// GPU: the log-sum-exp, forward, dq and dk‖dv kernels each against the interpreter replaying
+/// their group on the values the GPU read, and the loss end to end.
+#[test]
+fn attention_kernels_match_the_interpreter() {
+    use cvc_compiler::passes::fusion::GroupKind;
+    if !gpu_or_skip() {
+        return;
+    }
+    let mut failures = Vec::new();
+    for c in cvc_tests::attention::cases() {
+        let name = c.name();
+        let program = cvc_tests::attention::program(&c, 2);
+        assert_eq!(program.groups.iter().filter(|g| g.kind == GroupKind::Attention).count(), 4, "{name}");
+        let mut rng = SplitMix64::new(seed_for(&format!("gpu::{name}")));
+        let fails =
+            check_training_steps(&program, &cuda, 1, PLAN_TOL, &mut rng).unwrap_or_else(|e| panic!("{name}: {e}"));
+        eprintln!("{name}: {}", if fails.is_empty() { "checked" } else { "FAILS" });
+        failures.extend(fails.into_iter().map(|f| format!("{name}: {f}")));
+    }
+    assert!(failures.is_empty(), "GPU attention vs interpreter mismatches:\n{}", failures.join("\n"));
+}
+
+/// Executed floating-point operations of one attention kernel (an FMA is 2): per (query, key)
+/// pair, the score (`4·D`, `8·D` for the magnitude), `Re(dO·conj v)` (`4·Dv`), and the
+/// accumulations: `p·v` (`4·Dv`), `g·k` / `g·q` (`4·D`, `8·D` for the magnitude), `p̃·dO`.
+fn attention_flops(op: &Op, pairs: f64, d: f64, dv: f64) -> f64 {
+    let (spec, parts) = match op {
+        Op::AttnLse { spec } => (spec, [1.0, 0.0, 0.0, 0.0]),
+        Op::Attention { spec } => (spec, [1.0, 0.0, 0.0, 1.0]),
+        Op::AttentionGrad { spec, wrt: cvc_compiler::ir::AttnWrt::Q } => (spec, [1.0, 1.0, 1.0, 0.0]),
+        Op::AttentionGrad { spec, .. } => (spec, [1.0, 1.0, 1.0, 1.0]),
+        _ => return 0.0,
+    };
+    let qk = if spec.score == cvc_compiler::ir::AttnScore::Abs { 8.0 * d } else { 4.0 * d };
+    pairs * (parts[0] * qk + parts[1] * 4.0 * dv + parts[2] * qk + parts[3] * 4.0 * dv)
+}
+
+/// The attention kernels' speed (run with `--ignored`): B = `CVC_BENCH_BATCH` (default 128),
+/// H = 3, T = S = 256, D = Dv = 64 (the ViT's attention), real and magnitude scores, and
+/// causal with dropout (its pairs counted as the unmasked ones); each kernel timed alone (`profile_step`, the median of 5 profiles) and
+/// its executed GFLOP/s printed, forward (lse + attention) and backward (dq + dk‖dv) summed.
+#[test]
+#[ignore = "benchmark: run on a GPU"]
+fn bench_attention() {
+    use cvc_compiler::back::cuda::CudaStep;
+    if !gpu_or_skip() {
+        return;
+    }
+    let batch = std::env::var("CVC_BENCH_BATCH").ok().and_then(|s| s.parse().ok()).unwrap_or(128);
+    let mut rng = SplitMix64::new(seed_for("gpu::bench_attention"));
+    let base = cvc_tests::attention::AttnCase {
+        h: 3,
+        t: 256,
+        s: 256,
+        d: 64,
+        dv: 64,
+        abs: false,
+        causal: false,
+        mask: false,
+        dropout: None,
+    };
+    let variants = [
+        base.clone(),
+        cvc_tests::attention::AttnCase { abs: true, ..base.clone() },
+        cvc_tests::attention::AttnCase { causal: true, dropout: Some((0.1, 1)), ..base.clone() },
+    ];
+    for c in variants {
+        let p = cvc_tests::attention::program(&c, batch);
+        let leaves = cvc_tests::differential::random_leaves(&p.graph, batch, &mut rng);
+        let mut be = CudaBackend::new(&p, Precision::Fp32, &kernels()).unwrap_or_else(|e| panic!("{e}"));
+        for (&v, t) in &leaves {
+            if be.has_buffer(v) {
+                be.upload(v, &to_host(t)).expect("upload");
+            }
+        }
+        for _ in 0..3 {
+            be.step().expect("warm-up step");
+        }
+        let profiles: Vec<Vec<(String, f64)>> = (0..5).map(|_| be.profile_step().expect("profile")).collect();
+        // (query, key) pairs a causal mask leaves (the kernels skip hidden tiles).
+        let per_head: usize = if c.causal { (0..c.t).map(|i| c.s.min(i + 1)).sum() } else { c.t * c.s };
+        let pairs = (batch * c.h * per_head) as f64;
+        let (mut fwd, mut bwd) = ((0.0, 0.0), (0.0, 0.0));
+        eprintln!("{} at batch {batch}:", c.name());
+        for step in &be.module().steps {
+            let CudaStep::Launch(l) = step else { continue };
+            let g = &p.groups[l.group];
+            if g.kind != cvc_compiler::passes::fusion::GroupKind::Attention {
+                continue;
+            }
+            let op = &p.graph.node(*g.nodes.last().expect("node")).op;
+            let mut ms: Vec<f64> =
+                profiles.iter().filter_map(|pr| pr.iter().find(|(n, _)| n == &l.name).map(|x| x.1)).collect();
+            ms.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+            let ms = ms[ms.len() / 2];
+            let flops = attention_flops(op, pairs, c.d as f64, c.dv as f64);
+            let acc = if matches!(op, Op::AttentionGrad { .. }) { &mut bwd } else { &mut fwd };
+            acc.0 += ms;
+            acc.1 += flops;
+            eprintln!(
+                "    {:10} {:16} {ms:8.3} ms {:8.1} GFLOP/s  grid {:?}",
+                l.name,
+                op.mnemonic(),
+                flops / ms * 1e-6,
+                l.grid
+            );
+        }
+        println!(
+            "{{\"attention\": \"{}\", \"batch\": {batch}, \"forward_ms\": {:.3}, \"forward_gflops\": {:.1}, \"backward_ms\": {:.3}, \"backward_gflops\": {:.1}}}",
+            c.name(),
+            fwd.0,
+            fwd.1 / fwd.0 * 1e-6,
+            bwd.0,
+            bwd.1 / bwd.0 * 1e-6
+        );
+    }
+}

@@ -467,3 +467,71 @@ fn tf32_for_a_device_without_tf32_is_an_error() {
     assert!(e.to_string().contains("compute capability 8.0") && e.to_string().contains("sm_75"), "{e}");
     assert!(cuda::generate(&program, &CudaTarget { precision: Precision::Fp32, ..target }).is_ok());
 }
+
+/// Every variant of the fused attention kernels (`cvc_tests::attention::cases`: both scores,
+/// causal, key mask, dropout, head dimensions 8 to 128, tails of every tile) is generated as
+/// its four kernels (log-sum-exp, forward, dq, dk‖dv: no `[T, S]` value in the plan) and the
+/// module compiles with NVRTC for sm_90; on a device with half the shared memory per block
+/// the kernels take smaller tiles and still compile.
+#[test]
+fn attention_kernels_compile_with_nvrtc_for_sm90() {
+    use cvc_compiler::passes::fusion::GroupKind;
+    let nvrtc = nvrtc_or_skip();
+    let small = CudaTarget {
+        device: cvc_compiler::target::CudaDevice {
+            shared_per_block: 24 * 1024,
+            shared_per_block_optin: 24 * 1024,
+            ..cvc_compiler::target::CudaDevice::h200()
+        },
+        ..CudaTarget::h200()
+    };
+    for c in cvc_tests::attention::cases() {
+        let name = c.name();
+        let program = cvc_tests::attention::program(&c, 3);
+        let attn = program.groups.iter().filter(|g| g.kind == GroupKind::Attention).count();
+        assert_eq!(attn, 4, "{name}: lse, forward and two gradient kernels expected");
+        let (t, s) = (c.t, c.s);
+        for (v, n) in program.graph.nodes.iter() {
+            let shape = n.ty.shape.resolve(3);
+            let ts = shape.windows(2).any(|w| (w[0] == t && w[1] == s) || (w[0] == s && w[1] == t));
+            assert!(!ts, "{name}: {v} ({}) has a [T, S] shape {shape:?}", n.op.mnemonic());
+        }
+        for target in [CudaTarget::h200(), small.clone()] {
+            let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{name}: {e}"));
+            for f in ["attn_lse<", "attn_fwd<", "attn_dq<", "attn_dkv<"] {
+                assert_eq!(module.source.matches(f).count(), 2, "{name}: one instance of {f} (and its template)");
+            }
+            if !nvrtc {
+                continue;
+            }
+            let cubin = cvc_runtime::cuda::compile_cubin(&module.source, "sm_90")
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            for k in &module.kernels {
+                let needle = format!("{k}\0");
+                assert!(cubin.windows(needle.len()).any(|w| w == needle.as_bytes()), "{name}: {k} missing");
+            }
+            eprintln!("{name}: {} kernels, {} bytes of cubin", module.kernels.len(), cubin.len());
+        }
+    }
+}
+
+/// A head wider than the kernels' 128 is a user error naming the width, not a panic or an
+/// internal error.
+#[test]
+fn attention_heads_wider_than_128_are_a_user_error() {
+    let c = cvc_tests::attention::AttnCase {
+        h: 1,
+        t: 4,
+        s: 4,
+        d: 130,
+        dv: 8,
+        abs: false,
+        causal: false,
+        mask: false,
+        dropout: None,
+    };
+    let program = cvc_tests::attention::program(&c, 2);
+    let e = cuda::generate(&program, &CudaTarget::h200()).expect_err("too wide").to_string();
+    assert!(e.contains("dimension 130") && e.contains("at most 128"), "{e}");
+    assert!(!e.to_lowercase().contains("internal"), "{e}");
+}

@@ -1,5 +1,6 @@
 //! Evaluation of a whole graph, node by node in arena order, with the semantics of `ir::op`.
 
+use super::attention::AttnOperands;
 use super::contract::{dft, matmul, pair, planes, run_pair, ConvDims};
 use super::elementwise::{binary, select, unary};
 use super::layout::{broadcast_map, strided_offsets, strides};
@@ -156,6 +157,17 @@ fn eval_node(
                     .map(|i| if dropout_keep(*p, *salt, step as u32, i as u32) { keep } else { 0.0 })
                     .collect(),
             )
+        }
+        Op::AttnLse { spec } => TensorData::Real(AttnOperands::new(*spec, &ins, 2)?.lse()),
+        Op::Attention { spec } => {
+            let lse = ins[3].as_real().ok_or("attention lse is not real")?;
+            TensorData::Complex(AttnOperands::new(*spec, &ins, 4)?.forward(lse))
+        }
+        Op::AttentionGrad { spec, wrt } => {
+            let o = ins[3].as_complex().ok_or("attention output is not complex")?;
+            let d_o = ins[4].as_complex().ok_or("attention output gradient is not complex")?;
+            let lse = ins[5].as_real().ok_or("attention lse is not real")?;
+            TensorData::Complex(AttnOperands::new(*spec, &ins, 6)?.grad(o, d_o, lse, *wrt))
         }
         Op::Assign => ins[1].data.clone(),
     })

@@ -4,6 +4,7 @@
 //! Each op follows the semantics written in [`crate::ir::op`]; a value of dtype `f32` is held
 //! as f64, `c64` as [`num_complex::Complex64`], `i32` as i64.
 
+mod attention;
 pub mod check;
 mod contract;
 mod elementwise;

@@ -325,6 +325,38 @@ pub fn infer(op: &Op, inputs: &[&TensorType], requested: Option<&Shape>) -> Resu
             }
             Ok(TensorType::new(DType::F32, req()?))
         }
+        Op::AttnLse { spec } => {
+            arity(2 + usize::from(spec.key_mask))?;
+            let d = attn_dims(spec, inputs[0], inputs[1], None)?;
+            attn_extras(spec, &d, &inputs[2..])?;
+            Ok(TensorType::new(DType::F32, Shape(vec![d.b, Dim::Fixed(d.h), Dim::Fixed(d.t)])))
+        }
+        Op::Attention { spec } => {
+            arity(4 + spec.extra_operands())?;
+            let d = attn_dims(spec, inputs[0], inputs[1], Some(inputs[2]))?;
+            attn_lse_operand(&d, inputs[3])?;
+            attn_extras(spec, &d, &inputs[4..])?;
+            Ok(TensorType::new(DType::C64, d.shape(d.t, d.dv)))
+        }
+        Op::AttentionGrad { spec, wrt } => {
+            arity(6 + spec.extra_operands())?;
+            let d = attn_dims(spec, inputs[0], inputs[1], Some(inputs[2]))?;
+            for (t, what) in [(inputs[3], "attention output"), (inputs[4], "attention output gradient")] {
+                need(t.dtype, DType::C64, what)?;
+                if t.shape != d.shape(d.t, d.dv) {
+                    return Err(format!("{what} is {}, expected {}", t.shape, d.shape(d.t, d.dv)));
+                }
+            }
+            attn_lse_operand(&d, inputs[5])?;
+            attn_extras(spec, &d, &inputs[6..])?;
+            Ok(TensorType::new(
+                DType::C64,
+                match wrt {
+                    AttnWrt::Q => d.shape(d.t, d.d),
+                    AttnWrt::KV => d.shape(d.s, d.d + d.dv),
+                },
+            ))
+        }
         Op::Assign => {
             arity(2)?;
             if inputs[0].shape != inputs[1].shape {
@@ -336,6 +368,90 @@ pub fn infer(op: &Op, inputs: &[&TensorType], requested: Option<&Shape>) -> Resu
             Ok(inputs[0].clone())
         }
     }
+}
+
+/// The extents of an attention: q `[B, H, T, D]`, k `[B, H, S, D]`, v `[B, H, S, Dv]`.
+struct AttnDims {
+    b: Dim,
+    h: usize,
+    t: usize,
+    s: usize,
+    d: usize,
+    dv: usize,
+}
+
+impl AttnDims {
+    fn shape(&self, rows: usize, cols: usize) -> Shape {
+        Shape(vec![self.b, Dim::Fixed(self.h), Dim::Fixed(rows), Dim::Fixed(cols)])
+    }
+}
+
+fn attn_dims(spec: &AttnSpec, q: &TensorType, k: &TensorType, v: Option<&TensorType>) -> Result<AttnDims, String> {
+    if !spec.scale.is_finite() {
+        return Err(format!("attention scale {} is not finite", spec.scale));
+    }
+    if let Some((p, _)) = spec.dropout {
+        if !(0.0..1.0).contains(&p) {
+            return Err(format!("attention dropout probability {p} is not in [0, 1)"));
+        }
+    }
+    let four = |t: &TensorType, what: &str| -> Result<[Dim; 4], String> {
+        need(t.dtype, DType::C64, what)?;
+        if t.shape.rank() != 4 {
+            return Err(format!("{what} needs a 4-D tensor (B, heads, tokens, features), got {}", t.shape));
+        }
+        for d in &t.shape.0[1..] {
+            fixed(*d, &format!("an inner axis of the {what}"))?;
+        }
+        Ok([t.shape.0[0], t.shape.0[1], t.shape.0[2], t.shape.0[3]])
+    };
+    let [b, h, t, d] = four(q, "attention query")?;
+    let [kb, kh, s, kd] = four(k, "attention key")?;
+    if (kb, kh, kd) != (b, h, d) {
+        return Err(format!("attention key {} does not match query {}", k.shape, q.shape));
+    }
+    let dv = match v {
+        Some(v) => {
+            let [vb, vh, vs, dv] = four(v, "attention value")?;
+            if (vb, vh, vs) != (b, h, s) {
+                return Err(format!("attention value {} does not match key {}", v.shape, k.shape));
+            }
+            dv.fixed().unwrap_or(0)
+        }
+        None => 0,
+    };
+    let f = |d: Dim| d.fixed().unwrap_or(0);
+    Ok(AttnDims { b, h: f(h), t: f(t), s: f(s), d: f(d), dv })
+}
+
+fn attn_lse_operand(d: &AttnDims, lse: &TensorType) -> Result<(), String> {
+    need(lse.dtype, DType::F32, "attention log-sum-exp")?;
+    let want = Shape(vec![d.b, Dim::Fixed(d.h), Dim::Fixed(d.t)]);
+    if lse.shape != want {
+        return Err(format!("attention log-sum-exp is {}, expected {want}", lse.shape));
+    }
+    Ok(())
+}
+
+/// The optional trailing operands: the key mask f32 `[B, S]`, then the i32 step scalar.
+fn attn_extras(spec: &AttnSpec, d: &AttnDims, extra: &[&TensorType]) -> Result<(), String> {
+    let mut rest = extra.iter();
+    if spec.key_mask {
+        let m = rest.next().ok_or("attention key mask operand missing")?;
+        need(m.dtype, DType::F32, "attention key mask")?;
+        let want = Shape(vec![d.b, Dim::Fixed(d.s)]);
+        if m.shape != want {
+            return Err(format!("attention key mask is {}, expected {want}", m.shape));
+        }
+    }
+    if spec.dropout.is_some() {
+        let st = rest.next().ok_or("attention dropout step operand missing")?;
+        need(st.dtype, DType::I32, "attention dropout step counter")?;
+        if st.shape.rank() != 0 {
+            return Err(format!("attention dropout step counter is {}, expected a scalar", st.shape));
+        }
+    }
+    Ok(())
 }
 
 fn o_fixed(d: Dim) -> Option<usize> {

@@ -172,6 +172,59 @@ impl ConvGeom {
     }
 }
 
+/// How an attention score is formed from `c = q·kᴴ` (complex): its real part or magnitude.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum AttnScore {
+    /// `s = scale · Re(c)` (torchcvnn's MultiheadAttention).
+    Real,
+    /// `s = scale · |c|`.
+    Abs,
+}
+
+/// Options shared by the attention primitives ([`Op::AttnLse`], [`Op::Attention`],
+/// [`Op::AttentionGrad`]). The operand lists end with the optional operands these flags ask
+/// for: the key mask (when `key_mask`), then the step counter (when `dropout` is set).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct AttnSpec {
+    /// `s_ij = scale · Re(c_ij)` or `scale · |c_ij|`.
+    pub scale: f64,
+    /// How the score is formed from `c = q·kᴴ`.
+    pub score: AttnScore,
+    /// Key `j > i` is masked for query `i` (top-left aligned, as PyTorch's `tril`).
+    pub causal: bool,
+    /// An extra operand: the key-padding mask, f32 `[B, S]`; nonzero = ignore that key.
+    pub key_mask: bool,
+    /// `(p, salt)`: dropout on the attention weights, one keep decision per `(b, h, i, j)`
+    /// from [`dropout_keep`]; an extra operand, the i32 step counter.
+    pub dropout: Option<(f64, u32)>,
+}
+
+impl AttnSpec {
+    /// How many optional operands (mask, step) follow the fixed ones.
+    pub fn extra_operands(&self) -> usize {
+        usize::from(self.key_mask) + usize::from(self.dropout.is_some())
+    }
+    /// Whether key `j` is masked for query `i` by the causal rule.
+    pub fn causal_masked(&self, i: usize, j: usize) -> bool {
+        self.causal && j > i
+    }
+    /// The element index the dropout hash of weight `(b, h, i, j)` is taken at:
+    /// `((b·H + h)·T + i)·S + j`, wrapping in u32 as every back end computes it.
+    pub fn dropout_index(b: usize, h: usize, i: usize, j: usize, heads: usize, t: usize, s: usize) -> u32 {
+        let bh = (b as u32).wrapping_mul(heads as u32).wrapping_add(h as u32);
+        bh.wrapping_mul(t as u32).wrapping_add(i as u32).wrapping_mul(s as u32).wrapping_add(j as u32)
+    }
+}
+
+/// Which gradient an [`Op::AttentionGrad`] computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum AttnWrt {
+    /// `dq`: c64 `[B, H, T, D]`.
+    Q,
+    /// `dk ‖ dv` along the last axis: c64 `[B, H, S, D + Dv]` (autodiff slices the two apart).
+    KV,
+}
+
 /// An IR operation. Operand order is given per variant; see the module doc for conventions.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub enum Op {
@@ -224,6 +277,28 @@ pub enum Op {
     /// `(salt, step, element index)` that every back end computes identically
     /// (see `crate::ir::dropout_keep`). Operands: `[step (i32 scalar state)]`.
     DropoutMask { p: f64, salt: u32 },
+    /// Log-sum-exp of the attention scores of each query row: `lse_i = log Σ_j exp(s_ij)` over
+    /// the unmasked keys `j`, with `s_ij` as [`AttnSpec`] says. Operands `[q (c64 [B, H, T, D]),
+    /// k (c64 [B, H, S, D]), (mask f32 [B, S])]`; output f32 `[B, H, T]`. A row whose keys are
+    /// all masked has `lse = 0` (never `+inf`), and [`Op::Attention`] gives it output 0.
+    /// A helper of `Attention`: it receives no gradient (see `Attention`).
+    AttnLse { spec: AttnSpec },
+    /// Softmax attention from a precomputed `lse`: `o_i = Σ_j keep_ij · p_ij · v_j` with
+    /// `p_ij = exp(s_ij − lse_i)` over unmasked keys and `keep_ij = dropout_keep(p, salt,
+    /// step, idx)/(1−p)` (1 without dropout; `idx` from [`AttnSpec::dropout_index`]).
+    /// Operands `[q, k, v (c64 [B, H, S, Dv]), lse (f32 [B, H, T]), (mask), (step)]`; output
+    /// c64 `[B, H, T, Dv]`. Its gradient is the full derivative of softmax attention w.r.t.
+    /// `q`, `k` and `v` (through [`Op::AttentionGrad`]); `lse` gets none. Never stores the
+    /// `[T, S]` weights: one kernel, blocked over keys.
+    Attention { spec: AttnSpec },
+    /// Gradients of [`Op::Attention`] (p̃ = keep·p): `dV_j = Σ_i p̃_ij dO_i`,
+    /// `dP_ij = keep_ij · Re(Σ_d dO_id conj(v_jd))`, `δ_i = Re(Σ_d dO_id conj(o_id))`,
+    /// `dS_ij = p_ij (dP_ij − δ_i)`; real score: `dq_i = scale Σ_j dS_ij k_j`,
+    /// `dk_j = scale Σ_i dS_ij q_i`; abs score with `g_ij = scale dS_ij c_ij/|c_ij|` (0 where
+    /// `c = 0`): `dq_i = Σ_j g_ij k_j`, `dk_j = Σ_i conj(g_ij) q_i`.
+    /// Operands `[q, k, v, o, d_o, lse, (mask), (step)]`; output `dq` c64 `[B, H, T, D]`
+    /// (`wrt = Q`) or `dk ‖ dv` c64 `[B, H, S, D + Dv]` (`wrt = KV`).
+    AttentionGrad { spec: AttnSpec, wrt: AttnWrt },
     /// Overwrite a persistent buffer (`Param`/`State`) with `value` at the end of its reads.
     /// Operands `[target, value]`; result type is the target's; nothing may read the result.
     Assign,
@@ -247,6 +322,9 @@ pub enum OpClass {
     Movement,
     /// The matmul/convolution family.
     Contraction,
+    /// Fused attention (`AttnLse`, `Attention`, `AttentionGrad`): a contraction of its own
+    /// kind, each one kernel that never stores the `[T, S]` weights; never fused with others.
+    Attention,
     /// The overwrite of a persistent buffer.
     Assign,
 }
@@ -288,6 +366,9 @@ impl Op {
             | Op::Fft { .. }
             | Op::OneHot { .. }
             | Op::DropoutMask { .. }
+            | Op::AttnLse { .. }
+            | Op::Attention { .. }
+            | Op::AttentionGrad { .. }
             | Op::Assign => false,
         }
     }
@@ -311,6 +392,7 @@ impl Op {
             | Op::Conv2d { .. }
             | Op::ConvTranspose2d { .. }
             | Op::Conv2dWeightGrad { .. } => OpClass::Contraction,
+            Op::AttnLse { .. } | Op::Attention { .. } | Op::AttentionGrad { .. } => OpClass::Attention,
             Op::Assign => OpClass::Assign,
         }
     }
@@ -338,6 +420,9 @@ impl Op {
             Op::Fft { inverse, .. } => if *inverse { "ifft" } else { "fft" }.into(),
             Op::OneHot { .. } => "one_hot".into(),
             Op::DropoutMask { .. } => "dropout_mask".into(),
+            Op::AttnLse { .. } => "attn_lse".into(),
+            Op::Attention { .. } => "attention".into(),
+            Op::AttentionGrad { .. } => "attention_grad".into(),
             Op::Assign => "assign".into(),
         }
     }

@@ -460,6 +460,9 @@ fn expected_arity(op: &Op) -> Option<usize> {
         | Op::Conv2dWeightGrad { .. }
         | Op::Assign => 2,
         Op::Select => 3,
+        Op::AttnLse { spec } => 2 + usize::from(spec.key_mask),
+        Op::Attention { spec } => 4 + spec.extra_operands(),
+        Op::AttentionGrad { spec, .. } => 6 + spec.extra_operands(),
         Op::Concat { .. } => return None,
     })
 }
@@ -478,7 +481,7 @@ fn tensor_type(c: &mut Cursor) -> Res<TensorType> {
 }
 
 /// Mnemonics of the ops with bracketed attributes besides leaves and reductions.
-const WITH_ATTRS: [&str; 12] = [
+const WITH_ATTRS: [&str; 15] = [
     "permute",
     "slice",
     "pad",
@@ -491,6 +494,9 @@ const WITH_ATTRS: [&str; 12] = [
     "ifft",
     "one_hot",
     "dropout_mask",
+    "attn_lse",
+    "attention",
+    "attention_grad",
 ];
 
 /// The op named `mnemonic` with its bracketed attributes (as [`super::print::attrs`] writes them).
@@ -654,6 +660,20 @@ fn op_with_attrs(c: &mut Cursor, mnemonic: &str, at: usize) -> Res<Op> {
                     c.key("salt")?;
                     Op::DropoutMask { p, salt: c.number("a 32-bit salt")? }
                 }
+                "attn_lse" => Op::AttnLse { spec: attn_spec(c)? },
+                "attention" => Op::Attention { spec: attn_spec(c)? },
+                "attention_grad" => {
+                    let spec = attn_spec(c)?;
+                    c.expect(",")?;
+                    c.key("wrt")?;
+                    let wrt_at = c.pos;
+                    let wrt = match c.ident()? {
+                        "Q" => AttnWrt::Q,
+                        "KV" => AttnWrt::KV,
+                        w => return c.err_at(wrt_at, format!("unknown attention gradient `{w}` (Q or KV)")),
+                    };
+                    Op::AttentionGrad { spec, wrt }
+                }
                 m => return c.err_at(at, format!("unknown op `{m}`")),
             };
             c.expect("]")?;
@@ -661,6 +681,39 @@ fn op_with_attrs(c: &mut Cursor, mnemonic: &str, at: usize) -> Res<Op> {
         }
     };
     Ok(op)
+}
+
+/// `scale=S, score=Real|Abs, causal=B, key_mask=B, dropout=none|[P, SALT]`.
+fn attn_spec(c: &mut Cursor) -> Res<AttnSpec> {
+    c.key("scale")?;
+    let scale = c.f64()?;
+    c.expect(",")?;
+    c.key("score")?;
+    let score_at = c.pos;
+    let score = match c.ident()? {
+        "Real" => AttnScore::Real,
+        "Abs" => AttnScore::Abs,
+        s => return c.err_at(score_at, format!("unknown attention score `{s}` (Real or Abs)")),
+    };
+    c.expect(",")?;
+    c.key("causal")?;
+    let causal = c.bool()?;
+    c.expect(",")?;
+    c.key("key_mask")?;
+    let key_mask = c.bool()?;
+    c.expect(",")?;
+    c.key("dropout")?;
+    let dropout = if c.eat("none") {
+        None
+    } else {
+        c.expect("[")?;
+        let p = c.f64()?;
+        c.expect(",")?;
+        let salt = c.number("a 32-bit salt")?;
+        c.expect("]")?;
+        Some((p, salt))
+    };
+    Ok(AttnSpec { scale, score, causal, key_mask, dropout })
 }
 
 /// An initialiser as `{:?}` writes it: `Zeros`, `Constant(0.5)`, `Glorot { fan_in: 3, fan_out: 4 }`.
@@ -834,6 +887,14 @@ mod tests {
   %22 = select(%13, %11, %11) : c64[B, 8, 8, 1]  ; Forward
   %23 = expand(%17) : f32[B, 10]  ; Forward
   %24 = assign(%17, %21) : f32[]  ; Update
+  %25 = input[q]() : c64[B, 2, 5, 3]  ; Input
+  %26 = input[k]() : c64[B, 2, 4, 3]  ; Input
+  %27 = input[v]() : c64[B, 2, 4, 6]  ; Input
+  %28 = input[pad]() : f32[B, 4]  ; Input
+  %29 = attn_lse[scale=0.5, score=Abs, causal=true, key_mask=true, dropout=none](%25, %26, %28) : f32[B, 2, 5]  ; Forward
+  %30 = attention[scale=0.5, score=Real, causal=false, key_mask=false, dropout=[0.25, 9]](%25, %26, %27, %29, %12) : c64[B, 2, 5, 6]  ; Forward
+  %31 = attention_grad[scale=0.5, score=Real, causal=false, key_mask=false, dropout=[0.25, 9], wrt=KV](%25, %26, %27, %30, %30, %29, %12) : c64[B, 2, 4, 9]  ; Backward
+  %32 = attention_grad[scale=0.5, score=Abs, causal=true, key_mask=true, dropout=none, wrt=Q](%25, %26, %27, %30, %30, %29, %28) : c64[B, 2, 5, 3]  ; Backward
 }
 ";
         let p = parse_graph(text).unwrap_or_else(|e| panic!("{e}"));

@@ -31,8 +31,21 @@ pub fn attrs(op: &Op) -> String {
         Op::Fft { axis, norm, .. } => format!("[axis={axis}, norm={norm:?}]"),
         Op::OneHot { classes } => format!("[classes={classes}]"),
         Op::DropoutMask { p, salt } => format!("[p={p}, salt={salt}]"),
+        Op::AttnLse { spec } | Op::Attention { spec } => format!("[{}]", attn_text(spec)),
+        Op::AttentionGrad { spec, wrt } => format!("[{}, wrt={wrt:?}]", attn_text(spec)),
         _ => String::new(),
     }
+}
+
+fn attn_text(s: &AttnSpec) -> String {
+    let dropout = match s.dropout {
+        Some((p, salt)) => format!("[{p}, {salt}]"),
+        None => "none".into(),
+    };
+    format!(
+        "scale={}, score={:?}, causal={}, key_mask={}, dropout={dropout}",
+        s.scale, s.score, s.causal, s.key_mask
+    )
 }
 
 fn geom_text(g: &ConvGeom) -> String {

@@ -292,7 +292,13 @@ impl Reverse<'_> {
                 let adj = Op::Fft { axis: *axis, inverse: !inverse, norm: norm.adjoint() };
                 vec![Some(self.b.add(adj, &[g])?)]
             }
-            Op::Input { .. }
+            Op::Attention { spec } => self.attention(*spec, h, ins, g, need)?,
+            Op::AttentionGrad { .. } => {
+                return Err("autodiff: the second derivative of attention is not supported".into())
+            }
+            // `lse` is a helper of `Attention`, whose rule is the full derivative.
+            Op::AttnLse { .. }
+            | Op::Input { .. }
             | Op::Param { .. }
             | Op::State { .. }
             | Op::Scalar { .. }
@@ -300,6 +306,31 @@ impl Reverse<'_> {
             | Op::DropoutMask { .. }
             | Op::Assign => vec![None; ins.len()],
         })
+    }
+
+    /// `o = attention(q, k, v; lse, mask, step)`: `dq` from `AttentionGrad{Q}`, `dk` and `dv`
+    /// sliced from `AttentionGrad{KV}` (one kernel for both); `lse`, mask and step get none.
+    fn attention(
+        &mut self,
+        spec: AttnSpec,
+        o: Value,
+        ins: &[Value],
+        g: Value,
+        need: &[bool],
+    ) -> Result<Vec<Option<Value>>, String> {
+        let mut operands = vec![ins[0], ins[1], ins[2], o, g, ins[3]];
+        operands.extend_from_slice(&ins[4..]);
+        let dq = self.maybe(need[0], Op::AttentionGrad { spec, wrt: AttnWrt::Q }, &operands)?;
+        let mut parts = vec![dq, None, None];
+        if need[1] || need[2] {
+            let dkv = self.b.add(Op::AttentionGrad { spec, wrt: AttnWrt::KV }, &operands)?;
+            let d = self.fixed_extent(ins[1], 3)?;
+            let dv = self.fixed_extent(ins[2], 3)?;
+            parts[1] = self.maybe(need[1], Op::Slice { axis: 3, start: 0, len: d }, &[dkv])?;
+            parts[2] = self.maybe(need[2], Op::Slice { axis: 3, start: d, len: dv }, &[dkv])?;
+        }
+        parts.resize(ins.len(), None);
+        Ok(parts)
     }
 
     fn maybe(&mut self, needed: bool, op: Op, operands: &[Value]) -> Result<Option<Value>, String> {

@@ -93,6 +93,9 @@ fn needs_complex_storage(op: &Op) -> bool {
         | Op::Conv2d { .. }
         | Op::ConvTranspose2d { .. }
         | Op::Conv2dWeightGrad { .. }
+        | Op::AttnLse { .. }
+        | Op::Attention { .. }
+        | Op::AttentionGrad { .. }
         | Op::OneHot { .. }
         | Op::DropoutMask { .. } => false,
     }
@@ -125,6 +128,9 @@ fn sinks(op: &Op) -> bool {
         | Op::OneHot { .. }
         | Op::DropoutMask { .. }
         | Op::Assign => true,
+        // Attention's weights are a softmax of a nonlinear score: a real part alone does not
+        // give the real part of the result.
+        Op::AttnLse { .. } | Op::Attention { .. } | Op::AttentionGrad { .. } => false,
     }
 }
 

@@ -23,6 +23,9 @@ pub enum GroupKind {
     Reduce,
     /// One contraction node (`MatMul`, `Conv2d`, `ConvTranspose2d`, `Conv2dWeightGrad`).
     Contraction,
+    /// One fused attention node (`AttnLse`, `Attention`, `AttentionGrad`): one kernel that
+    /// never stores the `[T, S]` weights.
+    Attention,
     /// One data-movement or special node: `Expand`, `Permute`, `Slice`, `Pad`, `Concat`,
     /// `Fft`, `OneHot`, `DropoutMask`.
     Movement,
@@ -123,6 +126,7 @@ fn kind_of(op: &Op) -> GroupKind {
         OpClass::Elementwise | OpClass::Assign | OpClass::Leaf => GroupKind::Elementwise,
         OpClass::Reduce => GroupKind::Reduce,
         OpClass::Contraction => GroupKind::Contraction,
+        OpClass::Attention => GroupKind::Attention,
         OpClass::Movement => GroupKind::Movement,
     }
 }
@@ -131,7 +135,7 @@ fn kind_of(op: &Op) -> GroupKind {
 fn inlines_operands(op: &Op) -> bool {
     match op.class() {
         OpClass::Elementwise | OpClass::Assign | OpClass::Reduce => true,
-        OpClass::Leaf | OpClass::View | OpClass::Movement | OpClass::Contraction => false,
+        OpClass::Leaf | OpClass::View | OpClass::Movement | OpClass::Contraction | OpClass::Attention => false,
     }
 }
 
@@ -193,7 +197,12 @@ pub fn materialization_keeping(g: &Graph, keep: &[Value]) -> Vec<bool> {
             }
             (
                 _,
-                OpClass::Reduce | OpClass::View | OpClass::Movement | OpClass::Contraction | OpClass::Assign,
+                OpClass::Reduce
+                | OpClass::View
+                | OpClass::Movement
+                | OpClass::Contraction
+                | OpClass::Attention
+                | OpClass::Assign,
             ) => true,
         };
     }

@@ -84,7 +84,8 @@ pub fn storage_root(g: &Graph, mut v: Value) -> Value {
             | OpClass::Elementwise
             | OpClass::Reduce
             | OpClass::Movement
-            | OpClass::Contraction => return v,
+            | OpClass::Contraction
+            | OpClass::Attention => return v,
         }
     }
 }

@@ -232,6 +232,7 @@ fn kind_name(k: GroupKind) -> &'static str {
         GroupKind::Elementwise => "elementwise",
         GroupKind::Reduce => "reduce",
         GroupKind::Contraction => "contraction",
+        GroupKind::Attention => "attention",
         GroupKind::Movement => "movement",
         GroupKind::View => "view",
     }

@@ -10,6 +10,7 @@
 //! batch (convolutions), over rows (matmul) or over the outer loop (generated kernels) on
 //! `CVC_THREADS` threads (default: 2, at most the available cores).
 
+pub mod attention;
 pub mod contract;
 pub mod fft;
 pub mod gemm;
@@ -80,6 +81,7 @@ struct Scratch {
     gemm: Vec<f32>,
     cols: Vec<f32>,
     dw: Vec<f32>,
+    attn: Vec<f32>,
 }
 
 /// Raw pointers handed to worker threads (each thread touches disjoint memory).
@@ -158,6 +160,7 @@ impl CpuBackend {
                 gemm: vec![0.0; gemm::WORKSPACE_F32],
                 cols: vec![0.0; module.workspace.cols_words],
                 dw: vec![0.0; module.workspace.dw_words],
+                attn: vec![0.0; module.workspace.attn_words],
             })
             .collect();
         Ok(CpuBackend {
@@ -264,6 +267,11 @@ impl CpuBackend {
             }
             CpuCall::Dropout { step, out, n, p, salt } => {
                 movement::dropout_mask(base, *step, *out, *n, *p, *salt)
+            }
+            CpuCall::Attention(a) => {
+                // SAFETY: thread `t` is below the thread count; each uses its own entry.
+                let ws = |t: usize| unsafe { (*sh.scratch(t)).attn.as_mut_ptr() };
+                attention::run(pool, base, &ws, a)
             }
             // Planned at load into `Kernel::Loop` / `Kernel::Fft`.
             CpuCall::Loop { .. } | CpuCall::Fft(_) => {
@@ -490,7 +498,7 @@ impl Backend for CpuBackend {
     }
 
     fn host_memory(&self) -> Vec<(String, usize)> {
-        let words: usize = self.scratch.iter().map(|s| s.gemm.len() + s.cols.len() + s.dw.len()).sum();
+        let words: usize = self.scratch.iter().map(|s| s.gemm.len() + s.cols.len() + s.dw.len() + s.attn.len()).sum();
         let fft: usize = self
             .kernels
             .iter()

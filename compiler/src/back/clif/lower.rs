@@ -602,7 +602,10 @@ impl Body<'_> {
                 | Op::Conv2dWeightGrad { .. }
                 | Op::Fft { .. }
                 | Op::OneHot { .. }
-                | Op::DropoutMask { .. }) => {
+                | Op::DropoutMask { .. }
+                | Op::AttnLse { .. }
+                | Op::Attention { .. }
+                | Op::AttentionGrad { .. }) => {
                     return Err(format!("{v}: {} cannot be fused into a loop", op.mnemonic()))
                 }
             };

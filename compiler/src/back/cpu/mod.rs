@@ -14,9 +14,11 @@
 //! - loop kernels have the signature `(arena_base, lo, hi)` and run outer iterations `lo..hi`,
 //!   so the runtime may split `0..rows` across threads.
 
+mod attention;
 mod contraction;
 mod movement;
 
+pub use attention::{AttentionCall, AttnKind, BLOCK_K, BLOCK_Q, WORKSPACE_WORDS as ATTENTION_WORKSPACE_WORDS};
 pub use contraction::{ConvCall, ConvShape, ConvTypes, MatMulCall, MatOperand};
 pub use movement::{strides, FftCall, StridedCopy, MAX_RANK};
 
@@ -99,6 +101,9 @@ pub enum CpuCall {
     },
     /// A discrete Fourier transform along one axis.
     Fft(FftCall),
+    /// A fused attention op (`AttnLse`, `Attention`, `AttentionGrad`): blocked over queries
+    /// and keys, one block of weights per thread, never a `[T, S]` buffer.
+    Attention(AttentionCall),
 }
 
 /// One action of a step: the group it computes and the call.
@@ -118,6 +123,9 @@ pub struct Workspace {
     /// A private copy of the largest weight gradient (threads other than the first add their
     /// images' contributions there; the runtime sums the copies).
     pub dw_words: usize,
+    /// One block of attention scores and weights ([`ATTENTION_WORKSPACE_WORDS`]) when the
+    /// module has an attention call, else 0.
+    pub attn_words: usize,
 }
 
 /// The CPU module of a program: loop kernels, the launch list of one step, workspace sizes.
@@ -165,7 +173,7 @@ pub fn generate(program: &Program, config: TargetFrontendConfig) -> CompileResul
                 loops.push(LoopKernel { group: gid, func: k.func, rows: k.rows, work: k.work });
                 CpuCall::Loop { kernel: loops.len() - 1 }
             }
-            GroupKind::Contraction | GroupKind::Movement => {
+            GroupKind::Contraction | GroupKind::Movement | GroupKind::Attention => {
                 let v = *grp
                     .nodes
                     .last()
@@ -191,7 +199,9 @@ impl Workspace {
             CpuCall::WeightGrad(c) => Workspace {
                 cols_words: self.cols_words.max(cols(c)),
                 dw_words: self.dw_words.max(c.shape.w.iter().product::<usize>() * c.out_words),
+                ..self
             },
+            CpuCall::Attention(_) => Workspace { attn_words: ATTENTION_WORKSPACE_WORDS, ..self },
             CpuCall::Loop { .. }
             | CpuCall::MatMul(_)
             | CpuCall::Copy(_)
@@ -296,6 +306,9 @@ fn call_of(program: &Program, v: Value) -> CompileResult<CpuCall> {
             salt: *salt,
         }),
         Op::Fft { axis, inverse, norm } => movement::fft(&cx, *axis, *inverse, *norm).map(CpuCall::Fft),
+        Op::AttnLse { .. } | Op::Attention { .. } | Op::AttentionGrad { .. } => {
+            attention::attention(&cx).map(CpuCall::Attention)
+        }
         // Loop-kernel ops and views never end a contraction or movement group: fusion puts
         // them in elementwise/reduce/view groups, which `generate` lowers elsewhere.
         Op::Input { .. }
@@ -385,10 +398,40 @@ impl std::fmt::Display for CpuModule {
                     t.src,
                     t.dst
                 ),
+                CpuCall::Attention(a) => attention_line(f, a),
             }?;
         }
         Ok(())
     }
+}
+
+fn attention_line(f: &mut std::fmt::Formatter<'_>, a: &AttentionCall) -> std::fmt::Result {
+    let what = match a.kind {
+        AttnKind::Lse => "attn_lse".to_string(),
+        AttnKind::Forward => "attention".to_string(),
+        AttnKind::Grad(w) => format!("attention_grad {w:?}"),
+    };
+    let opt = |o: Option<usize>| o.map_or("-".to_string(), |o| format!("@{o}"));
+    writeln!(
+        f,
+        "{what} [{}, {}, {}x{}, {}/{}] {}  q@{} k@{} v{} lse{} o{} do{} mask{} step{} -> @{}",
+        a.b,
+        a.h,
+        a.t,
+        a.s,
+        a.d,
+        a.dv,
+        crate::ir::print::attrs(&Op::Attention { spec: a.spec }),
+        a.q,
+        a.k,
+        opt(a.v),
+        opt(a.lse),
+        opt(a.o),
+        opt(a.d_o),
+        opt(a.mask),
+        opt(a.step),
+        a.out
+    )
 }
 
 fn conv_line(f: &mut std::fmt::Formatter<'_>, what: &str, c: &ConvCall) -> std::fmt::Result {

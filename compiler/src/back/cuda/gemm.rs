@@ -233,6 +233,9 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
         | Op::Fft { .. }
         | Op::OneHot { .. }
         | Op::DropoutMask { .. }
+        | Op::AttnLse { .. }
+        | Op::Attention { .. }
+        | Op::AttentionGrad { .. }
         | Op::Assign) => return Err(internal!("{v}: {} is not a contraction", other.mnemonic())),
     };
     emit(ctx, &gemm, v, name)

@@ -154,7 +154,10 @@ fn emit_values(
             | Op::Conv2dWeightGrad { .. }
             | Op::Fft { .. }
             | Op::OneHot { .. }
-            | Op::DropoutMask { .. }) => {
+            | Op::DropoutMask { .. }
+            | Op::AttnLse { .. }
+            | Op::Attention { .. }
+            | Op::AttentionGrad { .. }) => {
                 return Err(internal!(
                     "{v}: {} cannot be computed in an elementwise kernel",
                     other.mnemonic()
@@ -682,6 +685,9 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileRes
         | Op::Conv2d { .. }
         | Op::ConvTranspose2d { .. }
         | Op::Conv2dWeightGrad { .. }
+        | Op::AttnLse { .. }
+        | Op::Attention { .. }
+        | Op::AttentionGrad { .. }
         | Op::Assign) => return Err(internal!("{v}: {} is not a data-movement op", other.mnemonic())),
     };
     let _ = writeln!(code, "    {body}");
