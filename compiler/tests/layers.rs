@@ -324,7 +324,12 @@ fn every_known_op_lowers_with_the_expected_type() {
         ("transpose", vec![pos(int(1)), pos(int(-1))], vec![x3.clone()], c64t(&[B, F(16), F(4)])),
         ("transpose", vec![pos(int(0)), pos(int(1))], vec![x3.clone()], c64t(&[F(4), B, F(16)])),
         ("sum", vec![kw("axis", int(1))], vec![x3.clone()], c64t(&[B, F(16)])),
-        ("sum", vec![pos(ArgValue::Tuple(vec![0, -1])), kw("keepdim", ArgValue::Bool(true))], vec![x3.clone()], c64t(&[F(1), F(4), F(1)])),
+        (
+            "sum",
+            vec![pos(ArgValue::Tuple(vec![0, -1])), kw("keepdim", ArgValue::Bool(true))],
+            vec![x3.clone()],
+            c64t(&[F(1), F(4), F(1)]),
+        ),
         ("mean", vec![kw("axis", ArgValue::Tuple(vec![1, 2]))], vec![x3.clone()], c64t(&[B])),
         ("mean", vec![kw("axis", int(0))], vec![r2.clone()], f32t(&[F(6)])),
         ("softmax", vec![], vec![r2.clone()], r2.clone()),
@@ -1062,7 +1067,8 @@ fn complex_layernorm_whitens_or_standardises_each_sample_row() {
     let mut r = rng("layernorm_complex");
     let (n, c, len) = (3, 2, 64);
     for kind in ["whitening", "naive"] {
-        let args = [kw("kind", word(kind)), kw("affine", ArgValue::Bool(false)), kw("eps", ArgValue::Float(1e-9))];
+        let args =
+            [kw("kind", word(kind)), kw("affine", ArgValue::Bool(false)), kw("eps", ArgValue::Float(1e-9))];
         let case = ok(Mode::Train, "layernorm", &args, &[c64t(&[B, F(c), F(len)])]);
         // Correlated re/im, so whitening and naive differ.
         let x: Vec<C> = (0..n * c * len)
@@ -1094,7 +1100,8 @@ fn complex_layernorm_whitens_or_standardises_each_sample_row() {
 fn norm_parameters_have_complextorch_names_shapes_and_initial_values() {
     let x = c64t(&[B, F(3), F(4)]);
     let case = ok(Mode::Train, "layernorm", &[kw("axes", int(2))], &[x.clone()]);
-    let names: Vec<(String, TensorType)> = case.params.iter().map(|p| (p.name.clone(), p.ty.clone())).collect();
+    let names: Vec<(String, TensorType)> =
+        case.params.iter().map(|p| (p.name.clone(), p.ty.clone())).collect();
     let pre = "t.layernorm_0";
     assert_eq!(
         names,
@@ -1105,7 +1112,12 @@ fn norm_parameters_have_complextorch_names_shapes_and_initial_values() {
     );
     let w = param(&case, "weight");
     assert_eq!(case.g.init_of(w), Some(&Init::Eye2 { scale: std::f64::consts::FRAC_1_SQRT_2 }));
-    let vals = cvc_compiler::init::init_values(&Init::Eye2 { scale: 0.5 }, DType::F32, &[2, 2, 3], &mut cvc_compiler::init::SplitMix64::new(1));
+    let vals = cvc_compiler::init::init_values(
+        &Init::Eye2 { scale: 0.5 },
+        DType::F32,
+        &[2, 2, 3],
+        &mut cvc_compiler::init::SplitMix64::new(1),
+    );
     let got: Vec<f64> = vals.iter().map(|z| z.re).collect();
     assert_eq!(got, [0.5, 0.5, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.5]);
     let case = ok(Mode::Train, "rmsnorm", &[], &[x]);
@@ -1137,13 +1149,24 @@ fn reductions_and_softmax_match_direct_loops() {
         }
     }
     // mean over (0, 2) of a complex tensor, keepdim: [1, a, 1].
-    let case = ok(Mode::Train, "mean", &[kw("axis", ArgValue::Tuple(vec![0, -1])), kw("keepdim", ArgValue::Bool(true))], &[c64t(&[B, F(a), F(k)])]);
+    let case = ok(
+        Mode::Train,
+        "mean",
+        &[kw("axis", ArgValue::Tuple(vec![0, -1])), kw("keepdim", ArgValue::Bool(true))],
+        &[c64t(&[B, F(a), F(k)])],
+    );
     let (l, vals) = eval_case(&case, n, &mut r, &[]);
     let x = cx(&l[&case.inputs[0]]);
     let got = out(&case, &vals);
     assert_eq!(got.shape, [1, a, 1]);
     let want: Vec<C> = (0..a)
-        .map(|ai| (0..n).flat_map(|ni| (0..k).map(move |ki| (ni, ki))).map(|(ni, ki)| x[(ni * a + ai) * k + ki]).sum::<C>() / (n * k) as f64)
+        .map(|ai| {
+            (0..n)
+                .flat_map(|ni| (0..k).map(move |ki| (ni, ki)))
+                .map(|(ni, ki)| x[(ni * a + ai) * k + ki])
+                .sum::<C>()
+                / (n * k) as f64
+        })
         .collect();
     close(&cx(&got), &want, 1e-12, "mean");
     // transpose(0, -1) of [B, a, k] is [k, a, B].
@@ -1152,7 +1175,10 @@ fn reductions_and_softmax_match_direct_loops() {
     let x = cx(&l[&case.inputs[0]]);
     let got = out(&case, &vals);
     assert_eq!(got.shape, [k, a, n]);
-    let want: Vec<C> = (0..k).flat_map(|ki| (0..a).flat_map(move |ai| (0..n).map(move |ni| (ni, ai, ki)))).map(|(ni, ai, ki)| x[(ni * a + ai) * k + ki]).collect();
+    let want: Vec<C> = (0..k)
+        .flat_map(|ki| (0..a).flat_map(move |ai| (0..n).map(move |ni| (ni, ai, ki))))
+        .map(|(ni, ai, ki)| x[(ni * a + ai) * k + ki])
+        .collect();
     close(&cx(&got), &want, 0.0, "transpose");
 }
 

@@ -58,8 +58,12 @@ fn run_case(case: &serde_json::Value) {
     let mut g = checked.graph;
     let y = g.outputs[0].value;
     let x = g.find_leaf("x").expect("input x");
-    let params: Vec<String> =
-        case["params"].as_array().expect("params").iter().map(|p| p.as_str().expect("param").to_string()).collect();
+    let params: Vec<String> = case["params"]
+        .as_array()
+        .expect("params")
+        .iter()
+        .map(|p| p.as_str().expect("param").to_string())
+        .collect();
     let mut wrt = vec![x];
     for p in &params {
         wrt.push(g.find_leaf(p).unwrap_or_else(|| panic!("{name}: cvc has no parameter `{p}`")));

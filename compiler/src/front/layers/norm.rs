@@ -343,7 +343,10 @@ fn trailing_axes(
             .operand_error(
                 ctx,
                 x,
-                format!("`{}(axes = {k})` normalises over the last {k} axes, but the operand has {rank}", site.call.op),
+                format!(
+                    "`{}(axes = {k})` normalises over the last {k} axes, but the operand has {rank}",
+                    site.call.op
+                ),
                 format!("needs at least {k} axes"),
             )
             .with_help(format!("choose `axes` between 1 and {rank}")));

@@ -72,7 +72,11 @@ fn reduce_axes(site: &Site, rank: usize) -> Result<Vec<usize>, Diagnostic> {
             ));
         };
         if axes.contains(&a) {
-            return Err(site.args.bad(arg, format!("`{}` lists axis {a} twice", site.call.op), "repeated axis"));
+            return Err(site.args.bad(
+                arg,
+                format!("`{}` lists axis {a} twice", site.call.op),
+                "repeated axis",
+            ));
         }
         axes.push(a);
     }
@@ -82,7 +86,12 @@ fn reduce_axes(site: &Site, rank: usize) -> Result<Vec<usize>, Diagnostic> {
 
 /// `Σ` (or the mean, `scale_by_count`) of `x` over its `axis` argument; the reduced axes are
 /// dropped unless `keepdim`.
-fn reduce(ctx: &mut LowerCtx, site: &Site, ops: &[Operand], scale_by_count: bool) -> Result<Value, Diagnostic> {
+fn reduce(
+    ctx: &mut LowerCtx,
+    site: &Site,
+    ops: &[Operand],
+    scale_by_count: bool,
+) -> Result<Value, Diagnostic> {
     let x = &ops[0];
     let ty = need_float(ctx, site, x, "tensor")?;
     let axes = reduce_axes(site, ty.shape.rank())?;
@@ -114,15 +123,21 @@ fn mean(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Diagn
 
 /// `x − m` and `Σ exp(x − m)` along `axis`, `m` the maximum behind a stop-gradient (the shift
 /// changes no value and no gradient, only the range of `exp`).
-fn shifted_exp_sum(ctx: &mut LowerCtx, site: &Site, x: &Operand) -> Result<(Value, Value, Value), Diagnostic> {
+fn shifted_exp_sum(
+    ctx: &mut LowerCtx,
+    site: &Site,
+    x: &Operand,
+) -> Result<(Value, Value, Value), Diagnostic> {
     let ty = need_float(ctx, site, x, "tensor")?;
     if ty.dtype.is_complex() {
         return Err(site
-            .operand_error(ctx, x, format!("`{}` needs a real tensor, got {ty}", site.call.op), "complex input")
-            .with_help(format!(
-                "take `abs` (or `real`) first: `x |> abs |> {}`",
-                site.call.op
-            )));
+            .operand_error(
+                ctx,
+                x,
+                format!("`{}` needs a real tensor, got {ty}", site.call.op),
+                "complex input",
+            )
+            .with_help(format!("take `abs` (or `real`) first: `x |> abs |> {}`", site.call.op)));
     }
     let axis = site.args.axis("axis", -1, ty.shape.rank())?;
     let b = &mut ctx.b;
