@@ -60,10 +60,11 @@ pub fn name_hash(name: &str) -> u64 {
 /// Glorot and He draw normals of the documented variance (complex: half of it on each of re
 /// and im). Rayleigh draws a magnitude of scale `σ = 1/sqrt(fan_in + fan_out)` and a uniform
 /// phase (real tensors take the real part of that sample). Uniform draws re and im
-/// independently. Integer tensors take the constant part only (zeros, ones, the constant).
+/// independently. Eye2 depends on the element's position only. Integer tensors take the
+/// constant part only (zeros, ones, the constant).
 pub fn init_values(init: &Init, dtype: DType, shape: &[usize], rng: &mut SplitMix64) -> Vec<Complex64> {
     let n: usize = shape.iter().product();
-    let sample = |rng: &mut SplitMix64| -> Complex64 {
+    let sample = |rng: &mut SplitMix64, k: usize| -> Complex64 {
         match *init {
             Init::Zeros => Complex64::new(0.0, 0.0),
             Init::Ones => Complex64::new(1.0, 0.0),
@@ -81,9 +82,22 @@ pub fn init_values(init: &Init, dtype: DType, shape: &[usize], rng: &mut SplitMi
                 let im = if dtype == DType::C64 { rng.uniform(-bound, bound) } else { 0.0 };
                 Complex64::new(re, im)
             }
+            Init::Eye2 { scale } => {
+                let [i, j] = eye2_index(shape, k);
+                Complex64::new(if i == j { scale } else { 0.0 }, 0.0)
+            }
         }
     };
-    (0..n).map(|_| sample(rng)).collect()
+    (0..n).map(|k| sample(rng, k)).collect()
+}
+
+/// The indices along the first two axes of row-major element `k` of `shape` (0 for an axis
+/// the shape lacks), for [`Init::Eye2`].
+fn eye2_index(shape: &[usize], k: usize) -> [usize; 2] {
+    let d1 = shape.get(1).copied().unwrap_or(1).max(1);
+    let inner = shape.iter().skip(2).product::<usize>().max(1);
+    let i = if shape.is_empty() { 0 } else { k / (d1 * inner) };
+    [i, (k / inner) % d1]
 }
 
 fn gaussian(rng: &mut SplitMix64, dtype: DType, variance: f64) -> Complex64 {

@@ -272,6 +272,10 @@ fn every_known_op_lowers_with_the_expected_type() {
         ("batchnorm", vec![kw("kind", word("whitening"))], vec![x3.clone()], x3.clone()),
         ("batchnorm", vec![], vec![r2.clone()], r2.clone()),
         ("layernorm", vec![], vec![x3.clone()], x3.clone()),
+        ("layernorm", vec![kw("axes", int(2)), kw("kind", word("naive"))], vec![x3.clone()], x3.clone()),
+        ("layernorm", vec![kw("affine", ArgValue::Bool(false))], vec![r2.clone()], r2.clone()),
+        ("rmsnorm", vec![kw("axes", int(2))], vec![x3.clone()], x3.clone()),
+        ("rmsnorm", vec![], vec![r2.clone()], r2.clone()),
         ("crelu", vec![], vec![x4.clone()], x4.clone()),
         ("modrelu", vec![], vec![x3.clone()], x3.clone()),
         ("zrelu", vec![], vec![x4.clone()], x4.clone()),
@@ -317,6 +321,19 @@ fn every_known_op_lowers_with_the_expected_type() {
             c64t(&[B, F(3), F(8), F(8)]),
         ),
         ("permute", vec![pos(int(0)), pos(int(2)), pos(int(1))], vec![x3.clone()], c64t(&[B, F(16), F(4)])),
+        ("transpose", vec![pos(int(1)), pos(int(-1))], vec![x3.clone()], c64t(&[B, F(16), F(4)])),
+        ("transpose", vec![pos(int(0)), pos(int(1))], vec![x3.clone()], c64t(&[F(4), B, F(16)])),
+        ("sum", vec![kw("axis", int(1))], vec![x3.clone()], c64t(&[B, F(16)])),
+        (
+            "sum",
+            vec![pos(ArgValue::Tuple(vec![0, -1])), kw("keepdim", ArgValue::Bool(true))],
+            vec![x3.clone()],
+            c64t(&[F(1), F(4), F(1)]),
+        ),
+        ("mean", vec![kw("axis", ArgValue::Tuple(vec![1, 2]))], vec![x3.clone()], c64t(&[B])),
+        ("mean", vec![kw("axis", int(0))], vec![r2.clone()], f32t(&[F(6)])),
+        ("softmax", vec![], vec![r2.clone()], r2.clone()),
+        ("log_softmax", vec![kw("axis", int(0))], vec![r2.clone()], r2.clone()),
         ("fft", vec![], vec![x3.clone()], x3.clone()),
         ("ifft", vec![kw("axis", int(1)), kw("norm", word("ortho"))], vec![x3.clone()], x3.clone()),
         ("fft2", vec![], vec![f32t(&[B, F(8), F(8)])], c64t(&[B, F(8), F(8)])),
@@ -1021,38 +1038,166 @@ fn whitening_batchnorm_matches_the_formula_with_affine_and_running_stats() {
 }
 
 #[test]
-fn layernorm_matches_the_formula() {
+fn real_layernorm_and_rmsnorm_match_their_formulas() {
     let mut r = rng("layernorm");
     let (n, c, len) = (3, 2, 4);
-    for dtype in [DType::F32, DType::C64] {
-        let case = ok(Mode::Train, "layernorm", &[], &[TensorType::new(dtype, Shape(vec![B, F(c), F(len)]))]);
+    for (op, axes) in [("layernorm", 1), ("layernorm", 2), ("rmsnorm", 1), ("rmsnorm", 2)] {
+        let ty = f32t(&[B, F(c), F(len)]);
+        let case = ok(Mode::Train, op, &[kw("axes", int(axes))], &[ty]);
         let (l, vals) = eval_case(&case, n, &mut r, &[]);
-        let x = cx(&l[&case.inputs[0]]);
-        let per = c * len;
-        let mut want = vec![C::new(0.0, 0.0); x.len()];
-        let parts: &[(usize, &str)] =
-            if dtype == DType::C64 { &[(0, "_re"), (1, "_im")] } else { &[(0, "")] };
-        for &(part, sfx) in parts {
-            let g = re(&l[&param(&case, &format!("gamma{sfx}"))]);
-            let b = re(&l[&param(&case, &format!("beta{sfx}"))]);
-            for ni in 0..n {
-                let v: Vec<f64> = (0..per)
-                    .map(|j| if part == 0 { x[ni * per + j].re } else { x[ni * per + j].im })
-                    .collect();
-                let mean = v.iter().sum::<f64>() / per as f64;
-                let var = v.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / per as f64;
-                for j in 0..per {
-                    let y = (v[j] - mean) / (var + 1e-5).sqrt() * g[j] + b[j];
-                    if part == 0 {
-                        want[ni * per + j].re = y;
-                    } else {
-                        want[ni * per + j].im = y;
-                    }
-                }
+        let x = re(&l[&case.inputs[0]]);
+        let g = re(&l[&param(&case, "weight")]);
+        let per = if axes == 1 { len } else { c * len };
+        let bias = (op == "layernorm").then(|| re(&l[&param(&case, "bias")]));
+        let mut want = vec![0.0; x.len()];
+        for (row, chunk) in x.chunks(per).enumerate() {
+            let mean = if op == "layernorm" { chunk.iter().sum::<f64>() / per as f64 } else { 0.0 };
+            let var = chunk.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / per as f64;
+            for j in 0..per {
+                let b = bias.as_ref().map_or(0.0, |b| b[j]);
+                want[row * per + j] = (chunk[j] - mean) / (var + 1e-5).sqrt() * g[j] + b;
             }
         }
-        close(&cx(&out(&case, &vals)), &want, 1e-10, "layernorm");
+        close_re(&re(&out(&case, &vals)), &want, 1e-10, op);
     }
+}
+
+#[test]
+fn complex_layernorm_whitens_or_standardises_each_sample_row() {
+    let mut r = rng("layernorm_complex");
+    let (n, c, len) = (3, 2, 64);
+    for kind in ["whitening", "naive"] {
+        let args =
+            [kw("kind", word(kind)), kw("affine", ArgValue::Bool(false)), kw("eps", ArgValue::Float(1e-9))];
+        let case = ok(Mode::Train, "layernorm", &args, &[c64t(&[B, F(c), F(len)])]);
+        // Correlated re/im, so whitening and naive differ.
+        let x: Vec<C> = (0..n * c * len)
+            .map(|_| {
+                let (a, b) = (r.normal(), r.normal());
+                C::new(2.0 * a + 0.5, a + 0.3 * b - 1.0)
+            })
+            .collect();
+        let xin = Tensor::complex(&[n, c, len], x);
+        let (_, vals) = eval_case(&case, n, &mut r, &[(case.inputs[0], xin)]);
+        let y = cx(&out(&case, &vals));
+        for row in y.chunks(len) {
+            let m = row.iter().sum::<C>() / len as f64;
+            let vrr = row.iter().map(|z| z.re * z.re).sum::<f64>() / len as f64;
+            let vii = row.iter().map(|z| z.im * z.im).sum::<f64>() / len as f64;
+            let vri = row.iter().map(|z| z.re * z.im).sum::<f64>() / len as f64;
+            assert!(m.norm() < 1e-9, "{kind}: mean {m}");
+            assert!((vrr - 1.0).abs() < 1e-6 && (vii - 1.0).abs() < 1e-6, "{kind}: variances {vrr} {vii}");
+            if kind == "whitening" {
+                assert!(vri.abs() < 1e-6, "whitening leaves covariance {vri}");
+            } else {
+                assert!(vri.abs() > 0.1, "naive keeps the correlation, got {vri}");
+            }
+        }
+    }
+}
+
+#[test]
+fn norm_parameters_have_complextorch_names_shapes_and_initial_values() {
+    let x = c64t(&[B, F(3), F(4)]);
+    let case = ok(Mode::Train, "layernorm", &[kw("axes", int(2))], &[x.clone()]);
+    let names: Vec<(String, TensorType)> =
+        case.params.iter().map(|p| (p.name.clone(), p.ty.clone())).collect();
+    let pre = "t.layernorm_0";
+    assert_eq!(
+        names,
+        vec![
+            (format!("{pre}.weight"), f32t(&[F(2), F(2), F(3), F(4)])),
+            (format!("{pre}.bias"), f32t(&[F(2), F(3), F(4)])),
+        ]
+    );
+    let w = param(&case, "weight");
+    assert_eq!(case.g.init_of(w), Some(&Init::Eye2 { scale: std::f64::consts::FRAC_1_SQRT_2 }));
+    let vals = cvc_compiler::init::init_values(
+        &Init::Eye2 { scale: 0.5 },
+        DType::F32,
+        &[2, 2, 3],
+        &mut cvc_compiler::init::SplitMix64::new(1),
+    );
+    let got: Vec<f64> = vals.iter().map(|z| z.re).collect();
+    assert_eq!(got, [0.5, 0.5, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.5]);
+    let case = ok(Mode::Train, "rmsnorm", &[], &[x]);
+    let names: Vec<String> = case.params.iter().map(|p| p.name.clone()).collect();
+    assert_eq!(names, ["t.rmsnorm_0.weight"]);
+    assert_eq!(case.g.ty(param(&case, "weight")), &f32t(&[F(2), F(2), F(4)]));
+}
+
+#[test]
+fn reductions_and_softmax_match_direct_loops() {
+    let mut r = rng("reduce");
+    let (n, a, k) = (2, 3, 5);
+    let case = ok(Mode::Train, "softmax", &[kw("axis", int(1))], &[f32t(&[B, F(a), F(k)])]);
+    let (l, vals) = eval_case(&case, n, &mut r, &[]);
+    let x = re(&l[&case.inputs[0]]);
+    let y = re(&out(&case, &vals));
+    let case = ok(Mode::Train, "log_softmax", &[kw("axis", int(1))], &[f32t(&[B, F(a), F(k)])]);
+    let (_, vals) = eval_case(&case, n, &mut r, &[(case.inputs[0], Tensor::real(&[n, a, k], x.clone()))]);
+    let ly = re(&out(&case, &vals));
+    for ni in 0..n {
+        for ki in 0..k {
+            let col: Vec<f64> = (0..a).map(|ai| x[(ni * a + ai) * k + ki]).collect();
+            let z: f64 = col.iter().map(|v| v.exp()).sum();
+            for ai in 0..a {
+                let i = (ni * a + ai) * k + ki;
+                assert!((y[i] - col[ai].exp() / z).abs() < 1e-12, "softmax");
+                assert!((ly[i] - (col[ai] - z.ln())).abs() < 1e-12, "log_softmax");
+            }
+        }
+    }
+    // mean over (0, 2) of a complex tensor, keepdim: [1, a, 1].
+    let case = ok(
+        Mode::Train,
+        "mean",
+        &[kw("axis", ArgValue::Tuple(vec![0, -1])), kw("keepdim", ArgValue::Bool(true))],
+        &[c64t(&[B, F(a), F(k)])],
+    );
+    let (l, vals) = eval_case(&case, n, &mut r, &[]);
+    let x = cx(&l[&case.inputs[0]]);
+    let got = out(&case, &vals);
+    assert_eq!(got.shape, [1, a, 1]);
+    let want: Vec<C> = (0..a)
+        .map(|ai| {
+            (0..n)
+                .flat_map(|ni| (0..k).map(move |ki| (ni, ki)))
+                .map(|(ni, ki)| x[(ni * a + ai) * k + ki])
+                .sum::<C>()
+                / (n * k) as f64
+        })
+        .collect();
+    close(&cx(&got), &want, 1e-12, "mean");
+    // transpose(0, -1) of [B, a, k] is [k, a, B].
+    let case = ok(Mode::Train, "transpose", &[pos(int(0)), pos(int(-1))], &[c64t(&[B, F(a), F(k)])]);
+    let (l, vals) = eval_case(&case, n, &mut r, &[]);
+    let x = cx(&l[&case.inputs[0]]);
+    let got = out(&case, &vals);
+    assert_eq!(got.shape, [k, a, n]);
+    let want: Vec<C> = (0..k)
+        .flat_map(|ki| (0..a).flat_map(move |ai| (0..n).map(move |ni| (ni, ai, ki))))
+        .map(|(ni, ai, ki)| x[(ni * a + ai) * k + ki])
+        .collect();
+    close(&cx(&got), &want, 0.0, "transpose");
+}
+
+#[test]
+fn norm_reduce_and_softmax_misuse_is_explained() {
+    let d = err("softmax", &[], &[c64t(&[B, F(4)])]);
+    assert!(help(&d).contains("abs") && help(&d).contains("real"), "{}", help(&d));
+    let d = err("log_softmax", &[kw("axis", int(2))], &[f32t(&[B, F(4)])]);
+    assert!(d.message.contains("out of range"), "{}", d.message);
+    let d = err("mean", &[], &[f32t(&[B, F(4)])]);
+    assert!(d.message.contains("missing its required argument `axis`"), "{}", d.message);
+    let d = err("sum", &[kw("axis", ArgValue::Tuple(vec![1, -1]))], &[f32t(&[B, F(4)])]);
+    assert!(d.message.contains("twice"), "{}", d.message);
+    let d = err("layernorm", &[kw("axes", int(2))], &[c64t(&[B, F(4)])]);
+    assert!(d.message.contains("batch"), "{}", d.message);
+    let d = err("rmsnorm", &[kw("axes", int(3))], &[c64t(&[B, F(4)])]);
+    assert!(d.message.contains("last 3 axes"), "{}", d.message);
+    let d = err("transpose", &[pos(int(1))], &[c64t(&[B, F(4)])]);
+    assert!(d.message.contains("axis1"), "{}", d.message);
 }
 
 // ---------------------------------------------------------------- numerics: activations
@@ -1540,6 +1685,15 @@ fn gradients_through_every_layer_match_finite_differences() {
         ("batchnorm", vec![kw("kind", word("whitening"))], vec![x3.clone()]),
         ("batchnorm", vec![], vec![r2.clone()]),
         ("layernorm", vec![], vec![x3.clone()]),
+        ("layernorm", vec![kw("axes", int(2)), kw("kind", word("naive"))], vec![x3.clone()]),
+        ("layernorm", vec![kw("axes", int(2))], vec![f32t(&[B, F(2), F(6)])]),
+        ("rmsnorm", vec![kw("axes", int(2))], vec![x3.clone()]),
+        ("rmsnorm", vec![], vec![r2.clone()]),
+        ("softmax", vec![], vec![f32t(&[B, F(2), F(6)])]),
+        ("log_softmax", vec![kw("axis", int(1))], vec![f32t(&[B, F(2), F(6)])]),
+        ("sum", vec![kw("axis", ArgValue::Tuple(vec![0, 2]))], vec![x3.clone()]),
+        ("mean", vec![kw("axis", int(-1)), kw("keepdim", ArgValue::Bool(true))], vec![x3.clone()]),
+        ("transpose", vec![pos(int(0)), pos(int(2))], vec![x3.clone()]),
         ("crelu", vec![], vec![c2.clone()]),
         ("modrelu", vec![], vec![x3.clone()]),
         ("zrelu", vec![], vec![c2.clone()]),
@@ -1583,7 +1737,7 @@ fn random_calls_never_panic() {
     let mut r = rng("random_calls");
     let names = [
         "out", "kernel", "stride", "pad", "dilation", "groups", "bias", "axis", "index", "kind", "p", "eps",
-        "norm", "c", "init", "value", "real",
+        "norm", "c", "init", "value", "real", "axes", "keepdim", "axis0", "axis1",
     ];
     let values = |r: &mut Rng| match r.below(9) {
         0 => int(r.below(7) as i64 - 2),

@@ -5,8 +5,9 @@
 //! converted here, both ways:
 //! - `linear` stores its weight as `[in, out]` (the IR computes `x · W`); `torch.nn.Linear`
 //!   keeps `[out, in]`: the weight is transposed.
-//! - real normalisation layers (`batchnorm` on a real input, `layernorm`) call their affine
-//!   parameters `gamma`/`beta`; `torch.nn.BatchNorm*d`/`LayerNorm` call them `weight`/`bias`.
+//! - `batchnorm` on a real input calls its affine parameters `gamma`/`beta`;
+//!   `torch.nn.BatchNorm*d` calls them `weight`/`bias`. (`layernorm` and `rmsnorm` already
+//!   use PyTorch's names and layouts: torch.nn's for real inputs, complextorch's for complex.)
 //!
 //! Optimizer state (`<param>.<moment>`, `optimizer.*`) is left out of a module state dict
 //! (as `torch.nn.Module.state_dict` leaves it out) unless asked for; it keeps cvc's names,
@@ -45,7 +46,7 @@ pub fn torch_name(name: &str, is_param: &dyn Fn(&str) -> bool) -> TorchName {
     }
     match split(name) {
         Some(("linear", "weight")) => TorchName { name: name.to_string(), transpose: true },
-        Some(("batchnorm" | "layernorm", p @ ("gamma" | "beta"))) => {
+        Some(("batchnorm", p @ ("gamma" | "beta"))) => {
             let prefix = &name[..name.len() - p.len()];
             let torch = if p == "gamma" { "weight" } else { "bias" };
             TorchName { name: format!("{prefix}{torch}"), transpose: false }

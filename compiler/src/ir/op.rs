@@ -33,6 +33,10 @@ pub enum Init {
     Rayleigh { fan_in: usize, fan_out: usize },
     /// Uniform in `[-bound, bound]` (biases, as PyTorch's default).
     Uniform { bound: f64 },
+    /// A `[2, 2, ...]` tensor holding `scale · I₂` along its first two axes, the same at every
+    /// trailing index: the 2×2 affine weight of complextorch's `LayerNorm`/`RMSNorm`, which act
+    /// on `(re, im)` (initialised to `I / √2`).
+    Eye2 { scale: f64 },
 }
 
 /// Elementwise functions of one input.

@@ -763,6 +763,14 @@ fn init(c: &mut Cursor) -> Res<Init> {
             c.expect("}")?;
             Init::Uniform { bound }
         }
+        "Eye2" => {
+            c.expect("{")?;
+            c.expect("scale")?;
+            c.expect(":")?;
+            let scale = c.f64()?;
+            c.expect("}")?;
+            Init::Eye2 { scale }
+        }
         i => return c.err_at(at, format!("unknown initialiser `{i}`")),
     })
 }

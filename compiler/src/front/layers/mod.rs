@@ -27,6 +27,7 @@ mod elementwise;
 mod loss;
 mod norm;
 mod pool;
+mod reduce;
 mod shape;
 mod spectral;
 
@@ -271,12 +272,13 @@ pub(crate) struct OpDef {
 }
 
 /// The operator families in documentation order, each with its table rows.
-const FAMILIES: [(&str, &[OpDef]); 9] = [
+const FAMILIES: [(&str, &[OpDef]); 10] = [
     ("dense", dense::DEFS),
     ("convolution", conv::DEFS),
     ("normalisation", norm::DEFS),
     ("activation", activation::DEFS),
     ("pooling", pool::DEFS),
+    ("reduction", reduce::DEFS),
     ("elementwise", elementwise::DEFS),
     ("shape", shape::DEFS),
     ("spectral", spectral::DEFS),

@@ -1,4 +1,5 @@
-//! Normalisation: `batchnorm` (naive re/im and whitening, Trabelsi et al. 2018), `layernorm`.
+//! Normalisation: `batchnorm` (naive re/im and whitening, Trabelsi et al. 2018), and the
+//! per-sample `layernorm` and `rmsnorm` over trailing axes (complextorch 2.1.1's definitions).
 
 use super::*;
 
@@ -13,11 +14,19 @@ pub(crate) const DEFS: &[OpDef] = &[
     },
     OpDef {
         name: "layernorm",
-        signature: "layernorm(eps = 1e-5, affine = true)",
-        args: &["eps", "affine"],
+        signature: "layernorm(axes = 1, kind = whitening | naive, eps = 1e-5, affine = true)",
+        args: &["axes", "kind", "eps", "affine"],
         variadic: false,
         operands: (1, 1),
         lower: layernorm,
+    },
+    OpDef {
+        name: "rmsnorm",
+        signature: "rmsnorm(axes = 1, eps = 1e-5, affine = true)",
+        args: &["axes", "eps", "affine"],
+        variadic: false,
+        operands: (1, 1),
+        lower: rmsnorm,
     },
 ];
 
@@ -260,61 +269,274 @@ fn whiten(
     Ok((yr, yi))
 }
 
-/// Layer normalisation over every non-batch axis; complex values normalise re and im
-/// separately (naive), each with its own γ, β of the normalised shape.
-fn layernorm(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Diagnostic> {
-    let na = NormArgs {
-        momentum: 0.0,
-        eps: site.args.positive("eps", 1e-5)?,
-        affine: site.args.flag("affine", true)?,
-    };
-    let x = &ops[0];
-    let ty = need_rank(ctx, site, x, 2..=usize::MAX, "[B, ...]")?;
-    for a in 1..ty.shape.rank() {
-        fixed_dim(ctx, site, x, a, "extent")?;
-    }
-    if !ty.dtype.is_complex() {
-        return ln_real(ctx, site, x.value, "", &na);
-    }
-    let re = ctx.b.unary(UnaryOp::Real, x.value).at(site)?;
-    let im = ctx.b.unary(UnaryOp::Imag, x.value).at(site)?;
-    let re = ln_real(ctx, site, re, "_re", &na)?;
-    let im = ln_real(ctx, site, im, "_im", &na)?;
-    ctx.b.binary(BinaryOp::Complex, re, im).at(site)
+/// How a complex layer norm scales the centred values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LayerNormKind {
+    /// Multiply `(re, im)` by the inverse square root of their 2×2 covariance (complextorch's
+    /// `LayerNorm`).
+    Whitening,
+    /// Divide re and im each by its own standard deviation: the whitening with the
+    /// covariance's off-diagonal term taken as 0.
+    Naive,
 }
 
-fn ln_real(
+/// A per-sample normalisation over the last `axes` axes of a value: the settings of
+/// `layernorm`/`rmsnorm`, for layers that normalise inside (an attention's q/k norm).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SampleNorm<'a> {
+    /// How many trailing axes each statistic covers (`normalized_shape` is their extents).
+    pub(crate) axes: usize,
+    /// Complex layer norms only: whitening or naive.
+    pub(crate) kind: LayerNormKind,
+    /// Added to the variance (layernorm: to the covariance's diagonal) or the mean square.
+    pub(crate) eps: f64,
+    /// Whether the learned affine map (and layernorm's bias) follows.
+    pub(crate) affine: bool,
+    /// Put before the parameter names under the layer's prefix: `""` gives
+    /// `<prefix>.weight`, `"q_norm."` gives `<prefix>.q_norm.weight`.
+    pub(crate) params: &'a str,
+}
+
+impl SampleNorm<'static> {
+    /// The settings of a `layernorm`/`rmsnorm` call (`kind` is read by `layernorm` only).
+    fn from_args(site: &Site, with_kind: bool) -> Result<Self, Diagnostic> {
+        let kind = if with_kind {
+            match site.args.choice("kind", "whitening", &["whitening", "naive"])? {
+                "naive" => LayerNormKind::Naive,
+                _ => LayerNormKind::Whitening,
+            }
+        } else {
+            LayerNormKind::Whitening
+        };
+        Ok(SampleNorm {
+            axes: site.args.count("axes", Some(1), 1)?,
+            kind,
+            eps: site.args.positive("eps", 1e-5)?,
+            affine: site.args.flag("affine", true)?,
+            params: "",
+        })
+    }
+}
+
+fn layernorm(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Diagnostic> {
+    let n = SampleNorm::from_args(site, true)?;
+    layer_norm(ctx, site, &ops[0], &n)
+}
+
+fn rmsnorm(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Diagnostic> {
+    let n = SampleNorm::from_args(site, false)?;
+    rms_norm(ctx, site, &ops[0], &n)
+}
+
+/// The last `k` axes of `x` (the normalised ones) and their extents, which must be fixed: a
+/// statistic per sample never mixes samples.
+fn trailing_axes(
+    ctx: &LowerCtx,
+    site: &Site,
+    x: &Operand,
+    k: usize,
+) -> Result<(Vec<usize>, Vec<usize>), Diagnostic> {
+    let ty = need_float(ctx, site, x, "tensor")?;
+    let rank = ty.shape.rank();
+    if k > rank {
+        return Err(site
+            .operand_error(
+                ctx,
+                x,
+                format!(
+                    "`{}(axes = {k})` normalises over the last {k} axes, but the operand has {rank}",
+                    site.call.op
+                ),
+                format!("needs at least {k} axes"),
+            )
+            .with_help(format!("choose `axes` between 1 and {rank}")));
+    }
+    let axes: Vec<usize> = (rank - k..rank).collect();
+    let mut extents = Vec::with_capacity(k);
+    for &a in &axes {
+        let Some(e) = ty.shape.0[a].fixed() else {
+            return Err(site
+                .operand_error(
+                    ctx,
+                    x,
+                    format!(
+                        "`{}(axes = {k})` would normalise over axis {a}, the batch B: its statistics are per sample",
+                        site.call.op
+                    ),
+                    "batch axis among the normalised ones",
+                )
+                .with_help("normalise over fewer trailing axes; `batchnorm` takes statistics across the batch"));
+        };
+        extents.push(e);
+    }
+    Ok((axes, extents))
+}
+
+/// Layer normalisation of each sample over the last `n.axes` axes of `x`, as complextorch
+/// 2.1.1's `LayerNorm` (complex, `kind = whitening`) or `torch.nn.LayerNorm` (real): centre,
+/// scale (2×2 whitening of `(re, im)`, or each part by its standard deviation when naive),
+/// then `weight [2, 2, *shape]` as a 2×2 map of `(re, im)` plus `bias [2, *shape]` (real
+/// input: `weight`, `bias` `[*shape]`). Every statistic is a mean (biased variance).
+pub(crate) fn layer_norm(
     ctx: &mut LowerCtx,
     site: &Site,
-    v: Value,
-    suffix: &str,
-    na: &NormArgs,
+    x: &Operand,
+    n: &SampleNorm,
 ) -> Result<Value, Diagnostic> {
-    let shape = ctx.ty(v).shape;
-    let axes: Vec<usize> = (1..shape.rank()).collect();
+    let (axes, ns) = trailing_axes(ctx, site, x, n.axes)?;
+    let shape = ctx.ty(x.value).shape;
     let inv = inv_count(ctx, &shape, &axes);
+    let complex = ctx.ty(x.value).dtype.is_complex();
     let b = &mut ctx.b;
-    let y = (|| -> Result<Value, String> {
-        let s = b.sum(v, &axes)?;
+    let moment = |b: &mut Builder, p: Value, q: Value| -> Result<Value, String> {
+        let m = b.mul(p, q)?;
+        let s = b.sum(m, &axes)?;
+        b.mul(s, inv)
+    };
+    let centred = (|| -> Result<Value, String> {
+        let s = b.sum(x.value, &axes)?;
         let mean = b.mul(s, inv)?;
-        let xc = b.sub(v, mean)?;
-        let sq = b.mul(xc, xc)?;
-        let ss = b.sum(sq, &axes)?;
-        let var = b.mul(ss, inv)?;
-        let e = b.scalar(na.eps, 0);
-        let ve = b.add2(var, e)?;
-        let rs = b.unary(UnaryOp::Rsqrt, ve)?;
-        b.mul(xc, rs)
+        b.sub(x.value, mean)
     })()
     .at(site)?;
-    if !na.affine {
+    if !complex {
+        let y = (|| -> Result<Value, String> {
+            let var = moment(b, centred, centred)?;
+            let e = b.scalar(n.eps, 0);
+            let ve = b.add2(var, e)?;
+            let rs = b.unary(UnaryOp::Rsqrt, ve)?;
+            b.mul(centred, rs)
+        })()
+        .at(site)?;
+        return real_affine(ctx, site, y, &ns, n, true);
+    }
+    let (wr, wi) = (|| -> Result<(Value, Value), String> {
+        let xr = b.unary(UnaryOp::Real, centred)?;
+        let xi = b.unary(UnaryOp::Imag, centred)?;
+        let vrr = moment(b, xr, xr)?;
+        let vii = moment(b, xi, xi)?;
+        match n.kind {
+            LayerNormKind::Whitening => {
+                let vri = moment(b, xr, xi)?;
+                whiten(b, xr, xi, vrr, vri, vii, n.eps)
+            }
+            LayerNormKind::Naive => {
+                let e = b.scalar(n.eps, 0);
+                let (vre, vie) = (b.add2(vrr, e)?, b.add2(vii, e)?);
+                let (rr, ri) = (b.unary(UnaryOp::Rsqrt, vre)?, b.unary(UnaryOp::Rsqrt, vie)?);
+                Ok((b.mul(xr, rr)?, b.mul(xi, ri)?))
+            }
+        }
+    })()
+    .at(site)?;
+    complex_affine(ctx, site, wr, wi, &ns, n, true)
+}
+
+/// RMS normalisation of each sample over the last `n.axes` axes of `x`, as complextorch
+/// 2.1.1's `RMSNorm`: `x / sqrt(mean |x|² + eps)`, then `weight [2, 2, *shape]` as a 2×2 map
+/// of `(re, im)` (no bias). A real input is `torch.nn.RMSNorm` with `weight [*shape]`.
+pub(crate) fn rms_norm(
+    ctx: &mut LowerCtx,
+    site: &Site,
+    x: &Operand,
+    n: &SampleNorm,
+) -> Result<Value, Diagnostic> {
+    let (axes, ns) = trailing_axes(ctx, site, x, n.axes)?;
+    let shape = ctx.ty(x.value).shape;
+    let inv = inv_count(ctx, &shape, &axes);
+    let complex = ctx.ty(x.value).dtype.is_complex();
+    let b = &mut ctx.b;
+    let r = (|| -> Result<Value, String> {
+        let a2 = b.unary(UnaryOp::Abs2, x.value)?;
+        let s = b.sum(a2, &axes)?;
+        let ms = b.mul(s, inv)?;
+        let e = b.scalar(n.eps, 0);
+        let me = b.add2(ms, e)?;
+        b.unary(UnaryOp::Rsqrt, me)
+    })()
+    .at(site)?;
+    if !complex || !n.affine {
+        let y = b.mul(x.value, r).at(site)?;
+        return real_affine(ctx, site, y, &ns, n, false);
+    }
+    let (yr, yi) = (|| -> Result<(Value, Value), String> {
+        let xr = b.unary(UnaryOp::Real, x.value)?;
+        let xi = b.unary(UnaryOp::Imag, x.value)?;
+        Ok((b.mul(xr, r)?, b.mul(xi, r)?))
+    })()
+    .at(site)?;
+    complex_affine(ctx, site, yr, yi, &ns, n, false)
+}
+
+/// `y · weight (+ bias)` with real parameters of the normalised shape (`torch.nn.LayerNorm`'s
+/// and `RMSNorm`'s affine); `y` unchanged without affine.
+fn real_affine(
+    ctx: &mut LowerCtx,
+    site: &Site,
+    y: Value,
+    ns: &[usize],
+    n: &SampleNorm,
+    bias: bool,
+) -> Result<Value, Diagnostic> {
+    if !n.affine {
         return Ok(y);
     }
-    let norm_shape = Shape(shape.0[1..].to_vec());
-    let pty = TensorType::new(DType::F32, norm_shape);
-    let g = ctx.param(site, &format!("gamma{suffix}"), Init::Ones, pty.clone());
-    let be = ctx.param(site, &format!("beta{suffix}"), Init::Zeros, pty);
+    let pty = TensorType::new(DType::F32, Shape::fixed(ns));
+    let w = ctx.param(site, &format!("{}weight", n.params), Init::Ones, pty.clone());
+    let y = ctx.b.mul(y, w).at(site)?;
+    if !bias {
+        return Ok(y);
+    }
+    let be = ctx.param(site, &format!("{}bias", n.params), Init::Zeros, pty);
+    ctx.b.add2(y, be).at(site)
+}
+
+/// `complex(W·(re, im) + bias)` with complextorch's real parameters `weight [2, 2, *shape]`
+/// (initialised to `I/√2`) and, when `bias`, `bias [2, *shape]`; `complex(re, im)` without
+/// affine.
+fn complex_affine(
+    ctx: &mut LowerCtx,
+    site: &Site,
+    re: Value,
+    im: Value,
+    ns: &[usize],
+    n: &SampleNorm,
+    bias: bool,
+) -> Result<Value, Diagnostic> {
+    if !n.affine {
+        return ctx.b.binary(BinaryOp::Complex, re, im).at(site);
+    }
+    let with = |lead: &[usize]| TensorType::new(DType::F32, Shape::fixed(&[lead, ns].concat()));
+    let scale = std::f64::consts::FRAC_1_SQRT_2;
+    let w = ctx.param(site, &format!("{}weight", n.params), Init::Eye2 { scale }, with(&[2, 2]));
+    let be = bias.then(|| ctx.param(site, &format!("{}bias", n.params), Init::Zeros, with(&[2])));
     let b = &mut ctx.b;
-    let y = b.mul(y, g).at(site)?;
-    b.add2(y, be).at(site)
+    let r = (|| -> Result<Value, String> {
+        let target = Shape::fixed(ns);
+        // One entry `w[i, j]` (or `bias[i]`) of the leading 2×2 (or 2), as a `[*shape]` value
+        // that broadcasts over the sample's leading axes.
+        let entry = |b: &mut Builder, p: Value, idx: &[usize]| -> Result<Value, String> {
+            let mut v = p;
+            for (axis, &i) in idx.iter().enumerate() {
+                v = b.add(Op::Slice { axis, start: i, len: 1 }, &[v])?;
+            }
+            b.reshape(v, target.clone())
+        };
+        let part = |b: &mut Builder, row: usize| -> Result<Value, String> {
+            let (w0, w1) = (entry(b, w, &[row, 0])?, entry(b, w, &[row, 1])?);
+            let (a, c) = (b.mul(w0, re)?, b.mul(w1, im)?);
+            let y = b.add2(a, c)?;
+            match be {
+                Some(be) => {
+                    let bi = entry(b, be, &[row])?;
+                    b.add2(y, bi)
+                }
+                None => Ok(y),
+            }
+        };
+        let yr = part(b, 0)?;
+        let yi = part(b, 1)?;
+        b.binary(BinaryOp::Complex, yr, yi)
+    })();
+    r.at(site)
 }

@@ -1,4 +1,4 @@
-//! Shape ops: `flatten`, `reshape`, `concat`, `split`, `permute`.
+//! Shape ops: `flatten`, `reshape`, `concat`, `split`, `permute`, `transpose`.
 
 use super::*;
 
@@ -42,6 +42,14 @@ pub(crate) const DEFS: &[OpDef] = &[
         variadic: true,
         operands: (1, 1),
         lower: permute,
+    },
+    OpDef {
+        name: "transpose",
+        signature: "transpose(axis0, axis1)",
+        args: &["axis0", "axis1"],
+        variadic: false,
+        operands: (1, 1),
+        lower: transpose,
     },
 ];
 
@@ -208,5 +216,26 @@ fn permute(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Di
             .with_help(format!("list each axis 0..{} exactly once", rank - 1)));
     }
     let perm = perm.iter().map(|&p| p as usize).collect();
+    ctx.b.add(Op::Permute { perm }, &[x.value]).at(site)
+}
+
+/// Swaps two axes (negative counts from the end), as `torch.transpose`. The batch axis may
+/// move: the IR carries `B` at any position (only model inputs must lead with it), and a layer
+/// that needs `[B, ...]` afterwards says so in its own error.
+fn transpose(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Diagnostic> {
+    let x = &ops[0];
+    let ty = need_float(ctx, site, x, "tensor")?;
+    for name in ["axis0", "axis1"] {
+        if site.args.get(name).is_none() {
+            return Err(site.args.missing(name));
+        }
+    }
+    let a = site.args.axis("axis0", 0, ty.shape.rank())?;
+    let c = site.args.axis("axis1", 0, ty.shape.rank())?;
+    if a == c {
+        return Ok(x.value);
+    }
+    let mut perm: Vec<usize> = (0..ty.shape.rank()).collect();
+    perm.swap(a, c);
     ctx.b.add(Op::Permute { perm }, &[x.value]).at(site)
 }
