@@ -75,6 +75,8 @@ fn needs_complex_storage(op: &Op) -> bool {
             | UnaryOp::Step
             | UnaryOp::Gelu
             | UnaryOp::GeluGrad
+            | UnaryOp::GeluTanh
+            | UnaryOp::GeluTanhGrad
             | UnaryOp::StopGrad,
         )
         | Op::Input { .. }
@@ -94,6 +96,8 @@ fn needs_complex_storage(op: &Op) -> bool {
         | Op::ConvTranspose2d { .. }
         | Op::Conv2dWeightGrad { .. }
         | Op::OneHot { .. }
+        | Op::Gather
+        | Op::ScatterAdd { .. }
         | Op::DropoutMask { .. } => false,
     }
 }
@@ -123,6 +127,8 @@ fn sinks(op: &Op) -> bool {
         | Op::Conv2dWeightGrad { .. }
         | Op::Fft { .. }
         | Op::OneHot { .. }
+        | Op::Gather
+        | Op::ScatterAdd { .. }
         | Op::DropoutMask { .. }
         | Op::Assign => true,
     }

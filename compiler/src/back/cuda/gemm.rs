@@ -232,6 +232,8 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
         | Op::Concat { .. }
         | Op::Fft { .. }
         | Op::OneHot { .. }
+        | Op::Gather
+        | Op::ScatterAdd { .. }
         | Op::DropoutMask { .. }
         | Op::Assign) => return Err(internal!("{v}: {} is not a contraction", other.mnemonic())),
     };
