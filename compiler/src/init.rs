@@ -60,8 +60,9 @@ pub fn name_hash(name: &str) -> u64 {
 /// Glorot and He draw normals of the documented variance (complex: half of it on each of re
 /// and im). Rayleigh draws a magnitude of scale `σ = 1/sqrt(fan_in + fan_out)` and a uniform
 /// phase (real tensors take the real part of that sample). Uniform draws re and im
-/// independently. Eye2 depends on the element's position only. Integer tensors take the
-/// constant part only (zeros, ones, the constant).
+/// independently. Eye2 depends on the element's position only. Normal draws variance `std²`
+/// (complex: half on each of re and im). Integer tensors take the constant part only (zeros,
+/// ones, the constant).
 pub fn init_values(init: &Init, dtype: DType, shape: &[usize], rng: &mut SplitMix64) -> Vec<Complex64> {
     let n: usize = shape.iter().product();
     let sample = |rng: &mut SplitMix64, k: usize| -> Complex64 {
@@ -86,6 +87,7 @@ pub fn init_values(init: &Init, dtype: DType, shape: &[usize], rng: &mut SplitMi
                 let [i, j] = eye2_index(shape, k);
                 Complex64::new(if i == j { scale } else { 0.0 }, 0.0)
             }
+            Init::Normal { std } => gaussian(rng, dtype, std * std),
         }
     };
     (0..n).map(|k| sample(rng, k)).collect()

@@ -92,6 +92,12 @@ fn assert_inside(name: &str, m: &CpuModule) {
             CpuCall::OneHot { labels, out, rows, classes } => {
                 vec![labels + rows * 4, out + rows * classes * 4]
             }
+            CpuCall::Gather(r) => {
+                vec![r.src + r.rows * r.row_words * 4, r.idx + r.n * 4, r.out + r.n * r.row_words * 4]
+            }
+            CpuCall::ScatterAdd(r) => {
+                vec![r.src + r.n * r.row_words * 4, r.idx + r.n * 4, r.out + r.rows * r.row_words * 4]
+            }
             CpuCall::Dropout { step, out, n, .. } => vec![step + 4, out + n * 4],
             CpuCall::Fft(f) => {
                 let n: usize = f.shape.iter().product();

@@ -168,6 +168,8 @@ fn unary_ops() {
         (Step, &[F], AwayFromZero),
         (Gelu, &[F], Normal),
         (GeluGrad, &[F], Normal),
+        (GeluTanh, &[F], Normal),
+        (GeluTanhGrad, &[F], Normal),
     ];
     for &(op, dtypes, domain) in cases {
         for &dt in dtypes {
@@ -347,6 +349,30 @@ fn fft_both_directions_all_norms() {
             }
         }
     }
+}
+
+#[test]
+fn gather_and_scatter_add() {
+    // Integer leaves are drawn in 0..3: repeated indices (their rows' gradients add up) and a
+    // table row no index reads (zero gradient). The indices carry no gradient.
+    fn indices(b: &mut Builder, dims: Vec<Dim>) -> Value {
+        b.leaf(Op::Input { name: "idx".into() }, TensorType::new(DType::I32, Shape(dims)))
+    }
+    for dt in [F, C] {
+        check(&format!("gather {dt}"), &[spec(dt, &[4, 3])], &|b, x| {
+            let idx = indices(b, vec![Dim::Batch, Dim::Fixed(5)]);
+            b.add(Op::Gather, &[x[0], idx])
+        });
+        check(&format!("scatter_add {dt}"), &[spec(dt, &[0, 5, 3])], &|b, x| {
+            let idx = indices(b, vec![Dim::Batch, Dim::Fixed(5)]);
+            b.add(Op::ScatterAdd { rows: 4 }, &[x[0], idx])
+        });
+    }
+    check_full("gather batch 2", &[spec(C, &[4, 2])], 2, None, &|b, x| {
+        let idx = indices(b, vec![Dim::Batch, Dim::Fixed(3)]);
+        let rows = b.add(Op::Gather, &[x[0], idx])?;
+        b.unary(UnaryOp::Abs2, rows)
+    });
 }
 
 #[test]

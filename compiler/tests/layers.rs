@@ -282,7 +282,16 @@ fn every_known_op_lowers_with_the_expected_type() {
         ("cardioid", vec![], vec![x4.clone()], x4.clone()),
         ("split_tanh", vec![], vec![c2.clone()], c2.clone()),
         ("split_sigmoid", vec![], vec![c2.clone()], c2.clone()),
-        ("gelu", vec![], vec![c2.clone()], c2.clone()),
+        ("cgelu", vec![], vec![c2.clone()], c2.clone()),
+        ("gelu", vec![], vec![r2.clone()], r2.clone()),
+        ("gelu", vec![kw("approximate", word("tanh"))], vec![r2.clone()], r2.clone()),
+        ("embedding", vec![pos(int(20)), pos(int(4))], vec![i32t(&[B, F(6)])], c64t(&[B, F(6), F(4)])),
+        (
+            "embedding",
+            vec![pos(int(20)), pos(int(4)), kw("real", ArgValue::Bool(true))],
+            vec![i32t(&[B])],
+            f32t(&[B, F(4)]),
+        ),
         ("relu", vec![], vec![r2.clone()], r2.clone()),
         ("tanh", vec![], vec![r2.clone()], r2.clone()),
         ("sigmoid", vec![], vec![r2.clone()], r2.clone()),
@@ -1202,8 +1211,21 @@ fn norm_reduce_and_softmax_misuse_is_explained() {
 
 // ---------------------------------------------------------------- numerics: activations
 
-fn gelu_ref(x: f64) -> f64 {
+fn gelu_tanh_ref(x: f64) -> f64 {
     0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
+}
+
+/// `x·Φ(x)`, with the normal CDF `Φ` integrated by Simpson's rule (no erf involved).
+fn gelu_ref(x: f64) -> f64 {
+    let n = 2000;
+    let h = x / n as f64;
+    let f = |t: f64| (-0.5 * t * t).exp();
+    let mut s = f(0.0) + f(x);
+    for i in 1..n {
+        s += f(i as f64 * h) * if i % 2 == 1 { 4.0 } else { 2.0 };
+    }
+    let cdf = 0.5 + s * h / 3.0 / (2.0 * std::f64::consts::PI).sqrt();
+    x * cdf
 }
 
 fn sigmoid_ref(x: f64) -> f64 {
@@ -1222,7 +1244,7 @@ fn activations_match_their_formulas() {
         ("cardioid", |z| z * 0.5 * (1.0 + z.arg().cos())),
         ("split_tanh", |z| C::new(z.re.tanh(), z.im.tanh())),
         ("split_sigmoid", |z| C::new(sigmoid_ref(z.re), sigmoid_ref(z.im))),
-        ("gelu", |z| C::new(gelu_ref(z.re), gelu_ref(z.im))),
+        ("cgelu", |z| C::new(gelu_ref(z.re), gelu_ref(z.im))),
     ];
     for (op, f) in complex_cases {
         let case = ok(Mode::Train, op, &[], &[c64t(&shape)]);
@@ -1231,19 +1253,47 @@ fn activations_match_their_formulas() {
         close(&cx(&out(&case, &vals)), &want, 1e-12, op);
     }
     type RealFormula = fn(f64) -> f64;
-    let real_cases: [(&str, RealFormula); 5] = [
-        ("relu", |x| x.max(0.0)),
-        ("tanh", f64::tanh),
-        ("sigmoid", sigmoid_ref),
-        ("gelu", gelu_ref),
-        ("split_tanh", f64::tanh),
+    let real_cases: [(&str, RealFormula, Vec<Arg>); 6] = [
+        ("relu", |x| x.max(0.0), vec![]),
+        ("tanh", f64::tanh, vec![]),
+        ("sigmoid", sigmoid_ref, vec![]),
+        ("gelu", gelu_ref, vec![]),
+        ("gelu", gelu_tanh_ref, vec![kw("approximate", word("tanh"))]),
+        ("split_tanh", f64::tanh, vec![]),
     ];
-    for (op, f) in real_cases {
-        let case = ok(Mode::Train, op, &[], &[f32t(&shape)]);
+    for (op, f, args) in real_cases {
+        let case = ok(Mode::Train, op, &args, &[f32t(&shape)]);
         let (l, vals) = eval_case(&case, n, &mut r, &[]);
         let want: Vec<f64> = re(&l[&case.inputs[0]]).into_iter().map(f).collect();
         close_re(&re(&out(&case, &vals)), &want, 1e-12, op);
     }
+}
+
+#[test]
+fn embedding_gathers_rows_of_its_weight() {
+    let mut r = rng("embedding");
+    let (vocab, dim, n, t) = (5, 3, 2, 4);
+    for real in [false, true] {
+        let args = [pos(int(vocab as i64)), pos(int(dim as i64)), kw("real", ArgValue::Bool(real))];
+        let case = ok(Mode::Train, "embedding", &args, &[i32t(&[B, F(t)])]);
+        let w = param(&case, ".weight");
+        let info = case.params.iter().find(|p| p.value == w).expect("weight recorded");
+        assert_eq!(info.name, "t.embedding_0.weight");
+        assert_eq!(info.ty.shape, Shape::fixed(&[vocab, dim]));
+        assert_eq!(info.ty.dtype, if real { DType::F32 } else { DType::C64 });
+        assert!(matches!(&case.g.node(w).op, Op::Param { init: Init::Normal { std }, .. } if *std == 1.0));
+        // A gather, not a one-hot product.
+        assert!(case.g.nodes.iter().any(|(_, n)| matches!(n.op, Op::Gather)));
+        assert!(!case.g.nodes.iter().any(|(_, n)| matches!(n.op, Op::OneHot { .. } | Op::MatMul { .. })));
+        let ids: Vec<i64> = (0..n * t).map(|_| r.below(vocab) as i64).collect();
+        let (l, vals) = eval_case(&case, n, &mut r, &[(case.inputs[0], Tensor::int(&[n, t], ids.clone()))]);
+        let table = cx(&l[&w]);
+        let want: Vec<C> =
+            ids.iter().flat_map(|&i| table[i as usize * dim..(i as usize + 1) * dim].to_vec()).collect();
+        close(&cx(&out(&case, &vals)), &want, 0.0, "embedding");
+    }
+    let d = err("embedding", &[pos(int(5)), pos(int(3))], &[c64t(&[B, F(4)])]);
+    assert!(d.message.contains("integer tokens"), "{}", d.message);
 }
 
 #[test]
@@ -1700,7 +1750,11 @@ fn gradients_through_every_layer_match_finite_differences() {
         ("cardioid", vec![], vec![c2.clone()]),
         ("split_tanh", vec![], vec![c2.clone()]),
         ("split_sigmoid", vec![], vec![c2.clone()]),
-        ("gelu", vec![], vec![c2.clone()]),
+        ("cgelu", vec![], vec![c2.clone()]),
+        ("gelu", vec![], vec![r2.clone()]),
+        ("gelu", vec![kw("approximate", word("tanh"))], vec![r2.clone()]),
+        ("embedding", vec![pos(int(3)), pos(int(2))], vec![i32t(&[B, F(5)])]),
+        ("embedding", vec![pos(int(4)), pos(int(3)), kw("real", ArgValue::Bool(true))], vec![i32t(&[B])]),
         ("relu", vec![], vec![r2.clone()]),
         ("avgpool2d", vec![pos(int(2))], vec![c64t(&[B, F(2), F(5), F(4)])]),
         ("maxpool2d", vec![pos(int(2))], vec![x4.clone()]),
@@ -1736,8 +1790,7 @@ fn gradients_through_every_layer_match_finite_differences() {
 fn random_calls_never_panic() {
     let mut r = rng("random_calls");
     let names = [
-        "out", "kernel", "stride", "pad", "dilation", "groups", "bias", "axis", "index", "kind", "p", "eps",
-        "norm", "c", "init", "value", "real", "axes", "keepdim", "axis0", "axis1",
+        "out", "kernel", "stride", "pad", "dilation", "groups", "bias", "axis", "index", "kind", "p", "eps", "norm", "c", "init", "value", "real", "axes", "keepdim", "axis0", "axis1", "vocab", "dim", "approximate",
     ];
     let values = |r: &mut Rng| match r.below(9) {
         0 => int(r.below(7) as i64 - 2),

@@ -285,6 +285,7 @@ fn leaves(g: &Graph, batch: usize, rng: &mut SplitMix64) -> HashMap<String, Tens
                 .iter()
                 .filter_map(|&u| match g.node(u).op {
                     Op::OneHot { classes } => Some(classes),
+                    Op::Gather => g.ty(g.node(u).inputs[0]).shape.0[0].fixed(),
                     _ => None,
                 })
                 .min()

@@ -63,6 +63,8 @@ pub struct Model {
 pub enum ModelItem {
     /// `input x: c64[B, 1, 64, 64]`.
     Input(InputDecl),
+    /// `param pos: c64[1, 256, 192] = normal(std = 0.02)`.
+    Param(ParamDecl),
     /// `block unit(c) { ... }`.
     Block(BlockDef),
     /// `h = expr`.
@@ -80,6 +82,19 @@ pub struct InputDecl {
     pub name: Ident,
     /// Its declared type.
     pub ty: InputType,
+    /// The whole declaration.
+    pub span: Span,
+}
+
+/// `param name: type = init`: a learned tensor of fixed shape.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ParamDecl {
+    /// The parameter's name (also its name in checkpoints).
+    pub name: Ident,
+    /// Its declared type, written as an input's (checked by the compiler: no `B`, no `of`).
+    pub ty: InputType,
+    /// The initialiser: `zeros`, `ones`, `normal(std = s)`, `uniform(bound = b)`, `glorot`.
+    pub init: Expr,
     /// The whole declaration.
     pub span: Span,
 }

@@ -133,9 +133,12 @@ fn walk(pair: Pair<'_, Rule>, src: &str, toks: &mut Vec<Tok>) -> Result<(), Pars
     if let Some(t) = toks[first..].iter_mut().find(|t| t.kind != Kind::Comment) {
         match rule {
             Rule::model | Rule::train => t.starts = Starts::Section,
-            Rule::input_decl | Rule::block_def | Rule::output_decl | Rule::loss_decl | Rule::binding => {
-                t.starts = Starts::Item
-            }
+            Rule::input_decl
+            | Rule::param_decl
+            | Rule::block_def
+            | Rule::output_decl
+            | Rule::loss_decl
+            | Rule::binding => t.starts = Starts::Item,
             Rule::setting => {
                 t.starts = Starts::Item;
                 t.head = Some(Head::Setting);

@@ -85,6 +85,7 @@ fn rule_word(rule: Rule) -> Option<&'static str> {
         Rule::model | Rule::kw_model => "`model`",
         Rule::train | Rule::kw_train => "`train`",
         Rule::input_decl | Rule::kw_input => "`input`",
+        Rule::param_decl | Rule::kw_param => "`param`",
         Rule::block_def | Rule::kw_block => "`block`",
         Rule::output_decl | Rule::kw_output => "`output`",
         Rule::loss_decl | Rule::kw_loss => "`loss`",
@@ -183,7 +184,7 @@ fn convert_error(src: &str, e: pest::error::Error<Rule>) -> ParseError {
 /// Orders what the parser wanted: punctuation, keywords, then kinds of thing.
 fn expected_words(rules: &[Rule], tokens: &[String]) -> Vec<String> {
     const PUNCT: [&str; 10] = ["=", ":", ",", ")", "]", "}", "{", "(", "[", ".."];
-    const KEYWORDS: [&str; 7] = ["model", "train", "block", "input", "output", "loss", "of"];
+    const KEYWORDS: [&str; 8] = ["model", "train", "block", "input", "param", "output", "loss", "of"];
     let mut words: Vec<String> = Vec::new();
     fn push(words: &mut Vec<String>, w: String) {
         if !words.contains(&w) {
@@ -240,15 +241,19 @@ fn suggest(src: &str, pos: usize, words: &[String]) -> Option<String> {
     if rest.starts_with(':') && words.iter().any(|w| w == "`=`") {
         return Some("settings and keyword arguments use `=`, e.g. `batch = 64`".into());
     }
-    if ["model", "block", "input", "output", "loss", "train", "of"].iter().any(|k| at_word(k))
+    if ["model", "block", "input", "param", "output", "loss", "train", "of"].iter().any(|k| at_word(k))
         && words.iter().any(|w| w == "an expression")
     {
         return Some("this word is reserved by the language; choose another name".into());
     }
     let before = src[..pos.min(src.len())].trim_end();
     let prev_word = before.rsplit(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next().unwrap_or("");
-    if rest.starts_with('=') && ["input", "output", "loss", "model", "block", "train"].contains(&prev_word) {
-        return Some("`input`, `output` and `loss` cannot be bound with `=`: choose another name".into());
+    if rest.starts_with('=')
+        && ["input", "param", "output", "loss", "model", "block", "train"].contains(&prev_word)
+    {
+        return Some(
+            "`input`, `param`, `output` and `loss` cannot be bound with `=`: choose another name".into(),
+        );
     }
     if rest.trim().is_empty() && words.iter().any(|w| w == "`}`") {
         return Some("a `{` above is not closed: add `}` after its last line".into());
@@ -321,6 +326,13 @@ fn build_model(p: Pair<Rule>) -> Result<Model, ParseError> {
                 let name = ident(i.next().expect("grammar: input name"));
                 let ty = build_input_type(i.next().expect("grammar: input type"))?;
                 ModelItem::Input(InputDecl { name, ty, span: s })
+            }
+            Rule::param_decl => {
+                let mut i = c.into_inner().filter(|c| c.as_rule() != Rule::kw_param);
+                let name = ident(i.next().expect("grammar: param name"));
+                let ty = build_input_type(i.next().expect("grammar: param type"))?;
+                let init = build_expr(i.next().expect("grammar: param init"))?;
+                ModelItem::Param(ParamDecl { name, ty, init, span: s })
             }
             Rule::block_def => ModelItem::Block(build_block(c)?),
             Rule::output_decl => ModelItem::Output(OutputDecl {

@@ -126,6 +126,7 @@ fn random_input(g: &Graph, users: &[Value], dtype: DType, shape: &[usize], rng: 
                 .iter()
                 .find_map(|&u| match g.node(u).op {
                     Op::OneHot { classes } => Some(classes),
+                    Op::Gather => g.ty(g.node(u).inputs[0]).shape.0[0].fixed(),
                     _ => None,
                 })
                 .unwrap_or(2);

@@ -100,8 +100,26 @@ fn unary_ops_real() {
         let mut outs = Vec::new();
         use UnaryOp::*;
         for op in [
-            Neg, Conj, Real, Imag, Abs, Abs2, Angle, ToComplex, Exp, Sin, Cos, Tanh, Sigmoid, Relu, Step,
-            Gelu, GeluGrad, StopGrad,
+            Neg,
+            Conj,
+            Real,
+            Imag,
+            Abs,
+            Abs2,
+            Angle,
+            ToComplex,
+            Exp,
+            Sin,
+            Cos,
+            Tanh,
+            Sigmoid,
+            Relu,
+            Step,
+            Gelu,
+            GeluGrad,
+            GeluTanh,
+            GeluTanhGrad,
+            StopGrad,
         ] {
             outs.push(b.unary(op, x)?);
         }
@@ -198,6 +216,44 @@ fn movement_ops() {
         outs.push(b.unary(UnaryOp::Conj, flat)?);
         Ok(outs)
     });
+}
+
+/// Gather and scatter-add, real and complex, with indices that include out-of-range ones
+/// (a zero row for gather, nothing added for scatter-add) and repeated ones (rows summed).
+#[test]
+fn gather_and_scatter_add() {
+    let name = "gather_scatter";
+    let mut rng = SplitMix64::new(seed_for(&format!("cpu_vs_interp::{name}")));
+    let mut g = Graph::new(name, Mode::Eval);
+    let (idx, outs) = {
+        let b = &mut Builder::new(&mut g);
+        let idx = input(b, "idx", DType::I32, &[B, F(5)]);
+        let mut outs = Vec::new();
+        for dt in [DType::F32, DType::C64] {
+            let table = param(b, "table", dt, &[7, 3]);
+            outs.push(b.add(Op::Gather, &[table, idx]).expect("gather"));
+            let src = input(b, "src", dt, &[B, F(5), F(3)]);
+            outs.push(b.add(Op::ScatterAdd { rows: 7 }, &[src, idx]).expect("scatter_add"));
+        }
+        (idx, outs)
+    };
+    for (i, v) in outs.iter().enumerate() {
+        g.outputs.push(Output { name: format!("out{i}"), value: *v });
+    }
+    let batch = 3;
+    let mut leaves = random_leaves(&g, batch, &mut rng);
+    // Repeats (2, 2, 2), both ends of the table (0, 6), and indices outside it (-1, 7, 99).
+    let ids: Vec<i64> = (0..batch * 5).map(|i| [2, 0, -1, 6, 2, 7, 2, 99, 5, 1][i % 10]).collect();
+    leaves.insert(idx, Tensor::int(&[batch, 5], ids));
+    let p = unfused_program(g.clone(), batch);
+    let (report, mut be) = run_locally(&p, &leaves);
+    assert!(report.failures.is_empty(), "{name}:\n{}", report.failures.join("\n"));
+    let want = evaluate(&g, batch, &leaves).unwrap_or_else(|e| panic!("{name}: interpreter: {e}"));
+    for o in &g.outputs {
+        let got = from_host(&be.download(o.value).unwrap_or_else(|e| panic!("{name}: {}", e.0)));
+        let e = rel_err(&got, want[o.value.index()].as_ref().expect("interpreter value"));
+        assert!(e <= TOL, "{name}: {} relative error {e:.3e}", o.name);
+    }
 }
 
 #[test]
@@ -331,6 +387,7 @@ const NETWORKS: &[&str] = &[
     "tests/fixtures/ok/seed_cnn.cvnn",
     "tests/fixtures/ok/shape_ops.cvnn",
     "tests/fixtures/ok/spectral.cvnn",
+    "tests/fixtures/ok/tokens.cvnn",
     "tests/fixtures/ok/train_full.cvnn",
     "tests/fixtures/ok/tuples.cvnn",
     "tests/fixtures/ok/unused_head.cvnn",
@@ -442,6 +499,7 @@ network_tests! {
     net_fixture_seed_cnn => "tests/fixtures/ok/seed_cnn.cvnn",
     net_fixture_shape_ops => "tests/fixtures/ok/shape_ops.cvnn",
     net_fixture_spectral => "tests/fixtures/ok/spectral.cvnn",
+    net_fixture_tokens => "tests/fixtures/ok/tokens.cvnn",
     net_fixture_train_full => "tests/fixtures/ok/train_full.cvnn",
     net_fixture_tuples => "tests/fixtures/ok/tuples.cvnn",
     net_fixture_unused_head => "tests/fixtures/ok/unused_head.cvnn",

@@ -106,6 +106,26 @@ fn outline(f: &File, src: &str) -> String {
                                 i.span,
                             )
                         }
+                        ModelItem::Param(p) => {
+                            let dims: Vec<String> =
+                                p.ty.dims
+                                    .iter()
+                                    .map(|d| match &d.kind {
+                                        DimKind::Int(n) => n.to_string(),
+                                        DimKind::Name(n) => n.clone(),
+                                    })
+                                    .collect();
+                            (
+                                format!(
+                                    "param {}: {}[{}] = {}",
+                                    p.name.name,
+                                    p.ty.elem.name,
+                                    dims.join(", "),
+                                    expr_text(&p.init, true)
+                                ),
+                                p.span,
+                            )
+                        }
                         ModelItem::Block(b) => {
                             let params: Vec<&str> = b.params.iter().map(|p| p.name.as_str()).collect();
                             let body: Vec<String> = b.body.iter().map(stage_text).collect();
@@ -280,6 +300,11 @@ fn spans_are_tight() {
                             ModelItem::Input(i) => {
                                 check_span("input", i.span, &src, &name);
                                 check_span("input type", i.ty.span, &src, &name);
+                            }
+                            ModelItem::Param(p) => {
+                                check_span("param", p.span, &src, &name);
+                                check_span("param type", p.ty.span, &src, &name);
+                                walk_expr(&p.init, &src, &name);
                             }
                             ModelItem::Block(b) => {
                                 check_span("block", b.span, &src, &name);

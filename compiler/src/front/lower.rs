@@ -180,6 +180,23 @@ impl<'m> Lowerer<'m, '_> {
                         }
                     }
                 }
+                ModelItem::Param(decl) => {
+                    if let Err(d) = self.duplicate_check(&scope, &decl.name) {
+                        diags.push(d);
+                        continue;
+                    }
+                    match self.lower_param(decl, &scope) {
+                        Ok(v) => {
+                            scope
+                                .names
+                                .insert(decl.name.name.clone(), Entry::Val(Val::Tensor(v), decl.name.span));
+                        }
+                        Err(f) => {
+                            push_fail(diags, f);
+                            scope.names.insert(decl.name.name.clone(), Entry::Poisoned(decl.name.span));
+                        }
+                    }
+                }
                 ModelItem::Binding(b) => {
                     if let Err(d) = self.duplicate_check(&scope, &b.name) {
                         diags.push(d);
@@ -218,6 +235,59 @@ impl<'m> Lowerer<'m, '_> {
             );
         }
         inputs
+    }
+
+    /// Lowers `param NAME: TYPE = INIT` to a `Param` leaf named `NAME`, with its table row.
+    fn lower_param(&mut self, decl: &ast::ParamDecl, scope: &Scope) -> Res<Value> {
+        let ty = resolve::param_type(decl)?;
+        let (init_name, init_span, args): (&str, Span, &[ast::Arg]) =
+            match &decl.init.kind {
+                ExprKind::Name(n) => (n, decl.init.span, &[]),
+                ExprKind::Call { callee, args } if callee.parts.len() == 1 => {
+                    (&callee.parts[0].name, callee.span, args)
+                }
+                _ => return Err(Diagnostic::error(
+                    "expected an initialiser",
+                    decl.init.span,
+                    "not an initialiser",
+                )
+                .with_note(
+                    "initialisers are `zeros`, `ones`, `normal(std = s)`, `uniform(bound = b)` and `glorot`",
+                )
+                .into()),
+            };
+        let mut evaluated = Vec::with_capacity(args.len());
+        for a in args {
+            match self.eval(&a.value, scope, true)? {
+                Val::Const(c) => evaluated.push((a.name.as_ref().map(|k| k.name.clone()), c, a.span)),
+                Val::Tensor(_) => {
+                    return Err(Diagnostic::error(
+                        "an initialiser's argument must be a compile-time number",
+                        a.value.span,
+                        "a tensor",
+                    )
+                    .into())
+                }
+            }
+        }
+        let extents: Vec<usize> = ty.shape.0.iter().filter_map(|d| d.fixed()).collect();
+        let init = resolve::param_init(init_name, init_span, &evaluated, &extents)?;
+        let name = decl.name.name.clone();
+        self.ctx.b.at(decl.span, Role::Param, name.clone());
+        let v = self.ctx.declared_param(&name, init, ty.clone());
+        let n = ty.shape.fixed_numel();
+        let (pc, pr) = if ty.dtype.is_complex() { (n, 2 * n) } else { (0, n) };
+        let init_text = &self.src[decl.init.span.range()];
+        self.table.push(TableRow {
+            label: name,
+            op: format!("param = {}", init_text.split_whitespace().collect::<Vec<_>>().join(" ")),
+            shape: ty.shape,
+            dtype: ty.dtype,
+            params_complex: pc,
+            params_real: pr,
+            line: decl.span.line_col(self.src).0,
+        });
+        Ok(v)
     }
 
     fn duplicate_check(&self, scope: &Scope, name: &ast::Ident) -> Result<(), Diagnostic> {

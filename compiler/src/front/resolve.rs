@@ -2,9 +2,10 @@
 //! types, collects blocks (duplicates, shadowing, unknown operators in bodies, self-use),
 //! and finds where every binding is defined (for "used before definition" errors).
 
-use super::{combinators, layers};
+use super::combinators;
+use super::layers::{self, ArgValue};
 use crate::diag::Diagnostic;
-use crate::ir::{DType, Dim, Shape, TensorType};
+use crate::ir::{DType, Dim, Init, Shape, TensorType};
 use cvc_grammar::ast::{self, DimKind, ModelItem};
 use cvc_grammar::Span;
 use std::collections::HashMap;
@@ -205,6 +206,156 @@ pub fn input_type(decl: &ast::InputDecl) -> Result<(TensorType, Option<usize>), 
     Ok((TensorType::new(dtype, Shape(dims)), classes))
 }
 
+/// A checked `param` declaration's type: `c64` or `f32` with fixed positive extents.
+pub fn param_type(decl: &ast::ParamDecl) -> Result<TensorType, Diagnostic> {
+    let t = &decl.ty;
+    let dtype = match t.elem.name.as_str() {
+        "c64" => DType::C64,
+        "f32" => DType::F32,
+        other => {
+            let mut d = Diagnostic::error(
+                format!("a param is `c64` or `f32`, not `{other}`"),
+                t.elem.span,
+                "not a parameter element type",
+            )
+            .with_note("learned tensors are complex (`c64[...]`) or real (`f32[...]`)");
+            if other == "class" {
+                d = d.with_help("class labels are data: declare them with `input`");
+            } else if let Some(s) = did_you_mean(other, ["c64", "f32"]) {
+                d = d.with_help(format!("did you mean `{s}`?"));
+            }
+            return Err(d);
+        }
+    };
+    if let Some((_, span)) = t.classes {
+        return Err(Diagnostic::error("a param takes no `of N`", span, "only class inputs take `of N`"));
+    }
+    if t.dims.is_empty() {
+        return Err(Diagnostic::error("a param needs at least one dimension", t.span, "no dimensions")
+            .with_help(format!("write e.g. `{}[1]` for a single learned number", t.elem.name)));
+    }
+    let mut dims = Vec::with_capacity(t.dims.len());
+    for d in &t.dims {
+        match &d.kind {
+            DimKind::Int(n) if *n >= 1 => dims.push(Dim::Fixed(usize::try_from(*n).unwrap_or(usize::MAX))),
+            DimKind::Int(n) => {
+                return Err(Diagnostic::error(
+                    format!("dimension {n} is not positive"),
+                    d.span,
+                    "must be at least 1",
+                ))
+            }
+            DimKind::Name(n) if n == "B" => {
+                return Err(Diagnostic::error(
+                    "a param has a fixed shape: no batch `B`",
+                    d.span,
+                    "batch here",
+                )
+                .with_help(
+                    "use extent 1 and let broadcasting repeat it over the batch, e.g. `[1, 256, 192]`",
+                ))
+            }
+            DimKind::Name(n) => {
+                return Err(Diagnostic::error(format!("unknown dimension `{n}`"), d.span, "not a dimension")
+                    .with_help("a param's dimensions are numbers"))
+            }
+        }
+    }
+    let numel = dims.iter().filter_map(|d| d.fixed()).try_fold(1usize, |a, n| a.checked_mul(n));
+    if numel.is_none_or(|n| n > (1usize << 40)) {
+        return Err(Diagnostic::error("param is too large", t.span, "more than 2^40 elements"));
+    }
+    Ok(TensorType::new(dtype, Shape(dims)))
+}
+
+/// The initialisers a `param` accepts, as written.
+pub const PARAM_INITS: [&str; 5] = ["zeros", "ones", "normal", "uniform", "glorot"];
+
+/// The [`Init`] of a `param` declaration: initialiser `name` (at `span`) with its evaluated
+/// arguments `(keyword, value, span)`, for a parameter of extents `shape`.
+///
+/// `glorot` takes PyTorch's fans (`fan_in = shape[1]·r`, `fan_out = shape[0]·r`, `r` the
+/// product of the remaining extents), so it needs two dimensions or more, as
+/// `torch.nn.init.xavier_normal_`.
+pub fn param_init(
+    name: &str,
+    span: Span,
+    args: &[(Option<String>, ArgValue, Span)],
+    shape: &[usize],
+) -> Result<Init, Diagnostic> {
+    let usage = "initialisers are `zeros`, `ones`, `normal(std = s)`, `uniform(bound = b)` and `glorot`";
+    let (key, default): (Option<&str>, Option<f64>) = match name {
+        "zeros" | "ones" | "glorot" => (None, None),
+        "normal" => (Some("std"), Some(1.0)),
+        "uniform" => (Some("bound"), None),
+        other => {
+            let mut d =
+                Diagnostic::error(format!("unknown initialiser `{other}`"), span, "not an initialiser")
+                    .with_note(usage);
+            if let Some(s) = did_you_mean(other, PARAM_INITS) {
+                d = d.with_help(format!("did you mean `{s}`?"));
+            }
+            return Err(d);
+        }
+    };
+    let mut value = default;
+    for (i, (k, v, aspan)) in args.iter().enumerate() {
+        let Some(key) = key else {
+            return Err(Diagnostic::error(
+                format!("`{name}` takes no arguments"),
+                *aspan,
+                "unexpected argument",
+            )
+            .with_note(usage));
+        };
+        if i > 0 || k.as_deref().is_some_and(|k| k != key) {
+            let what = k.as_deref().map_or("a second argument".to_string(), |k| format!("argument `{k}`"));
+            return Err(Diagnostic::error(format!("`{name}` has no {what}"), *aspan, "unexpected argument")
+                .with_help(format!("write `{name}({key} = ...)`")));
+        }
+        let x = match v {
+            ArgValue::Int(n) => *n as f64,
+            ArgValue::Float(x) => *x,
+            _ => {
+                return Err(Diagnostic::error(format!("`{key}` must be a number"), *aspan, "not a number")
+                    .with_help(format!("write `{name}({key} = 0.02)`")))
+            }
+        };
+        if !(x.is_finite() && x > 0.0) {
+            return Err(Diagnostic::error(
+                format!("`{key}` must be positive, got {x}"),
+                *aspan,
+                "not positive",
+            ));
+        }
+        value = Some(x);
+    }
+    Ok(match name {
+        "zeros" => Init::Zeros,
+        "ones" => Init::Ones,
+        "normal" => Init::Normal { std: value.unwrap_or(1.0) },
+        "uniform" => match value {
+            Some(bound) => Init::Uniform { bound },
+            None => {
+                return Err(Diagnostic::error("`uniform` needs its bound", span, "no bound")
+                    .with_help("write `uniform(bound = 0.1)` for values in [-0.1, 0.1]"))
+            }
+        },
+        _ => {
+            if shape.len() < 2 {
+                return Err(Diagnostic::error(
+                    "`glorot` needs a param with two dimensions or more",
+                    span,
+                    "fans undefined for one dimension",
+                )
+                .with_help("use `normal(std = ...)` or `uniform(bound = ...)` for a vector"));
+            }
+            let r: usize = shape[2..].iter().product();
+            Init::Glorot { fan_in: shape[1] * r, fan_out: shape[0] * r }
+        }
+    })
+}
+
 fn dim_text(k: &DimKind) -> String {
     match k {
         DimKind::Int(n) => n.to_string(),
@@ -362,6 +513,9 @@ pub fn definitions(model: &ast::Model) -> HashMap<&str, Span> {
             }
             ModelItem::Input(i) => {
                 defs.entry(i.name.name.as_str()).or_insert(i.name.span);
+            }
+            ModelItem::Param(p) => {
+                defs.entry(p.name.name.as_str()).or_insert(p.name.span);
             }
             _ => {}
         }

@@ -29,7 +29,8 @@ pub fn random_tensor(dtype: DType, shape: &[usize], int_bound: usize, rng: &mut 
 }
 
 /// Random values for every `Input` of `g`, scaled by `scale`; integer inputs (labels) are
-/// drawn below the smallest `OneHot` class count that reads them (2 when none does).
+/// drawn below the smallest `OneHot` class count or `Gather` table that reads them (2 when
+/// none does).
 pub fn random_inputs(g: &Graph, batch: usize, scale: f64, rng: &mut SplitMix64) -> HashMap<Value, Tensor> {
     let users = g.users();
     let mut out = HashMap::new();
@@ -39,6 +40,7 @@ pub fn random_inputs(g: &Graph, batch: usize, scale: f64, rng: &mut SplitMix64) 
             .iter()
             .filter_map(|&u| match g.node(u).op {
                 Op::OneHot { classes } => Some(classes),
+                Op::Gather => g.ty(g.node(u).inputs[0]).shape.0[0].fixed(),
                 _ => None,
             })
             .min()

@@ -8,13 +8,24 @@ use num_complex::Complex64;
 const SQRT_2_OVER_PI: f64 = 0.797_884_560_802_865_4;
 const GELU_A: f64 = 0.044_715;
 
-/// `tanh`-approximated GELU.
+/// Exact GELU, `x·Φ(x) = 0.5x(1 + erf(x/√2))` (PyTorch's default).
 pub fn gelu(x: f64) -> f64 {
+    0.5 * x * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2))
+}
+
+/// Derivative of [`gelu`]: `Φ(x) + x·φ(x)`.
+pub fn gelu_grad(x: f64) -> f64 {
+    let phi = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+    0.5 * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2)) + x * phi
+}
+
+/// `tanh`-approximated GELU.
+pub fn gelu_tanh(x: f64) -> f64 {
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + GELU_A * x * x * x)).tanh())
 }
 
-/// Derivative of [`gelu`].
-pub fn gelu_grad(x: f64) -> f64 {
+/// Derivative of [`gelu_tanh`].
+pub fn gelu_tanh_grad(x: f64) -> f64 {
     let u = SQRT_2_OVER_PI * (x + GELU_A * x * x * x);
     let du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_A * x * x);
     let t = u.tanh();
@@ -37,6 +48,8 @@ fn real_fn(op: UnaryOp) -> Option<fn(f64) -> f64> {
         Step => |x| if x > 0.0 { 1.0 } else { 0.0 },
         Gelu => gelu,
         GeluGrad => gelu_grad,
+        GeluTanh => gelu_tanh,
+        GeluTanhGrad => gelu_tanh_grad,
         // Defined on their own in `unary` (they are not `f64 → f64` on every dtype).
         Neg | Conj | Real | Imag | Abs | Abs2 | Angle | ToComplex | StopGrad => return None,
     })
@@ -58,7 +71,8 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Result<TensorData, String> {
         }
         (
             TensorData::Real(v),
-            Exp | Log | Sqrt | Rsqrt | Recip | Sin | Cos | Tanh | Sigmoid | Relu | Step | Gelu | GeluGrad,
+            Exp | Log | Sqrt | Rsqrt | Recip | Sin | Cos | Tanh | Sigmoid | Relu | Step | Gelu | GeluGrad
+            | GeluTanh | GeluTanhGrad,
         ) => {
             let f = real_fn(op).ok_or_else(|| format!("{op:?} has no real form"))?;
             TensorData::Real(v.iter().map(|&a| f(a)).collect())
@@ -74,7 +88,7 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Result<TensorData, String> {
         (
             TensorData::Complex(_),
             ToComplex | Exp | Log | Sqrt | Rsqrt | Recip | Sin | Cos | Tanh | Sigmoid | Relu | Step | Gelu
-            | GeluGrad,
+            | GeluGrad | GeluTanh | GeluTanhGrad,
         ) => return Err(format!("{op:?} of a complex tensor")),
     };
     Ok(data)

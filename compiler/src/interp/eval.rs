@@ -147,6 +147,8 @@ fn eval_node(
             }
             TensorData::Real(v)
         }
+        Op::Gather => gather_rows(ins[0], ins[1])?,
+        Op::ScatterAdd { rows } => scatter_add_rows(ins[0], ins[1], *rows)?,
         Op::DropoutMask { p, salt } => {
             let step =
                 x()?.as_int().and_then(|s| s.first().copied()).ok_or("dropout step is not an i32 scalar")?;
@@ -171,6 +173,55 @@ fn eval_node(
         }
         Op::Assign => ins[1].data.clone(),
     })
+}
+
+/// `table[idx[i], :]` for every index (zero rows for indices outside the table).
+fn gather_rows(table: &Tensor, idx: &Tensor) -> Result<TensorData, String> {
+    let idx = idx.as_int().ok_or("gather indices are not integers")?;
+    let [rows, width] = table.shape[..] else { return Err("gather table is not 2-D".into()) };
+    let row = |i: i64| (i >= 0 && (i as usize) < rows).then(|| i as usize * width);
+    Ok(match &table.data {
+        TensorData::Real(t) => TensorData::Real(
+            idx.iter()
+                .flat_map(|&i| match row(i) {
+                    Some(r) => t[r..r + width].to_vec(),
+                    None => vec![0.0; width],
+                })
+                .collect(),
+        ),
+        TensorData::Complex(t) => TensorData::Complex(
+            idx.iter()
+                .flat_map(|&i| match row(i) {
+                    Some(r) => t[r..r + width].to_vec(),
+                    None => vec![Complex64::new(0.0, 0.0); width],
+                })
+                .collect(),
+        ),
+        TensorData::Int(_) => return Err("gather of an integer table".into()),
+    })
+}
+
+/// `out[v, :] = Σ_{i: idx[i] = v} src[i, :]` (indices outside `0..rows` add nothing).
+fn scatter_add_rows(src: &Tensor, idx: &Tensor, rows: usize) -> Result<TensorData, String> {
+    let idx = idx.as_int().ok_or("scatter_add indices are not integers")?;
+    let width = *src.shape.last().ok_or("scatter_add of a scalar")?;
+    let mut out = Tensor::zeros(src.dtype(), &[rows, width]).data;
+    for (n, &i) in idx.iter().enumerate() {
+        if i < 0 || i as usize >= rows {
+            continue;
+        }
+        let (o, s) = (i as usize * width, n * width);
+        match (&mut out, &src.data) {
+            (TensorData::Real(d), TensorData::Real(v)) => {
+                d[o..o + width].iter_mut().zip(&v[s..s + width]).for_each(|(a, b)| *a += b)
+            }
+            (TensorData::Complex(d), TensorData::Complex(v)) => {
+                d[o..o + width].iter_mut().zip(&v[s..s + width]).for_each(|(a, b)| *a += b)
+            }
+            _ => return Err("scatter_add of integer values".into()),
+        }
+    }
+    Ok(out)
 }
 
 fn conv_dims(x: &[usize], w: &[usize], out: [usize; 2], geom: ConvGeom) -> Result<ConvDims, String> {

@@ -288,6 +288,8 @@ fn rounding_of(op: &Op, ins: &[Operand], out: &Tensor) -> Result<(Vec<f64>, Opti
         | Op::Slice { .. }
         | Op::Pad { .. }
         | Op::Concat { .. }
+        | Op::Gather
+        | Op::ScatterAdd { .. }
         | Op::MatMul { .. }
         | Op::Conv2d { .. }
         | Op::ConvTranspose2d { .. }
@@ -378,8 +380,9 @@ fn unary_bound(u: UnaryOp, z: Complex64, a: f64, e: f64, o: f64) -> (f64, bool) 
         Sigmoid => (lip(0.25), false),
         // |gelu'| ≤ 1.13 and |gelu''| ≤ 0.8; the device evaluates them through several ops,
         // each rounding relative to the operand's size.
-        Gelu => (lip(1.13) + ROUNDING_FN * a, false),
-        GeluGrad => (lip(0.8) + ROUNDING_FN * (1.0 + a), false),
+        // (The same bounds hold for the exact form and the tanh approximation.)
+        Gelu | GeluTanh => (lip(1.13) + ROUNDING_FN * a, false),
+        GeluGrad | GeluTanhGrad => (lip(0.8) + ROUNDING_FN * (1.0 + a), false),
         Step => (0.0, decision_uncertain(z.re, e)),
     }
 }

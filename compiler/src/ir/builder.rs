@@ -94,7 +94,7 @@ pub fn infer(op: &Op, inputs: &[&TensorType], requested: Option<&Shape>) -> Resu
                     DType::C64
                 }
                 Exp | Log | Sqrt | Rsqrt | Recip | Sin | Cos | Tanh | Sigmoid | Relu | Step | Gelu
-                | GeluGrad => {
+                | GeluGrad | GeluTanh | GeluTanhGrad => {
                     need(t.dtype, DType::F32, &format!("{u:?}").to_lowercase())?;
                     DType::F32
                 }
@@ -316,6 +316,41 @@ pub fn infer(op: &Op, inputs: &[&TensorType], requested: Option<&Shape>) -> Resu
             let mut s = inputs[0].shape.clone();
             s.0.push(Dim::Fixed(*classes));
             Ok(TensorType::new(DType::F32, s))
+        }
+        Op::Gather => {
+            arity(2)?;
+            let (table, idx) = (inputs[0], inputs[1]);
+            if table.dtype == DType::I32 {
+                return Err("gather needs an f32 or c64 table".into());
+            }
+            need(idx.dtype, DType::I32, "gather indices")?;
+            if table.shape.rank() != 2 {
+                return Err(format!("gather needs a 2-D table (rows, width), got {}", table.shape));
+            }
+            fixed(table.shape.0[0], "the gather table's rows")?;
+            let width = fixed(table.shape.0[1], "the gather table's width")?;
+            let mut s = idx.shape.clone();
+            s.0.push(Dim::Fixed(width));
+            Ok(TensorType::new(table.dtype, s))
+        }
+        Op::ScatterAdd { rows } => {
+            arity(2)?;
+            let (src, idx) = (inputs[0], inputs[1]);
+            if src.dtype == DType::I32 {
+                return Err("scatter_add needs f32 or c64 values".into());
+            }
+            need(idx.dtype, DType::I32, "scatter_add indices")?;
+            let Some((&last, lead)) = src.shape.0.split_last() else {
+                return Err("scatter_add needs values with a row axis".into());
+            };
+            if lead != idx.shape.0.as_slice() {
+                return Err(format!("scatter_add: values {} do not match indices {}", src.shape, idx.shape));
+            }
+            let width = fixed(last, "the scattered rows' width")?;
+            if *rows == 0 {
+                return Err("scatter_add needs at least one row".into());
+            }
+            Ok(TensorType::new(src.dtype, Shape(vec![Dim::Fixed(*rows), Dim::Fixed(width)])))
         }
         Op::DropoutMask { p, .. } => {
             arity(1)?;

@@ -31,12 +31,16 @@ pub enum Init {
     He { fan_in: usize },
     /// Rayleigh-distributed magnitude with scale `1 / sqrt(fan_in + fan_out)`, uniform phase.
     Rayleigh { fan_in: usize, fan_out: usize },
-    /// Uniform in `[-bound, bound]` (biases, as PyTorch's default).
+    /// Uniform in `[-bound, bound]` (biases, as PyTorch's default); complex: re and im
+    /// drawn independently.
     Uniform { bound: f64 },
     /// A `[2, 2, ...]` tensor holding `scale · I₂` along its first two axes, the same at every
     /// trailing index: the 2×2 affine weight of complextorch's `LayerNorm`/`RMSNorm`, which act
     /// on `(re, im)` (initialised to `I / √2`).
     Eye2 { scale: f64 },
+    /// Normal with mean 0 and standard deviation `std` (real), or complex normal with
+    /// `E|z|² = std²`: variance `std²/2` on each of re and im (as the Glorot rule splits it).
+    Normal { std: f64 },
 }
 
 /// Elementwise functions of one input.
@@ -80,10 +84,15 @@ pub enum UnaryOp {
     Relu,
     /// Heaviside: `1` where `x > 0`, else `0` (f32). Relu's derivative.
     Step,
-    /// GELU, tanh approximation: `0.5x(1+tanh(√(2/π)(x+0.044715x³)))` (f32).
+    /// Exact GELU: `0.5x(1+erf(x/√2))` = `x·Φ(x)` (f32), PyTorch's default `gelu`.
     Gelu,
-    /// Derivative of [`UnaryOp::Gelu`] (f32).
+    /// Derivative of [`UnaryOp::Gelu`]: `Φ(x) + x·φ(x)` (f32).
     GeluGrad,
+    /// GELU, tanh approximation: `0.5x(1+tanh(√(2/π)(x+0.044715x³)))` (f32), PyTorch's
+    /// `gelu(approximate="tanh")`.
+    GeluTanh,
+    /// Derivative of [`UnaryOp::GeluTanh`] (f32).
+    GeluTanhGrad,
     /// Identity whose gradient is zero (used for log-softmax's max shift).
     StopGrad,
 }
@@ -277,6 +286,14 @@ pub enum Op {
     Fft { axis: usize, inverse: bool, norm: FftNorm },
     /// One-hot rows: i32 labels `[..]` → f32 `[.., classes]`. Out-of-range labels give zeros.
     OneHot { classes: usize },
+    /// Rows of a table by index: `out[i.., :] = table[idx[i..], :]`. Operands
+    /// `[table (V, D) f32/c64 with fixed extents, idx (i32) [..]]`; output `[.., D]` of the
+    /// table's dtype. An index outside `0..V` gives a zero row (as `OneHot`'s labels).
+    Gather,
+    /// The adjoint of [`Op::Gather`] w.r.t. its table: `out[v, :] = Σ_{i: idx[i] = v} src[i.., :]`.
+    /// Operands `[src [.., D] f32/c64, idx (i32) [..]]` (idx the shape of `src` without its
+    /// last axis); output `(rows, D)`. Indices outside `0..rows` add nothing.
+    ScatterAdd { rows: usize },
     /// Inverted-dropout mask (f32, values `0` or `1/(1-p)`), from a counter-based hash of
     /// `(salt, step, element index)` that every back end computes identically
     /// (see `crate::ir::dropout_keep`). Operands: `[step (i32 scalar state)]`.
@@ -322,7 +339,7 @@ pub enum OpClass {
     /// A reshape: the same elements in the same order (no code runs).
     View,
     /// Data movement or a special producer: `Expand`, `Permute`, `Slice`, `Pad`, `Concat`,
-    /// `Fft`, `OneHot`, `DropoutMask`.
+    /// `Fft`, `OneHot`, `Gather`, `ScatterAdd`, `DropoutMask`.
     Movement,
     /// The matmul/convolution family.
     Contraction,
@@ -369,6 +386,8 @@ impl Op {
             | Op::Conv2dWeightGrad { .. }
             | Op::Fft { .. }
             | Op::OneHot { .. }
+            | Op::Gather
+            | Op::ScatterAdd { .. }
             | Op::DropoutMask { .. }
             | Op::AttnLse { .. }
             | Op::Attention { .. }
@@ -391,6 +410,8 @@ impl Op {
             | Op::Concat { .. }
             | Op::Fft { .. }
             | Op::OneHot { .. }
+            | Op::Gather
+            | Op::ScatterAdd { .. }
             | Op::DropoutMask { .. } => OpClass::Movement,
             Op::MatMul { .. }
             | Op::Conv2d { .. }
@@ -423,6 +444,8 @@ impl Op {
             Op::Conv2dWeightGrad { .. } => "conv2d_weight_grad".into(),
             Op::Fft { inverse, .. } => if *inverse { "ifft" } else { "fft" }.into(),
             Op::OneHot { .. } => "one_hot".into(),
+            Op::Gather => "gather".into(),
+            Op::ScatterAdd { .. } => "scatter_add".into(),
             Op::DropoutMask { .. } => "dropout_mask".into(),
             Op::AttnLse { .. } => "attn_lse".into(),
             Op::Attention { .. } => "attention".into(),

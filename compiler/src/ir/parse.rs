@@ -54,11 +54,33 @@ impl fmt::Display for IrParseError {
 impl std::error::Error for IrParseError {}
 
 /// Every unary op, in declaration order (see [`unary_slot`]).
-const UNARY: [UnaryOp; 22] = {
+const UNARY: [UnaryOp; 24] = {
     use UnaryOp::*;
     [
-        Neg, Conj, Real, Imag, Abs, Abs2, Angle, ToComplex, Exp, Log, Sqrt, Rsqrt, Recip, Sin, Cos, Tanh,
-        Sigmoid, Relu, Step, Gelu, GeluGrad, StopGrad,
+        Neg,
+        Conj,
+        Real,
+        Imag,
+        Abs,
+        Abs2,
+        Angle,
+        ToComplex,
+        Exp,
+        Log,
+        Sqrt,
+        Rsqrt,
+        Recip,
+        Sin,
+        Cos,
+        Tanh,
+        Sigmoid,
+        Relu,
+        Step,
+        Gelu,
+        GeluGrad,
+        StopGrad,
+        GeluTanh,
+        GeluTanhGrad,
     ]
 };
 
@@ -90,6 +112,8 @@ fn unary_slot(u: UnaryOp) -> usize {
         Gelu => 19,
         GeluGrad => 20,
         StopGrad => 21,
+        GeluTanh => 22,
+        GeluTanhGrad => 23,
     }
 }
 
@@ -453,6 +477,7 @@ fn expected_arity(op: &Op) -> Option<usize> {
         | Op::Fft { .. }
         | Op::OneHot { .. }
         | Op::DropoutMask { .. } => 1,
+        Op::Gather | Op::ScatterAdd { .. } => 2,
         Op::Binary(_)
         | Op::MatMul { .. }
         | Op::Conv2d { .. }
@@ -481,7 +506,7 @@ fn tensor_type(c: &mut Cursor) -> Res<TensorType> {
 }
 
 /// Mnemonics of the ops with bracketed attributes besides leaves and reductions.
-const WITH_ATTRS: [&str; 15] = [
+const WITH_ATTRS: [&str; 16] = [
     "permute",
     "slice",
     "pad",
@@ -497,6 +522,7 @@ const WITH_ATTRS: [&str; 15] = [
     "attn_lse",
     "attention",
     "attention_grad",
+    "scatter_add",
 ];
 
 /// The op named `mnemonic` with its bracketed attributes (as [`super::print::attrs`] writes them).
@@ -562,6 +588,7 @@ fn op_with_attrs(c: &mut Cursor, mnemonic: &str, at: usize) -> Res<Op> {
         "reshape" => Op::Reshape,
         "expand" => Op::Expand,
         "assign" => Op::Assign,
+        "gather" => Op::Gather,
         m if !m.starts_with("reduce_") && !WITH_ATTRS.contains(&m) => {
             return c.err_at(at, format!("unknown op `{m}`"));
         }
@@ -652,6 +679,10 @@ fn op_with_attrs(c: &mut Cursor, mnemonic: &str, at: usize) -> Res<Op> {
                 "one_hot" => {
                     c.key("classes")?;
                     Op::OneHot { classes: c.usize()? }
+                }
+                "scatter_add" => {
+                    c.key("rows")?;
+                    Op::ScatterAdd { rows: c.usize()? }
                 }
                 "dropout_mask" => {
                     c.key("p")?;
@@ -770,6 +801,14 @@ fn init(c: &mut Cursor) -> Res<Init> {
             let scale = c.f64()?;
             c.expect("}")?;
             Init::Eye2 { scale }
+        }
+        "Normal" => {
+            c.expect("{")?;
+            c.expect("std")?;
+            c.expect(":")?;
+            let std = c.f64()?;
+            c.expect("}")?;
+            Init::Normal { std }
         }
         i => return c.err_at(at, format!("unknown initialiser `{i}`")),
     })

@@ -30,6 +30,7 @@ pub fn attrs(op: &Op) -> String {
         }
         Op::Fft { axis, norm, .. } => format!("[axis={axis}, norm={norm:?}]"),
         Op::OneHot { classes } => format!("[classes={classes}]"),
+        Op::ScatterAdd { rows } => format!("[rows={rows}]"),
         Op::DropoutMask { p, salt } => format!("[p={p}, salt={salt}]"),
         Op::AttnLse { spec } | Op::Attention { spec } => format!("[{}]", attn_text(spec)),
         Op::AttentionGrad { spec, wrt } => format!("[{}, wrt={wrt:?}]", attn_text(spec)),

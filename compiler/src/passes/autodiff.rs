@@ -292,6 +292,11 @@ impl Reverse<'_> {
                 let adj = Op::Fft { axis: *axis, inverse: !inverse, norm: norm.adjoint() };
                 vec![Some(self.b.add(adj, &[g])?)]
             }
+            Op::Gather => {
+                let rows = self.fixed_extent(ins[0], 0)?;
+                vec![self.maybe(need[0], Op::ScatterAdd { rows }, &[g, ins[1]])?, None]
+            }
+            Op::ScatterAdd { .. } => vec![self.maybe(need[0], Op::Gather, &[g, ins[1]])?, None],
             Op::Attention { spec } => self.attention(*spec, h, ins, g, need)?,
             Op::AttentionGrad { .. } => {
                 return Err("autodiff: the second derivative of attention is not supported".into())
@@ -433,6 +438,21 @@ impl Reverse<'_> {
                 self.bin(Mul, g, d)?
             }
             GeluGrad => {
+                // gelu''(x) = φ(x)·(2 − x²), φ the standard normal density.
+                let x2 = self.bin(Mul, x, x)?;
+                let e = self.b.scale(x2, -0.5)?;
+                let e = self.un(Exp, e)?;
+                let phi = self.b.scale(e, 1.0 / (2.0 * std::f64::consts::PI).sqrt())?;
+                let two = self.scalar(2.0);
+                let k = self.bin(Sub, two, x2)?;
+                let d = self.bin(Mul, phi, k)?;
+                self.bin(Mul, g, d)?
+            }
+            GeluTanh => {
+                let d = self.un(GeluTanhGrad, x)?;
+                self.bin(Mul, g, d)?
+            }
+            GeluTanhGrad => {
                 let d = self.gelu_second_derivative(x)?;
                 self.bin(Mul, g, d)?
             }

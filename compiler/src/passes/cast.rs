@@ -75,6 +75,8 @@ fn needs_complex_storage(op: &Op) -> bool {
             | UnaryOp::Step
             | UnaryOp::Gelu
             | UnaryOp::GeluGrad
+            | UnaryOp::GeluTanh
+            | UnaryOp::GeluTanhGrad
             | UnaryOp::StopGrad,
         )
         | Op::Input { .. }
@@ -97,6 +99,8 @@ fn needs_complex_storage(op: &Op) -> bool {
         | Op::Attention { .. }
         | Op::AttentionGrad { .. }
         | Op::OneHot { .. }
+        | Op::Gather
+        | Op::ScatterAdd { .. }
         | Op::DropoutMask { .. } => false,
     }
 }
@@ -126,6 +130,8 @@ fn sinks(op: &Op) -> bool {
         | Op::Conv2dWeightGrad { .. }
         | Op::Fft { .. }
         | Op::OneHot { .. }
+        | Op::Gather
+        | Op::ScatterAdd { .. }
         | Op::DropoutMask { .. }
         | Op::Assign => true,
         // Attention's weights are a softmax of a nonlinear score: a real part alone does not

@@ -265,6 +265,8 @@ impl CpuBackend {
             CpuCall::OneHot { labels, out, rows, classes } => {
                 movement::one_hot(base, *labels, *out, *rows, *classes)
             }
+            CpuCall::Gather(r) => movement::gather_rows(base, r),
+            CpuCall::ScatterAdd(r) => movement::scatter_add_rows(base, r),
             CpuCall::Dropout { step, out, n, p, salt } => {
                 movement::dropout_mask(base, *step, *out, *n, *p, *salt)
             }

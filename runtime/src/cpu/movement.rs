@@ -1,7 +1,7 @@
 //! Data movement on the CPU: strided copies (expand, permute, slice, pad, concat), one-hot,
-//! dropout masks. Shapes are resolved at load; nothing here allocates.
+//! row gathers and scatter-adds, dropout masks. Shapes are resolved at load; nothing here allocates.
 
-pub use cvc_compiler::back::cpu::{strides, StridedCopy, MAX_RANK};
+pub use cvc_compiler::back::cpu::{strides, RowsCall, StridedCopy, MAX_RANK};
 
 /// Runs `c` over the arena at `base`.
 ///
@@ -68,6 +68,50 @@ pub unsafe fn one_hot(base: *mut u8, labels: usize, out: usize, rows: usize, cla
         let c = *l.add(r);
         if c >= 0 && (c as usize) < classes {
             *o.add(r * classes + c as usize) = 1.0;
+        }
+    }
+}
+
+/// `out[i, :] = table[idx[i], :]`; an index outside the table gives a zero row.
+///
+/// # Safety
+/// The call's offsets must address `rows·row_words` f32 of table, `n` i32 indices and
+/// `n·row_words` f32 of output, the output overlapping neither.
+pub unsafe fn gather_rows(base: *mut u8, r: &RowsCall) {
+    let t = base.add(r.src) as *const f32;
+    let ix = base.add(r.idx) as *const i32;
+    let o = base.add(r.out) as *mut f32;
+    let w = r.row_words;
+    for i in 0..r.n {
+        let row = *ix.add(i);
+        let dst = o.add(i * w);
+        if row >= 0 && (row as usize) < r.rows {
+            std::ptr::copy_nonoverlapping(t.add(row as usize * w), dst, w);
+        } else {
+            std::ptr::write_bytes(dst, 0, w);
+        }
+    }
+}
+
+/// `out = 0`, then `out[idx[i], :] += src[i, :]` in index order (indices outside `0..rows`
+/// add nothing).
+///
+/// # Safety
+/// The call's offsets must address `n·row_words` f32 of source, `n` i32 indices and
+/// `rows·row_words` f32 of output, the output overlapping neither.
+pub unsafe fn scatter_add_rows(base: *mut u8, r: &RowsCall) {
+    let s = base.add(r.src) as *const f32;
+    let ix = base.add(r.idx) as *const i32;
+    let o = base.add(r.out) as *mut f32;
+    let w = r.row_words;
+    std::ptr::write_bytes(o, 0, r.rows * w);
+    for i in 0..r.n {
+        let row = *ix.add(i);
+        if row >= 0 && (row as usize) < r.rows {
+            let (src, dst) = (s.add(i * w), o.add(row as usize * w));
+            for k in 0..w {
+                *dst.add(k) += *src.add(k);
+            }
         }
     }
 }

@@ -460,8 +460,10 @@ impl Emitter<'_, '_> {
                     Cos => self.call(Helper::Cos, &[a]),
                     Tanh => self.call(Helper::Tanh, &[a]),
                     Sigmoid => self.call(Helper::Sigmoid, &[a]),
-                    Gelu => self.call(Helper::Gelu, &[a]),
-                    GeluGrad => self.call(Helper::GeluGrad, &[a]),
+                    Gelu => self.call(Helper::GeluErf, &[a]),
+                    GeluGrad => self.call(Helper::GeluErfGrad, &[a]),
+                    GeluTanh => self.call(Helper::Gelu, &[a]),
+                    GeluTanhGrad => self.call(Helper::GeluGrad, &[a]),
                     Sqrt => self.b.ins().sqrt(a),
                     Rsqrt => {
                         let s = self.b.ins().sqrt(a);
@@ -605,7 +607,9 @@ impl Body<'_> {
                 | Op::DropoutMask { .. }
                 | Op::AttnLse { .. }
                 | Op::Attention { .. }
-                | Op::AttentionGrad { .. }) => {
+                | Op::AttentionGrad { .. }
+                | Op::Gather
+                | Op::ScatterAdd { .. }) => {
                     return Err(format!("{v}: {} cannot be fused into a loop", op.mnemonic()))
                 }
             };

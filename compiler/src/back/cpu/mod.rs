@@ -86,6 +86,13 @@ pub enum CpuCall {
         /// Classes per row.
         classes: usize,
     },
+    /// Rows of a table by index: `out[i, :] = table[idx[i], :]` (zeros for an index outside
+    /// `0..rows`).
+    Gather(RowsCall),
+    /// The adjoint of [`CpuCall::Gather`]: zero `out` (`rows` rows), then add row `i` of the
+    /// source (at `table`) into row `idx[i]`, in index order (indices outside `0..rows` add
+    /// nothing).
+    ScatterAdd(RowsCall),
     /// An inverted-dropout mask from [`crate::ir::dropout_keep`].
     Dropout {
         /// Byte offset of the i32 step counter.
@@ -104,6 +111,24 @@ pub enum CpuCall {
     /// A fused attention op (`AttnLse`, `Attention`, `AttentionGrad`): blocked over queries
     /// and keys, one block of weights per thread, never a `[T, S]` buffer.
     Attention(AttentionCall),
+}
+
+/// Geometry of a [`CpuCall::Gather`] or [`CpuCall::ScatterAdd`]: whole rows of `row_words`
+/// f32 words (a complex element is two) moved between a table of `rows` rows and `n` indexed rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowsCall {
+    /// Byte offset of the table (gather) or of the indexed rows (scatter-add).
+    pub src: usize,
+    /// Byte offset of the `n` i32 indices.
+    pub idx: usize,
+    /// Output byte offset.
+    pub out: usize,
+    /// Number of indices.
+    pub n: usize,
+    /// Rows of the table.
+    pub rows: usize,
+    /// f32 words per row.
+    pub row_words: usize,
 }
 
 /// One action of a step: the group it computes and the call.
@@ -208,6 +233,8 @@ impl Workspace {
             | CpuCall::Pad { .. }
             | CpuCall::Concat(_)
             | CpuCall::OneHot { .. }
+            | CpuCall::Gather(_)
+            | CpuCall::ScatterAdd(_)
             | CpuCall::Dropout { .. }
             | CpuCall::Fft(_) => self,
         }
@@ -298,6 +325,30 @@ fn call_of(program: &Program, v: Value) -> CompileResult<CpuCall> {
                 classes: *classes,
             })
         }
+        Op::Gather => {
+            let (table, idx) = (cx.input(0)?, cx.input(1)?);
+            let shape = cx.shape(table);
+            Ok(CpuCall::Gather(RowsCall {
+                src: cx.offset(table)?,
+                idx: cx.offset(idx)?,
+                out: cx.offset(v)?,
+                n: cx.numel(idx),
+                rows: shape[0],
+                row_words: shape[1] * words(cx.complex(table)),
+            }))
+        }
+        Op::ScatterAdd { rows } => {
+            let (src, idx) = (cx.input(0)?, cx.input(1)?);
+            let width = cx.shape(v)[1];
+            Ok(CpuCall::ScatterAdd(RowsCall {
+                src: cx.offset(src)?,
+                idx: cx.offset(idx)?,
+                out: cx.offset(v)?,
+                n: cx.numel(idx),
+                rows: *rows,
+                row_words: width * words(cx.complex(v)),
+            }))
+        }
         Op::DropoutMask { p, salt } => Ok(CpuCall::Dropout {
             step: cx.offset(cx.input(0)?)?,
             out: cx.offset(v)?,
@@ -385,6 +436,16 @@ impl std::fmt::Display for CpuModule {
                 CpuCall::OneHot { labels, out, rows, classes } => {
                     writeln!(f, "one_hot {rows} labels @{labels} of {classes} classes -> @{out}")
                 }
+                CpuCall::Gather(r) => writeln!(
+                    f,
+                    "gather {} rows of {} words @{} by {} indices @{} -> @{}",
+                    r.rows, r.row_words, r.src, r.n, r.idx, r.out
+                ),
+                CpuCall::ScatterAdd(r) => writeln!(
+                    f,
+                    "scatter_add {} rows of {} words @{} by indices @{} into {} rows -> @{}",
+                    r.n, r.row_words, r.src, r.idx, r.rows, r.out
+                ),
                 CpuCall::Dropout { step, out, n, p, salt } => {
                     writeln!(f, "dropout_mask p={p} salt={salt} step@{step} -> {n} f32 @{out}")
                 }

@@ -232,6 +232,8 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
         | Op::Concat { .. }
         | Op::Fft { .. }
         | Op::OneHot { .. }
+        | Op::Gather
+        | Op::ScatterAdd { .. }
         | Op::DropoutMask { .. }
         | Op::AttnLse { .. }
         | Op::Attention { .. }

@@ -109,8 +109,10 @@ fn emit_values(
                     Sigmoid => format!("sigm({x})"),
                     Relu => format!("relu({x})"),
                     Step => format!("stepf({x})"),
-                    Gelu => format!("gelu({x})"),
-                    GeluGrad => format!("gelu_grad({x})"),
+                    Gelu => format!("gelu_erf({x})"),
+                    GeluGrad => format!("gelu_erf_grad({x})"),
+                    GeluTanh => format!("gelu({x})"),
+                    GeluTanhGrad => format!("gelu_grad({x})"),
                     StopGrad => x,
                 }
             }
@@ -157,7 +159,9 @@ fn emit_values(
             | Op::DropoutMask { .. }
             | Op::AttnLse { .. }
             | Op::Attention { .. }
-            | Op::AttentionGrad { .. }) => {
+            | Op::AttentionGrad { .. }
+            | Op::Gather
+            | Op::ScatterAdd { .. }) => {
                 return Err(internal!(
                     "{v}: {} cannot be computed in an elementwise kernel",
                     other.mnemonic()
@@ -566,6 +570,9 @@ pub(crate) fn reduce(
 pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResult<Kernel> {
     let v = *group.nodes.last().ok_or_else(|| internal!("empty movement group"))?;
     let n = ctx.g.node(v);
+    if let Op::ScatterAdd { rows } = n.op {
+        return scatter_add(ctx, v, rows, name);
+    }
     let oshape = ctx.shape(v);
     let on: usize = oshape.iter().product();
     check_size(on, "a data-movement kernel's output")?;
@@ -667,6 +674,19 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileRes
             let x = n.inputs[0];
             format!("{out}[i] = ({}[i / {classes}u] == (int)(i % {classes}u)) ? 1.0f : 0.0f;", ctx.ptr(x)?)
         }
+        Op::Gather => {
+            let (table, idx) = (n.inputs[0], n.inputs[1]);
+            let [rows, width] = ctx.shape(table)[..] else {
+                return Err(internal!("{v}: gather table is not 2-D"));
+            };
+            format!(
+                "const int r = {ix}[i / {width}u];\n    \
+                 {out}[i] = (r >= 0 && r < {rows}) ? {t}[(u32)r * {width}u + i % {width}u] : {z};",
+                ix = ctx.ptr(idx)?,
+                t = ctx.ptr(table)?,
+                z = czero(odt),
+            )
+        }
         Op::DropoutMask { p, salt } => {
             let threshold = ((1.0 - p) * 16_777_216.0) as u32;
             let keep = flit(1.0 / (1.0 - p));
@@ -688,6 +708,7 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileRes
         | Op::AttnLse { .. }
         | Op::Attention { .. }
         | Op::AttentionGrad { .. }
+        | Op::ScatterAdd { .. }
         | Op::Assign) => return Err(internal!("{v}: {} is not a data-movement op", other.mnemonic())),
     };
     let _ = writeln!(code, "    {body}");
@@ -697,6 +718,37 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileRes
         grid: [ctx.grid_for(on, BLOCK as usize), 1, 1],
         block: [BLOCK, 1, 1],
         zero: Vec::new(),
+        scratch: 0,
+    })
+}
+
+/// `ScatterAdd`: one thread per source element adds it into its row of the zeroed output with
+/// `atomicAdd` (complex: one atomic per part). Rows hit by several indices therefore sum in
+/// an order that may change from run to run (as split-K contractions; the CPU back end and
+/// the interpreter sum in index order). Indices outside `0..rows` add nothing.
+fn scatter_add(ctx: &Ctx, v: Value, rows: usize, name: &str) -> CompileResult<Kernel> {
+    let n = ctx.g.node(v);
+    let (src, idx) = (n.inputs[0], n.inputs[1]);
+    let sn: usize = ctx.shape(src).iter().product();
+    check_size(sn, "a scatter-add kernel's source")?;
+    check_size(ctx.g.ty(v).shape.numel(ctx.batch), "a scatter-add kernel's output")?;
+    let width = *ctx.shape(v).last().ok_or_else(|| internal!("{v}: scatter_add output is a scalar"))?;
+    let mut code = format!("extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}(char* A) {{\n");
+    grid_stride_open(sn, &mut code);
+    let _ = writeln!(
+        code,
+        "    const int r = {ix}[i / {width}u];\n    \
+         if (r >= 0 && r < {rows}) atomic_acc(&{out}[(u32)r * {width}u + i % {width}u], {s}[i]);",
+        ix = ctx.ptr(idx)?,
+        out = ctx.ptr(v)?,
+        s = ctx.ptr(src)?,
+    );
+    code.push_str("  }\n}\n");
+    Ok(Kernel {
+        code,
+        grid: [ctx.grid_for(sn, BLOCK as usize), 1, 1],
+        block: [BLOCK, 1, 1],
+        zero: vec![(ctx.offset(v)?, ctx.bytes(v))],
         scratch: 0,
     })
 }

@@ -377,6 +377,11 @@ static __device__ __forceinline__ float gelu_grad(float x) {
   float t = tanhf(k * (x + 0.044715f * x * x * x));
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x * x);
 }
+// Exact GELU (PyTorch's default): x·Φ(x) with CUDA's erff (2 ulp), and its derivative.
+static __device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+static __device__ __forceinline__ float gelu_erf_grad(float x) {
+  return 0.5f * (1.0f + erff(x * 0.70710678118654752f)) + x * 0.3989422804014327f * expf(-0.5f * x * x);
+}
 static __device__ __forceinline__ float maxf(float a, float b) { return a > b ? a : b; }
 static __device__ __forceinline__ float gtf(float a, float b) { return a > b ? 1.0f : 0.0f; }
 static __device__ __forceinline__ float eqf(float a, float b) { return a == b ? 1.0f : 0.0f; }

@@ -1,5 +1,5 @@
 //! Activations: complex ones (crelu, modrelu, zrelu, cardioid), split ones (split_tanh,
-//! split_sigmoid, gelu) and real ones (relu, tanh, sigmoid).
+//! split_sigmoid, cgelu) and real ones (relu, tanh, sigmoid, gelu).
 
 use super::*;
 
@@ -14,7 +14,15 @@ pub(crate) const DEFS: &[OpDef] = &[
     act("cardioid", "cardioid", cardioid),
     act("split_tanh", "split_tanh", split_tanh),
     act("split_sigmoid", "split_sigmoid", split_sigmoid),
-    act("gelu", "gelu", gelu),
+    act("cgelu", "cgelu", cgelu),
+    OpDef {
+        name: "gelu",
+        signature: "gelu(approximate = none | tanh)",
+        args: &["approximate"],
+        variadic: false,
+        operands: (1, 1),
+        lower: gelu,
+    },
     act("relu", "relu", relu),
     act("tanh", "tanh", tanh),
     act("sigmoid", "sigmoid", sigmoid),
@@ -87,9 +95,20 @@ fn split_sigmoid(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Val
     split(ctx, site, ops[0].value, UnaryOp::Sigmoid)
 }
 
-/// GELU (tanh approximation), split on re and im for complex values.
+/// GELU of a real tensor: exact (`x·Φ(x)`, PyTorch's default) or, with `approximate = tanh`,
+/// the tanh form (PyTorch's `approximate="tanh"`).
 fn gelu(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Diagnostic> {
-    need_float(ctx, site, &ops[0], "tensor")?;
+    let f = match site.args.choice("approximate", "none", &["none", "tanh"])? {
+        "tanh" => UnaryOp::GeluTanh,
+        _ => UnaryOp::Gelu,
+    };
+    need_real(ctx, site, &ops[0], "cgelu")?;
+    ctx.b.unary(f, ops[0].value).at(site)
+}
+
+/// CGELU (torchcvnn): exact GELU on re and im separately.
+fn cgelu(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Diagnostic> {
+    need_complex(ctx, site, &ops[0], "gelu")?;
     split(ctx, site, ops[0].value, UnaryOp::Gelu)
 }
 

@@ -24,6 +24,7 @@ mod args;
 mod conv;
 mod dense;
 mod elementwise;
+mod embedding;
 mod loss;
 mod norm;
 mod pool;
@@ -152,6 +153,18 @@ impl<'g> LowerCtx<'g> {
         v
     }
 
+    /// Creates the trainable parameter of a `param NAME: TYPE = INIT` declaration, named
+    /// `NAME` (no layer prefix), and records it in [`LowerCtx::params`]. The caller sets the
+    /// origin (span, label).
+    pub(crate) fn declared_param(&mut self, name: &str, init: Init, ty: TensorType) -> Value {
+        let saved = self.b.origin.role;
+        self.b.origin.role = Role::Param;
+        let v = self.b.leaf(Op::Param { name: name.to_string(), init }, ty.clone());
+        self.b.origin.role = saved;
+        self.params.push(ParamInfo { name: name.to_string(), value: v, ty });
+        v
+    }
+
     /// Creates the persistent non-trainable buffer `<prefix>.<name>` (running statistics).
     fn state(&mut self, site: &Site, name: &str, init: Init, ty: TensorType) -> Value {
         let full = format!("{}.{name}", site.call.param_prefix);
@@ -274,6 +287,7 @@ pub(crate) struct OpDef {
 /// The operator families in documentation order, each with its table rows.
 const FAMILIES: [(&str, &[OpDef]); 10] = [
     ("dense", dense::DEFS),
+    ("embedding", embedding::DEFS),
     ("convolution", conv::DEFS),
     ("normalisation", norm::DEFS),
     ("activation", activation::DEFS),
