@@ -24,11 +24,13 @@ mod args;
 mod conv;
 mod dense;
 mod elementwise;
+mod groupnorm;
 mod loss;
 mod norm;
 mod pool;
 mod shape;
 mod spectral;
+mod upsample;
 
 use crate::diag::Diagnostic;
 use crate::ir::builder::Builder;
@@ -55,6 +57,9 @@ pub enum ArgValue {
     Range(f64, f64),
     /// `(a, b, ...)` tuple of integers, e.g. `kernel = (3, 5)`.
     Tuple(Vec<i64>),
+    /// `(a, b, ...)` tuple holding at least one non-integer number, e.g. the per-class
+    /// `weight = (1.0, 0.5)` of `cross_entropy` (all-integer tuples stay [`ArgValue::Tuple`]).
+    Numbers(Vec<f64>),
 }
 
 /// One argument of a layer call.
@@ -120,6 +125,9 @@ pub struct LowerCtx<'g> {
     /// The declared class count of every `class[..] of N` input, with the declaration's span:
     /// losses check it against the logits' width.
     pub classes: HashMap<Value, (usize, Span)>,
+    /// The `ignore_index` each class loss reads its labels with, with the loss's span: one per
+    /// label input (the data loader admits it besides `0..classes`).
+    pub ignore_index: HashMap<Value, (i64, Span)>,
 }
 
 impl<'g> LowerCtx<'g> {
@@ -132,6 +140,7 @@ impl<'g> LowerCtx<'g> {
             step: None,
             next_salt: 1,
             classes: HashMap::new(),
+            ignore_index: HashMap::new(),
         }
     }
 
@@ -271,12 +280,14 @@ pub(crate) struct OpDef {
 }
 
 /// The operator families in documentation order, each with its table rows.
-const FAMILIES: [(&str, &[OpDef]); 9] = [
+const FAMILIES: [(&str, &[OpDef]); 11] = [
     ("dense", dense::DEFS),
     ("convolution", conv::DEFS),
     ("normalisation", norm::DEFS),
+    ("group normalisation", groupnorm::DEFS),
     ("activation", activation::DEFS),
     ("pooling", pool::DEFS),
+    ("upsampling", upsample::DEFS),
     ("elementwise", elementwise::DEFS),
     ("shape", shape::DEFS),
     ("spectral", spectral::DEFS),
