@@ -300,6 +300,12 @@ fn dice(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Diagn
     let smooth = site.args.float_in("smooth", 1e-5, 0.0, f64::INFINITY, false)?;
     let ignore = ignore_index(ctx, site, la.value)?;
     let in_range = usize::try_from(ignore).ok().filter(|&k| k < classes);
+    if classes == 1 && in_range.is_some() {
+        return Err(site.error(
+            "`dice`: the only class is the ignore_index: no class is left to score".into(),
+            "no class left",
+        ));
+    }
     let rank = co.logits.shape.rank();
     let b = &mut ctx.b;
     let r = (|| -> Result<Value, String> {
