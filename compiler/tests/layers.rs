@@ -1790,7 +1790,7 @@ fn gradients_through_every_layer_match_finite_differences() {
 fn random_calls_never_panic() {
     let mut r = rng("random_calls");
     let names = [
-        "out", "kernel", "stride", "pad", "dilation", "groups", "bias", "axis", "index", "kind", "p", "eps", "norm", "c", "init", "value", "real", "axes", "keepdim", "axis0", "axis1", "vocab", "dim", "approximate",
+        "out", "kernel", "stride", "pad", "dilation", "groups", "bias", "axis", "index", "kind", "p", "eps", "norm", "c", "init", "value", "real", "axes", "keepdim", "axis0", "axis1", "vocab", "dim", "approximate", "scale", "size", "mode", "weight", "ignore_index", "label_smoothing", "smooth", "count_include_pad", "align_corners", "affine", "output_padding",
     ];
     let values = |r: &mut Rng| match r.below(9) {
         0 => int(r.below(7) as i64 - 2),
@@ -1801,6 +1801,9 @@ fn random_calls_never_panic() {
         5 => word(["B", "whitening", "ortho", "he", "x"][r.below(5)]),
         6 => ArgValue::Str("naive".into()),
         7 => ArgValue::Range(0.0, 1.0),
+        8 if r.below(3) == 0 => {
+            ArgValue::Numbers((0..r.below(4)).map(|i| [0.5, -1.0, f64::NAN][i % 3]).collect())
+        }
         _ => ArgValue::Tuple((0..r.below(4)).map(|_| r.below(5) as i64 - 1).collect()),
     };
     let dims = |r: &mut Rng| -> Vec<Dim> {

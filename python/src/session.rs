@@ -9,7 +9,6 @@ use crate::state::{is_optimizer_state, torch_name, transpose};
 use cvc_compiler::ir::DType;
 use cvc_runtime::backend::{HostData, HostTensor};
 use cvc_runtime::checkpoint::Checkpoint;
-use cvc_runtime::metrics::Confusion;
 use cvc_runtime::session::{Device, Session, TensorRef};
 use cvc_runtime::train::Classifier;
 use numpy::{Complex32, PyArrayDyn, PyArrayMethods, PyUntypedArray, PyUntypedArrayMethods};
@@ -104,8 +103,12 @@ impl PySession {
         let labels = held.iter().find(|(n, _)| *n == c.label).map(|(_, h)| h);
         let logits = outputs.iter().find(|(n, _)| *n == c.output).map(|(_, t)| &t.data);
         if let (Some(Held::I32(y)), Some(HostData::F32(l))) = (labels, logits) {
-            let mut cm = Confusion::new(c.classes);
-            cm.add(l, y.as_slice()?);
+            let mut cm = c.confusion();
+            if c.segments {
+                cm.add_pixels(l, y.as_slice()?, c.pixels);
+            } else {
+                cm.add(l, y.as_slice()?);
+            }
             d.set_item("accuracy", cm.accuracy())?;
             d.set_item("correct", (0..c.classes).map(|i| cm.get(i, i)).sum::<u64>())?;
             d.set_item("count", cm.total())?;

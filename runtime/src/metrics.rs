@@ -18,8 +18,13 @@ pub struct EpochMetrics {
     pub train_acc: Option<f64>,
     /// Mean validation loss (`null` without a validation set).
     pub val_loss: Option<f64>,
-    /// Validation accuracy, when the model classifies and a validation set exists.
+    /// Validation accuracy, when the model classifies and a validation set exists (per pixel
+    /// for a segmentation model, ignored pixels excluded).
     pub val_acc: Option<f64>,
+    /// Mean intersection over union of the validation set's classes, for a segmentation
+    /// model (labels with spatial axes); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_miou: Option<f64>,
     /// Learning rate used in the epoch.
     pub lr: f64,
     /// Median wall time of one training step, in milliseconds.
@@ -94,12 +99,74 @@ pub struct Confusion {
     pub counts: BTreeMap<(u32, u32), u64>,
     total: u64,
     correct: u64,
+    /// A label value that is never counted (a loss's `ignore_index`), besides those outside
+    /// `0..classes`; an in-range one is also left out of [`Confusion::mean_iou`].
+    pub ignore_index: Option<i64>,
 }
 
 impl Confusion {
     /// An empty matrix for `classes` classes.
     pub fn new(classes: usize) -> Self {
-        Confusion { classes, counts: BTreeMap::new(), total: 0, correct: 0 }
+        Confusion { classes, counts: BTreeMap::new(), total: 0, correct: 0, ignore_index: None }
+    }
+    /// An empty matrix that skips the label value `ignore_index`.
+    pub fn ignoring(classes: usize, ignore_index: Option<i64>) -> Self {
+        Confusion { ignore_index, ..Confusion::new(classes) }
+    }
+    /// Adds a batch of per-pixel real logits `[n, classes, pixels]` (row-major) against labels
+    /// `[n, pixels]`: one count per pixel whose label is a class and not the ignore index.
+    pub fn add_pixels(&mut self, logits: &[f32], labels: &[i32], pixels: usize) {
+        let c = self.classes;
+        if c == 0 || pixels == 0 {
+            return;
+        }
+        for (sample, labels) in logits.chunks_exact(c * pixels).zip(labels.chunks_exact(pixels)) {
+            for (p, &l) in labels.iter().enumerate() {
+                if l < 0 || l as usize >= c || self.ignore_index == Some(l as i64) {
+                    continue;
+                }
+                // argmax over the class axis (stride `pixels`); ties take the first class.
+                let mut best = 0;
+                for k in 1..c {
+                    if sample[k * pixels + p] > sample[best * pixels + p] {
+                        best = k;
+                    }
+                }
+                self.count(l as usize, best);
+            }
+        }
+    }
+    fn count(&mut self, t: usize, p: usize) {
+        *self.counts.entry((t as u32, p as u32)).or_insert(0) += 1;
+        self.total += 1;
+        if t == p {
+            self.correct += 1;
+        }
+    }
+    /// Mean over classes of `TP / (TP + FP + FN)`, over the classes that occur as a label or
+    /// a prediction (an in-range ignore index excluded); 0 when nothing was counted.
+    pub fn mean_iou(&self) -> f64 {
+        let mut tp: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut union: BTreeMap<u32, u64> = BTreeMap::new();
+        for (&(t, p), &n) in &self.counts {
+            if t == p {
+                *tp.entry(t).or_insert(0) += n;
+                *union.entry(t).or_insert(0) += n;
+            } else {
+                *union.entry(t).or_insert(0) += n;
+                *union.entry(p).or_insert(0) += n;
+            }
+        }
+        let skip = self.ignore_index.and_then(|k| u32::try_from(k).ok());
+        let ious: Vec<f64> = union
+            .iter()
+            .filter(|(&c, _)| Some(c) != skip)
+            .map(|(c, &u)| tp.get(c).copied().unwrap_or(0) as f64 / u as f64)
+            .collect();
+        if ious.is_empty() {
+            return 0.0;
+        }
+        ious.iter().sum::<f64>() / ious.len() as f64
     }
     /// Adds a batch of real logits `[n, classes]` (row-major) against labels (labels outside
     /// `0..classes` are not counted).
@@ -110,12 +177,8 @@ impl Confusion {
         }
         for (row, &l) in logits.chunks_exact(c).zip(labels) {
             let p = argmax(row);
-            if l >= 0 && (l as usize) < c {
-                *self.counts.entry((l as u32, p as u32)).or_insert(0) += 1;
-                self.total += 1;
-                if l as usize == p {
-                    self.correct += 1;
-                }
+            if l >= 0 && (l as usize) < c && self.ignore_index != Some(l as i64) {
+                self.count(l as usize, p);
             }
         }
     }

@@ -153,9 +153,12 @@ impl Model {
         };
         let train = check(Mode::Train)?;
         let eval = check(Mode::Eval)?;
-        let classes = |name: &str| train.inputs.iter().find(|i| i.name == name).and_then(|i| i.classes);
-        let inputs = InputSpec::from_graph(&train.graph, &classes);
-        let eval_inputs = InputSpec::from_graph(&eval.graph, &classes);
+        let labels = |name: &str| {
+            let i = train.inputs.iter().find(|i| i.name == name);
+            (i.and_then(|i| i.classes), i.and_then(|i| i.ignore_index))
+        };
+        let inputs = InputSpec::from_graph(&train.graph, &labels);
+        let eval_inputs = InputSpec::from_graph(&eval.graph, &labels);
         Ok(Model {
             file: file.to_string(),
             dir,

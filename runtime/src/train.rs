@@ -105,29 +105,51 @@ pub fn lr_at(schedule: &Schedule, base: f64, epoch: usize, epochs: usize) -> f64
     }
 }
 
-/// Which output holds class scores and which input holds labels, when the model classifies.
+/// Which output holds class scores and which input holds labels, when the model classifies
+/// (one label per sample) or segments (one label per pixel).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Classifier {
-    /// Name of the real `[B, classes]` output.
+    /// Name of the real `[B, classes, ...spatial]` output.
     pub output: String,
-    /// Name of the label input.
+    /// Name of the label input (`class[B, ...spatial] of classes`).
     pub label: String,
     /// Number of classes.
     pub classes: usize,
+    /// Labels per sample: 1 for a classifier, the pixel count for a segmentation model.
+    pub pixels: usize,
+    /// Whether the labels have spatial axes (pixel accuracy and mean IoU).
+    pub segments: bool,
+    /// The label value never counted (the loss's `ignore_index`).
+    pub ignore_index: Option<i64>,
 }
 
 impl Classifier {
     /// Finds the classification output of a model: the first real output of shape
-    /// `[B, classes]` where some input is `class[B] of classes`.
+    /// `[B, classes, ...spatial]` where some input is `class[B, ...spatial] of classes`.
     pub fn find(model: &Model) -> Option<Classifier> {
         let label = model.inputs().iter().find(|i| i.classes.is_some())?;
         let classes = label.classes?;
+        let spatial = label.sample_shape().ok()?;
+        let mut want = vec![1, classes];
+        want.extend(&spatial);
         let g = model.eval_graph();
         let out = g.outputs.iter().find(|o| {
             let t = g.ty(o.value);
-            t.dtype == DType::F32 && t.shape.resolve(1) == [1, classes]
+            t.dtype == DType::F32 && t.shape.resolve(1) == want
         })?;
-        Some(Classifier { output: out.name.clone(), label: label.name.clone(), classes })
+        Some(Classifier {
+            output: out.name.clone(),
+            label: label.name.clone(),
+            classes,
+            pixels: spatial.iter().product(),
+            segments: !spatial.is_empty(),
+            ignore_index: label.ignore_index,
+        })
+    }
+
+    /// An empty confusion matrix for this model's classes.
+    pub fn confusion(&self) -> Confusion {
+        Confusion::ignoring(self.classes, self.ignore_index)
     }
 
     /// Adds a batch's outputs and labels to a confusion matrix.
@@ -135,7 +157,11 @@ impl Classifier {
         let logits = outputs.iter().find(|(n, _)| *n == self.output).map(|(_, t)| &t.data);
         let labels = inputs.iter().find(|(n, _)| *n == self.label).map(|(_, t)| &t.data);
         if let (Some(HostData::F32(l)), Some(HostData::I32(y))) = (logits, labels) {
-            cm.add(l, y);
+            if self.segments {
+                cm.add_pixels(l, y, self.pixels);
+            } else {
+                cm.add(l, y);
+            }
         }
     }
 }
@@ -158,7 +184,7 @@ pub fn validate(
     if indices.is_empty() {
         return Ok((None, None));
     }
-    let mut cm = classifier.map(|c| Confusion::new(c.classes));
+    let mut cm = classifier.map(|c| c.confusion());
     let mut loss_sum = 0.0;
     let mut have_loss = true;
     for chunk in indices.chunks(batch.max(1)) {
@@ -271,7 +297,7 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
         let bar = progress_bar(steps, epoch, opts.epochs, opts.verbose);
         let mut loss_sum = 0.0;
         let mut times = Vec::with_capacity(steps);
-        let mut train_cm = classifier.as_ref().map(|c| Confusion::new(c.classes));
+        let mut train_cm = classifier.as_ref().map(|c| c.confusion());
         let t_epoch = Instant::now();
         let chunks: Vec<&[usize]> = order.chunks_exact(opts.batch).collect();
         // On a GPU the next batch is gathered and staged while the device runs the step;
@@ -363,6 +389,10 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
             train_acc: train_cm.as_ref().map(|c| c.accuracy()),
             val_loss,
             val_acc: val_cm.as_ref().map(|c| c.accuracy()),
+            val_miou: val_cm
+                .as_ref()
+                .filter(|_| classifier.as_ref().is_some_and(|c| c.segments))
+                .map(|c| c.mean_iou()),
             lr,
             step_ms: metrics::median(&times),
             samples_per_s: (steps * opts.batch) as f64 / train_secs.max(1e-9),
@@ -522,9 +552,10 @@ fn progress_bar(steps: usize, epoch: usize, epochs: usize, verbose: bool) -> Pro
 /// The one-line summary of an epoch.
 pub fn epoch_line(m: &EpochMetrics, epochs: usize) -> String {
     let pct = |x: Option<f64>| x.map(|a| format!(" acc {:5.1}%", 100.0 * a)).unwrap_or_default();
+    let miou = m.val_miou.map(|x| format!(" mIoU {:5.1}%", 100.0 * x)).unwrap_or_default();
     let val = match m.val_loss {
-        Some(l) => format!("  val loss {l:.4}{}", pct(m.val_acc)),
-        None => pct(m.val_acc),
+        Some(l) => format!("  val loss {l:.4}{}{miou}", pct(m.val_acc)),
+        None => format!("{}{miou}", pct(m.val_acc)),
     };
     format!(
         "epoch {}/{epochs}  train loss {:.4}{}{val}  lr {:.2e}  {:.2} ms/step  {:.0} samples/s",

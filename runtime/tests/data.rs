@@ -23,11 +23,13 @@ fn specs(len: usize, classes: usize) -> Vec<InputSpec> {
             name: "iq".into(),
             ty: TensorType::new(DType::C64, Shape(vec![Dim::Batch, Dim::Fixed(1), Dim::Fixed(len)])),
             classes: None,
+            ignore_index: None,
         },
         InputSpec {
             name: "label".into(),
             ty: TensorType::new(DType::I32, Shape(vec![Dim::Batch])),
             classes: Some(classes),
+            ignore_index: None,
         },
     ]
 }

@@ -111,7 +111,10 @@ pub fn lower_model(model: &ast::Model, src: &str, mode: Mode) -> Result<Lowered,
             bindings: Vec::new(),
             layers: 0,
         };
-        let inputs = l.lower_items(model, &mut diags);
+        let mut inputs = l.lower_items(model, &mut diags);
+        for i in &mut inputs {
+            i.ignore_index = l.ctx.ignore_index.get(&i.value).map(|&(k, _)| k);
+        }
         (
             inputs,
             std::mem::take(&mut l.table),
@@ -170,6 +173,7 @@ impl<'m> Lowerer<'m, '_> {
                                 name: decl.name.name.clone(),
                                 ty,
                                 classes,
+                                ignore_index: None,
                                 span: decl.span,
                                 value: v,
                             });
@@ -440,22 +444,36 @@ impl<'m> Lowerer<'m, '_> {
                 self.lookup(n, e.span, scope)
             }
             ExprKind::Tuple(items) => {
-                let mut out = Vec::with_capacity(items.len());
+                // Integers stay exact; one float makes the whole tuple numbers (`weight = (1, 0.5)`).
+                let mut out: Vec<ArgValue> = Vec::with_capacity(items.len());
                 for it in items {
                     match self.eval(it, scope, false)? {
-                        Val::Const(ArgValue::Int(n)) => out.push(n),
+                        Val::Const(c @ (ArgValue::Int(_) | ArgValue::Float(_))) => out.push(c),
                         other => {
                             return Err(Diagnostic::error(
-                                "tuples hold integers",
+                                "tuples hold numbers",
                                 it.span,
                                 format!("this is {}", describe(&other)),
                             )
-                            .with_help("write e.g. `kernel = (3, 5)`")
+                            .with_help("write e.g. `kernel = (3, 5)` or `weight = (1.0, 0.5)`")
                             .into())
                         }
                     }
                 }
-                Ok(Val::Const(ArgValue::Tuple(out)))
+                let ints: Option<Vec<i64>> =
+                    out.iter().map(|c| if let ArgValue::Int(n) = c { Some(*n) } else { None }).collect();
+                if let Some(ints) = ints {
+                    return Ok(Val::Const(ArgValue::Tuple(ints)));
+                }
+                let nums = out
+                    .iter()
+                    .map(|c| match c {
+                        ArgValue::Int(n) => *n as f64,
+                        ArgValue::Float(x) => *x,
+                        _ => unreachable!("only numbers were collected"),
+                    })
+                    .collect();
+                Ok(Val::Const(ArgValue::Numbers(nums)))
             }
             ExprKind::Call { callee, args } => self.apply(callee, args, None, e.span, scope),
             ExprKind::Pipe { head, stages } => {
@@ -939,6 +957,7 @@ fn describe(v: &Val) -> &'static str {
         Val::Const(ArgValue::Str(_)) => "a string",
         Val::Const(ArgValue::Range(..)) => "a range",
         Val::Const(ArgValue::Tuple(_)) => "a tuple",
+        Val::Const(ArgValue::Numbers(_)) => "a tuple of numbers",
     }
 }
 
@@ -1039,5 +1058,8 @@ pub fn arg_text(v: &ArgValue) -> String {
         ArgValue::Str(s) => format!("{s:?}"),
         ArgValue::Range(a, b) => format!("{a}..{b}"),
         ArgValue::Tuple(t) => format!("({})", t.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ")),
+        ArgValue::Numbers(t) => {
+            format!("({})", t.iter().map(|x| format!("{x:?}")).collect::<Vec<_>>().join(", "))
+        }
     }
 }

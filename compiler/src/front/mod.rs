@@ -36,6 +36,9 @@ pub struct ModelInput {
     pub ty: TensorType,
     /// The class count of a `class[B] of N` input.
     pub classes: Option<usize>,
+    /// The `ignore_index` a class loss (`cross_entropy`, `dice`) reads these labels with: the
+    /// one label value admitted besides `0..classes`, skipped by the segmentation metrics.
+    pub ignore_index: Option<i64>,
     /// The declaration.
     pub span: Span,
     /// The `Op::Input` leaf in the graph.

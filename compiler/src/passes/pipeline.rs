@@ -180,6 +180,70 @@ pub fn check_size(g: &Graph, batch: usize) -> CompileResult<()> {
     })
 }
 
+/// PyTorch's "Expected more than 1 value per channel when training": a training graph whose
+/// batchnorm would, at `batch`, take its statistics over one value per channel (batch 1 on a
+/// `[B, C]` or `[B, C, 1, 1]` input) normalises every value to 0 and returns β. A user error
+/// naming the layer. The batchnorm is found by its running-variance update: the `Assign` of
+/// a `running_var*`/`running_vrr` state, whose value comes from a sum over the batch axis.
+pub fn check_batch_statistics(g: &Graph, batch: usize) -> CompileResult<()> {
+    if g.mode != Mode::Train {
+        return Ok(());
+    }
+    for (_, n) in g.nodes.iter() {
+        if !matches!(n.op, Op::Assign) || n.inputs.len() != 2 {
+            continue;
+        }
+        let Op::State { name, .. } = &g.node(n.inputs[0]).op else { continue };
+        let stat = name.rsplit('.').next().unwrap_or_default();
+        if !(stat.starts_with("running_var") || stat == "running_vrr") {
+            continue;
+        }
+        let Some(sum) = batch_sum_above(g, n.inputs[1]) else { continue };
+        let node = g.node(sum);
+        let Op::Reduce { axes, .. } = &node.op else { continue };
+        let x = g.ty(node.inputs[0]);
+        let extents = x.shape.resolve(batch);
+        let per_channel: usize = axes.iter().map(|&a| extents[a]).product();
+        if per_channel > 1 {
+            continue;
+        }
+        let message = format!(
+            "`{}` needs more than one value per channel in training, but at batch {batch} its              input {x} has {per_channel} (PyTorch: \"Expected more than 1 value per channel when \
+             training\"): train with a batch of at least 2, or normalise before the spatial axes \
+             shrink to 1",
+            node.origin.label
+        );
+        let span = g.span(sum);
+        return Err(if span.end > span.start {
+            CompileError::user_at(span, message)
+        } else {
+            CompileError::user(message)
+        });
+    }
+    Ok(())
+}
+
+/// The nearest sum over the batch axis (axis 0 of a batch-sized value) that `v` is computed
+/// from, searching a few operand levels up.
+fn batch_sum_above(g: &Graph, v: Value) -> Option<Value> {
+    let mut frontier = vec![v];
+    for _ in 0..8 {
+        let mut next = Vec::new();
+        for u in frontier {
+            let n = g.node(u);
+            if let Op::Reduce { op: ReduceOp::Sum, axes } = &n.op {
+                let x = g.ty(n.inputs[0]);
+                if axes.contains(&0) && x.shape.0.first() == Some(&Dim::Batch) {
+                    return Some(u);
+                }
+            }
+            next.extend(n.inputs.iter().copied());
+        }
+        frontier = next;
+    }
+    None
+}
+
 /// The IR verifier, in debug builds: a failure is a compiler bug.
 fn verify_after(step: Step, g: &Graph) -> CompileResult<()> {
     if cfg!(debug_assertions) {
@@ -285,6 +349,7 @@ pub fn compile_traced(
     if opts.batch == 0 {
         return Err(CompileError::user("the batch size must be at least 1"));
     }
+    check_batch_statistics(&graph, opts.batch)?;
     let mut s = State {
         graph,
         facts: PipelineFacts::default(),

@@ -1,5 +1,6 @@
 //! `cvc eval FILE --weights W.safetensors --data D.npz [--batch N] [--check-numerics MODE]`:
-//! inference-mode loss, accuracy and confusion matrix of given weights on given data.
+//! inference-mode loss, accuracy and confusion matrix of given weights on given data (pixel
+//! accuracy and mean IoU for a segmentation model).
 
 use super::train::{load_model, DeviceArg};
 use super::{CliError, CliResult};
@@ -60,9 +61,25 @@ pub fn run(args: &EvalArgs) -> CliResult {
         outln!("loss      {l:.6}")?;
     }
     match (cm, &classifier) {
+        (Some(cm), Some(c)) if data.array(&c.label).is_some() && c.segments => print_segmentation(&cm, c),
         (Some(cm), Some(c)) if data.array(&c.label).is_some() => print_confusion(&cm, &model, c.classes),
         _ => outln!("(no class labels: accuracy needs a `class[B] of N` input and a [B, N] real output)"),
     }
+}
+
+/// Pixel accuracy and mean IoU of a segmentation model (labels with spatial axes), then the
+/// per-pixel confusion matrix.
+fn print_segmentation(cm: &Confusion, c: &Classifier) -> CliResult {
+    let skipped = c.ignore_index.map(|k| format!(", label {k} ignored")).unwrap_or_default();
+    outln!(
+        "pixel accuracy  {:.2}%  ({} of {} pixels{skipped})",
+        100.0 * cm.accuracy(),
+        (cm.accuracy() * cm.total() as f64).round(),
+        cm.total()
+    )?;
+    outln!("mean IoU        {:.2}%", 100.0 * cm.mean_iou())?;
+    let names: Vec<String> = (0..c.classes).map(|i| i.to_string()).collect();
+    out!("{}", cm.render(&names))
 }
 
 fn print_confusion(cm: &Confusion, model: &crate::session::Model, classes: usize) -> CliResult {

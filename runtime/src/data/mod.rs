@@ -20,17 +20,20 @@ pub struct InputSpec {
     pub ty: TensorType,
     /// For class labels, the number of classes.
     pub classes: Option<usize>,
+    /// For class labels, the one value admitted besides `0..classes` (the `ignore_index` of
+    /// the loss that reads them: unlabelled pixels).
+    pub ignore_index: Option<i64>,
 }
 
 impl InputSpec {
-    /// The data inputs of a graph, in arena order. `classes` gives the class count of label
-    /// inputs by name (from the front end's declarations).
-    pub fn from_graph(g: &Graph, classes: &dyn Fn(&str) -> Option<usize>) -> Vec<InputSpec> {
+    /// The data inputs of a graph, in arena order. `labels` gives the class count and the
+    /// ignore index of label inputs by name (from the front end's declarations and losses).
+    pub fn from_graph(g: &Graph, labels: &dyn Fn(&str) -> (Option<usize>, Option<i64>)) -> Vec<InputSpec> {
         g.inputs()
             .filter_map(|v| {
                 let name = g.leaf_name(v)?.to_string();
-                let classes = classes(&name);
-                Some(InputSpec { ty: g.ty(v).clone(), classes, name })
+                let (classes, ignore_index) = labels(&name);
+                Some(InputSpec { ty: g.ty(v).clone(), classes, ignore_index, name })
             })
             .collect()
     }
@@ -128,9 +131,16 @@ impl Dataset {
                 _ => len = Some((n, name.clone())),
             }
             if let (Some(c), HostData::I32(v)) = (spec.classes, &t.data) {
-                if let Some((i, &bad)) = v.iter().enumerate().find(|(_, &x)| x < 0 || x as usize >= c) {
+                let ignored = |x: i32| spec.ignore_index == Some(x as i64);
+                if let Some((i, &bad)) =
+                    v.iter().enumerate().find(|(_, &x)| (x < 0 || x as usize >= c) && !ignored(x))
+                {
+                    let also = match spec.ignore_index {
+                        Some(k) if k < 0 || k as usize >= c => format!(" or the ignore_index {k}"),
+                        _ => String::new(),
+                    };
                     return Err(format!(
-                        "{source}: array '{name}' holds label {bad} at index {i}, outside 0..{c} (input {})",
+                        "{source}: array '{name}' holds label {bad} at index {i}, outside 0..{c}{also} (input {})",
                         spec.describe()
                     ));
                 }

@@ -32,6 +32,7 @@ pub(crate) fn kind_name(v: &ArgValue) -> &'static str {
         ArgValue::Str(_) => "a string",
         ArgValue::Range(..) => "a range",
         ArgValue::Tuple(_) => "a tuple",
+        ArgValue::Numbers(_) => "a tuple of numbers",
     }
 }
 
@@ -203,6 +204,27 @@ impl<'c> Args<'c> {
             )),
             _ => Err(self.wrong_type(arg, name, "an integer or a pair `(h, w)`")),
         }
+    }
+
+    /// A tuple of finite numbers (`weight = (1.0, 0.5, 2)`; one value may be written bare),
+    /// each `>= min`, or `None` when absent.
+    pub(crate) fn numbers(&self, name: &str, min: f64) -> Result<Option<(Vec<f64>, Span)>, Diagnostic> {
+        let Some(arg) = self.get(name) else { return Ok(None) };
+        let vals: Vec<f64> = match &arg.value {
+            ArgValue::Tuple(t) => t.iter().map(|&v| v as f64).collect(),
+            ArgValue::Numbers(t) => t.clone(),
+            ArgValue::Int(v) => vec![*v as f64],
+            ArgValue::Float(v) => vec![*v],
+            _ => return Err(self.wrong_type(arg, name, "a tuple of numbers `(1.0, 0.5, ...)`")),
+        };
+        if let Some(bad) = vals.iter().find(|v| !v.is_finite() || **v < min) {
+            return Err(self.bad(
+                arg,
+                format!("argument `{name}` of `{}` must hold finite numbers >= {min}, got {bad}", self.op),
+                "out of range",
+            ));
+        }
+        Ok(Some((vals, arg.span)))
     }
 
     /// A number (integers accepted) with a default.

@@ -1,4 +1,5 @@
-//! Convolutions: `conv1d`, `conv2d`, `conv_transpose2d` (PyTorch semantics and weight layouts).
+//! Convolutions: `conv1d`, `conv2d`, `conv_transpose1d`, `conv_transpose2d` (PyTorch semantics
+//! and weight layouts).
 
 use super::*;
 
@@ -18,6 +19,14 @@ pub(crate) const DEFS: &[OpDef] = &[
         variadic: false,
         operands: (1, 1),
         lower: conv2d,
+    },
+    OpDef {
+        name: "conv_transpose1d",
+        signature: "conv_transpose1d(out, kernel, stride = 1, pad = 0, output_padding = 0, dilation = 1, groups = 1, bias = true, init = he | glorot | rayleigh)",
+        args: &["out", "kernel", "stride", "pad", "output_padding", "dilation", "groups", "bias", "init"],
+        variadic: false,
+        operands: (1, 1),
+        lower: conv_transpose1d,
     },
     OpDef {
         name: "conv_transpose2d",
@@ -193,8 +202,57 @@ fn conv_transpose2d(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<
     let x = &ops[0];
     need_rank(ctx, site, x, 4..=4, "4-D [B, C, H, W]")?;
     let c = fixed_dim(ctx, site, x, 1, "channel count")?;
-    let h = fixed_dim(ctx, site, x, 2, "height")?;
-    let w = fixed_dim(ctx, site, x, 3, "width")?;
+    fixed_dim(ctx, site, x, 2, "height")?;
+    fixed_dim(ctx, site, x, 3, "width")?;
+    let kernel = ca.kernel;
+    conv_transpose_core(
+        ctx,
+        site,
+        x,
+        x.value,
+        &ca,
+        op_pad,
+        &[c, ca.out / ca.geom.groups.max(1), kernel[0], kernel[1]],
+    )
+}
+
+/// `[B, C, L]` → `[B, C, 1, L]` → conv_transpose2d with a `1 × k` kernel → `[B, O, L']`;
+/// weight `[C_in, out / groups, k]` as PyTorch's.
+fn conv_transpose1d(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Diagnostic> {
+    let ca = conv_args(site, true)?;
+    let op_pad = [0, site.args.count("output_padding", Some(0), 0)?];
+    let x = &ops[0];
+    let ty = need_rank(ctx, site, x, 3..=3, "3-D [B, C, L]")?;
+    let c = fixed_dim(ctx, site, x, 1, "channel count")?;
+    fixed_dim(ctx, site, x, 2, "length")?;
+    let s = &ty.shape.0;
+    let x4 = ctx.b.reshape(x.value, Shape(vec![s[0], s[1], Dim::Fixed(1), s[2]])).at(site)?;
+    let y = conv_transpose_core(
+        ctx,
+        site,
+        x,
+        x4,
+        &ca,
+        op_pad,
+        &[c, ca.out / ca.geom.groups.max(1), ca.kernel[1]],
+    )?;
+    let ys = ctx.ty(y).shape;
+    ctx.b.reshape(y, Shape(vec![ys.0[0], ys.0[1], ys.0[3]])).at(site)
+}
+
+/// Transposed convolution of a 4-D `[N, C, H, W]` value, with the weight's stored shape given.
+fn conv_transpose_core(
+    ctx: &mut LowerCtx,
+    site: &Site,
+    x: &Operand,
+    x4: Value,
+    ca: &ConvArgs,
+    op_pad: [usize; 2],
+    weight_shape: &[usize],
+) -> Result<Value, Diagnostic> {
+    let shape = ctx.ty(x4).shape;
+    let c = shape.0[1].fixed().expect("checked by caller");
+    let (h, w) = (shape.0[2].fixed().expect("checked"), shape.0[3].fixed().expect("checked"));
     check_groups(ctx, site, x, c, ca.out, ca.geom.groups)?;
     let mut out_hw = [0usize; 2];
     for (a, input) in [h, w].into_iter().enumerate() {
@@ -205,8 +263,8 @@ fn conv_transpose2d(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<
             let span = site.args.get("output_padding").map_or(site.call.span, |a| a.span);
             return Err(Diagnostic::error(
                 format!(
-                    "`conv_transpose2d`: output_padding ({}) must be smaller than the stride ({})",
-                    op_pad[a], g.stride[a]
+                    "`{}`: output_padding ({}) must be smaller than the stride ({})",
+                    site.call.op, op_pad[a], g.stride[a]
                 ),
                 span,
                 "output_padding too large",
@@ -216,14 +274,14 @@ fn conv_transpose2d(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<
             .checked_mul(g.stride[a])
             .and_then(|v| v.checked_add(g.dilation[a] * (ca.kernel[a] - 1) + op_pad[a] + 1))
             .ok_or_else(|| {
-                site.error("`conv_transpose2d`: the output extent overflows".into(), "output too large")
+                site.error(format!("`{}`: the output extent overflows", site.call.op), "output too large")
             })?;
         if full <= 2 * g.pad[a] {
             let span = site.args.get("pad").map_or(site.call.span, |a| a.span);
             return Err(Diagnostic::error(
                 format!(
-                    "`conv_transpose2d`: padding {} leaves no output (uncropped extent {full})",
-                    g.pad[a]
+                    "`{}`: padding {} leaves no output (uncropped extent {full})",
+                    site.call.op, g.pad[a]
                 ),
                 span,
                 "padding too large",
@@ -235,16 +293,14 @@ fn conv_transpose2d(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<
     let og = ca.out / ca.geom.groups;
     let fan_in = og * ca.kernel[0] * ca.kernel[1];
     let init = weight_init(site, "he", fan_in, c * ca.kernel[0] * ca.kernel[1])?;
-    let wt = ctx.param(
-        site,
-        "weight",
-        init,
-        TensorType::new(WEIGHT_DTYPE, Shape::fixed(&[c, og, ca.kernel[0], ca.kernel[1]])),
-    );
-    let y = ctx
-        .b
-        .add(Op::ConvTranspose2d { geom: ca.geom, out_hw, conj: [false, false] }, &[x.value, wt])
-        .at(site)?;
+    let wt = ctx.param(site, "weight", init, TensorType::new(WEIGHT_DTYPE, Shape::fixed(weight_shape)));
+    let w4 = if weight_shape.len() == 4 {
+        wt
+    } else {
+        ctx.b.reshape(wt, Shape::fixed(&[c, og, ca.kernel[0], ca.kernel[1]])).at(site)?
+    };
+    let y =
+        ctx.b.add(Op::ConvTranspose2d { geom: ca.geom, out_hw, conj: [false, false] }, &[x4, w4]).at(site)?;
     if ca.bias {
         add_bias(ctx, site, y, ca.out, fan_in, WEIGHT_DTYPE)
     } else {

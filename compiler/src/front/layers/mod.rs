@@ -25,12 +25,14 @@ mod conv;
 mod dense;
 mod elementwise;
 mod embedding;
+mod groupnorm;
 mod loss;
 mod norm;
 mod pool;
 mod reduce;
 mod shape;
 mod spectral;
+mod upsample;
 
 use crate::diag::Diagnostic;
 use crate::ir::builder::Builder;
@@ -57,6 +59,9 @@ pub enum ArgValue {
     Range(f64, f64),
     /// `(a, b, ...)` tuple of integers, e.g. `kernel = (3, 5)`.
     Tuple(Vec<i64>),
+    /// `(a, b, ...)` tuple holding at least one non-integer number, e.g. the per-class
+    /// `weight = (1.0, 0.5)` of `cross_entropy` (all-integer tuples stay [`ArgValue::Tuple`]).
+    Numbers(Vec<f64>),
 }
 
 /// One argument of a layer call.
@@ -122,6 +127,9 @@ pub struct LowerCtx<'g> {
     /// The declared class count of every `class[..] of N` input, with the declaration's span:
     /// losses check it against the logits' width.
     pub classes: HashMap<Value, (usize, Span)>,
+    /// The `ignore_index` each class loss reads its labels with, with the loss's span: one per
+    /// label input (the data loader admits it besides `0..classes`).
+    pub ignore_index: HashMap<Value, (i64, Span)>,
 }
 
 impl<'g> LowerCtx<'g> {
@@ -134,6 +142,7 @@ impl<'g> LowerCtx<'g> {
             step: None,
             next_salt: 1,
             classes: HashMap::new(),
+            ignore_index: HashMap::new(),
         }
     }
 
@@ -285,14 +294,16 @@ pub(crate) struct OpDef {
 }
 
 /// The operator families in documentation order, each with its table rows.
-const FAMILIES: [(&str, &[OpDef]); 10] = [
+const FAMILIES: [(&str, &[OpDef]); 13] = [
     ("dense", dense::DEFS),
     ("embedding", embedding::DEFS),
     ("convolution", conv::DEFS),
     ("normalisation", norm::DEFS),
+    ("group normalisation", groupnorm::DEFS),
     ("activation", activation::DEFS),
     ("pooling", pool::DEFS),
     ("reduction", reduce::DEFS),
+    ("upsampling", upsample::DEFS),
     ("elementwise", elementwise::DEFS),
     ("shape", shape::DEFS),
     ("spectral", spectral::DEFS),
