@@ -376,6 +376,7 @@ const NETWORKS: &[&str] = &[
     "examples/mri_recon.cvnn",
     "examples/rf_modulation.cvnn",
     "examples/seed_cnn.cvnn",
+    "examples/vit_sar.cvnn",
     "tests/fixtures/ok/activations.cvnn",
     "tests/fixtures/ok/blocks.cvnn",
     "tests/fixtures/ok/dtype_ops.cvnn",
@@ -393,6 +394,7 @@ const NETWORKS: &[&str] = &[
     "tests/fixtures/ok/train_full.cvnn",
     "tests/fixtures/ok/tuples.cvnn",
     "tests/fixtures/ok/unused_head.cvnn",
+    "tests/fixtures/ok/vit_tiny.cvnn",
 ];
 
 #[test]
@@ -507,4 +509,13 @@ network_tests! {
     net_fixture_train_full => "tests/fixtures/ok/train_full.cvnn",
     net_fixture_tuples => "tests/fixtures/ok/tuples.cvnn",
     net_fixture_unused_head => "tests/fixtures/ok/unused_head.cvnn",
+    net_fixture_vit_tiny => "tests/fixtures/ok/vit_tiny.cvnn",
+}
+
+/// The full-size ViT (12 layers, 256 tokens, dimension 192) takes minutes on the f64
+/// interpreter; vit_tiny covers the same operators in CI. Run with `--ignored` to check it.
+#[test]
+#[ignore = "minutes on the interpreter; vit_tiny covers the same operators"]
+fn net_vit_sar() {
+    check_network_file("examples/vit_sar.cvnn");
 }

@@ -20,6 +20,22 @@ pub enum DataSource {
         /// Generator seed.
         seed: u64,
     },
+    /// The built-in synthetic SAR dataset (`synthetic.sar(...)`): complex images of point
+    /// scatterer targets on clutter with speckle.
+    SyntheticSar {
+        /// Number of target classes (first `classes` of line, cross, ell, ring, tee, grid).
+        classes: usize,
+        /// Image side in pixels.
+        size: usize,
+        /// Signal-to-clutter ratio range in dB, drawn uniformly.
+        scr_db: (f64, f64),
+        /// Looks of the multiplicative speckle.
+        looks: usize,
+        /// Number of images.
+        count: usize,
+        /// Generator seed.
+        seed: u64,
+    },
     /// Synthetic random data shaped like the declared inputs (`synthetic.random(count = N)`),
     /// for benchmarks and smoke tests.
     SyntheticRandom {

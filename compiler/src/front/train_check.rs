@@ -5,7 +5,7 @@ use super::train::*;
 use super::{limits, ModelInput};
 use crate::config::{Optimizer, OptimizerKind, Precision};
 use crate::diag::Diagnostic;
-use crate::ir::DType;
+use crate::ir::{DType, Dim};
 use cvc_grammar::ast::{self, ArithOp, Expr, ExprKind};
 use cvc_grammar::Span;
 use std::collections::HashMap;
@@ -367,14 +367,14 @@ fn apply(
 }
 
 fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource, Diagnostic> {
-    const SOURCES: [&str; 3] = ["synthetic.rf", "synthetic.random", "npz"];
+    const SOURCES: [&str; 4] = ["synthetic.rf", "synthetic.sar", "synthetic.random", "npz"];
     let Some((name, args)) = call_parts(v) else {
         return Err(Diagnostic::error(
             format!("`data` names a data source, got {}", describe(v)),
             span,
             "not a data source",
         )
-        .with_help("write `synthetic.rf(...)`, `synthetic.random(count = 1024)` or `npz(\"data.npz\")`"));
+        .with_help("write `synthetic.rf(...)`, `synthetic.sar(...)`, `synthetic.random(count = 1024)` or `npz(\"data.npz\")`"));
     };
     match name {
         "synthetic.rf" => {
@@ -420,6 +420,49 @@ fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource
             let per_sample = (length as u64).saturating_mul(8).saturating_add(4);
             check_data_size(name, count, per_sample, a.get("count").map_or(span, |(_, s)| *s))?;
             Ok(DataSource::SyntheticRf { classes, length, snr_db, count, seed })
+        }
+        "synthetic.sar" => {
+            let a = bind(name, &["count", "size", "classes", "scr_db", "looks", "seed"], args, span)?;
+            let get_usize = |k: &str, d: usize| a.get(k).map_or(Ok(d), |(v, s)| positive(v, *s, k));
+            let count = get_usize("count", 4000)?;
+            let size = get_usize("size", 64)?;
+            let classes = get_usize("classes", 4)?;
+            let looks = get_usize("looks", 4)?;
+            let seed = a.get("seed").map_or(Ok(0), |(v, s)| int_at_least(v, *s, "seed", 0))? as u64;
+            let scr_db = match a.get("scr_db") {
+                None => (5.0, 15.0),
+                Some((v, s)) => db_range(v, *s, "scr_db")?,
+            };
+            // The generator's limits (runtime/src/data/synthetic_sar.rs): six shapes, images
+            // of at least 8 pixels, 1 to 64 looks.
+            const MAX_CLASSES: usize = 6;
+            let at = |k: &str| a.get(k).map_or(span, |(_, s)| *s);
+            if !(2..=MAX_CLASSES).contains(&classes) {
+                return Err(Diagnostic::error(
+                    format!("synthetic.sar has 2 to {MAX_CLASSES} target classes (line, cross, ell, ring, tee, grid), got {classes}"),
+                    at("classes"),
+                    "out of range",
+                ));
+            }
+            if size < 8 {
+                return Err(Diagnostic::error(
+                    format!("synthetic.sar images are at least 8 pixels wide, got size = {size}"),
+                    at("size"),
+                    "too small",
+                ));
+            }
+            if looks > 64 {
+                return Err(Diagnostic::error(
+                    format!("synthetic.sar has 1 to 64 speckle looks, got {looks}"),
+                    at("looks"),
+                    "out of range",
+                ));
+            }
+            check_sar_inputs(inputs, classes, size, span)?;
+            // An image is size² c64 pixels plus its i32 label.
+            let per_sample = (size as u64).saturating_mul(size as u64).saturating_mul(8).saturating_add(4);
+            check_data_size(name, count, per_sample, at("count"))?;
+            Ok(DataSource::SyntheticSar { classes, size, scr_db, looks, count, seed })
         }
         "synthetic.random" => {
             let a = bind(name, &["count", "seed"], args, span)?;
@@ -510,6 +553,73 @@ fn check_rf_inputs(
         )
         .with_label(sig.span, "this input")
         .with_help(format!("declare `input {}: c64[B, 1, {length}]`, or set `length = {per_sample}`", sig.name)));
+    }
+    Ok(())
+}
+
+/// A dB range argument: `lo..hi`, or one number for a fixed value.
+fn db_range(v: &TVal, span: Span, what: &str) -> Result<(f64, f64), Diagnostic> {
+    match v {
+        TVal::Range(lo, hi) if lo > hi => {
+            Err(Diagnostic::error(format!("empty `{what}` range {lo}..{hi}"), span, "low end above high end"))
+        }
+        TVal::Range(lo, hi) => Ok((*lo, *hi)),
+        TVal::Int(n) => Ok((*n as f64, *n as f64)),
+        TVal::Float(x) => Ok((*x, *x)),
+        other => Err(Diagnostic::error(
+            format!("`{what}` is a range such as `5..15`, got {}", describe(other)),
+            span,
+            "not a range",
+        )),
+    }
+}
+
+/// synthetic.sar yields `c64[B, 1, size, size]` images and labels of `classes` classes: the
+/// model needs one complex input of exactly that shape and one matching label input.
+fn check_sar_inputs(inputs: &[ModelInput], classes: usize, size: usize, span: Span) -> Result<(), Diagnostic> {
+    let labels: Vec<&ModelInput> = inputs.iter().filter(|i| i.ty.dtype == DType::I32).collect();
+    let images: Vec<&ModelInput> = inputs.iter().filter(|i| i.ty.dtype != DType::I32).collect();
+    let Some(label) = labels.first() else {
+        return Err(Diagnostic::error(
+            "synthetic.sar provides class labels, but the model has no label input",
+            span,
+            "labels have nowhere to go",
+        )
+        .with_help(format!("declare `input label: class[B] of {classes}` in the model")));
+    };
+    if label.classes != Some(classes) {
+        return Err(Diagnostic::error(
+            format!(
+                "synthetic.sar makes {classes} classes, but input `{}` has {}",
+                label.name,
+                label.classes.unwrap_or(0)
+            ),
+            span,
+            format!("{classes} classes"),
+        )
+        .with_label(label.span, "declared here")
+        .with_help(format!("make both the same, e.g. `classes = {}`", label.classes.unwrap_or(0))));
+    }
+    let Some(img) = images.first() else {
+        return Err(Diagnostic::error(
+            "synthetic.sar provides complex images, but the model has no complex input",
+            span,
+            "no input to feed",
+        )
+        .with_help(format!("declare `input image: c64[B, 1, {size}, {size}]` in the model")));
+    };
+    let want = [Dim::Batch, Dim::Fixed(1), Dim::Fixed(size), Dim::Fixed(size)];
+    if img.ty.dtype != DType::C64 || img.ty.shape.0[..] != want[..] || images.len() != 1 {
+        return Err(Diagnostic::error(
+            format!(
+                "synthetic.sar feeds one c64 input of {size}×{size} images (`c64[B, 1, {size}, {size}]`), but input `{}` is {}",
+                img.name, img.ty
+            ),
+            span,
+            format!("{size}×{size} images"),
+        )
+        .with_label(img.span, "this input")
+        .with_help(format!("declare `input {}: c64[B, 1, {size}, {size}]`, or set `size` to match", img.name)));
     }
     Ok(())
 }

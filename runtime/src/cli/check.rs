@@ -152,6 +152,9 @@ fn train_text(t: &train::TrainConfig) -> String {
         train::DataSource::SyntheticRf { classes, length, snr_db, count, seed } => {
             format!("synthetic.rf(classes = {classes}, length = {length}, snr_db = {}..{}, count = {count}, seed = {seed})", snr_db.0, snr_db.1)
         }
+        train::DataSource::SyntheticSar { classes, size, scr_db, looks, count, seed } => {
+            format!("synthetic.sar(count = {count}, size = {size}, classes = {classes}, scr_db = {}..{}, looks = {looks}, seed = {seed})", scr_db.0, scr_db.1)
+        }
         train::DataSource::SyntheticRandom { count, seed } => {
             format!("synthetic.random(count = {count}, seed = {seed})")
         }

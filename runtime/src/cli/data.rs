@@ -1,10 +1,15 @@
 //! `cvc data rf --out FILE.npz [--classes N] [--length N] [--count N] [--seed N]
 //! [--snr-db LO..HI]`: writes the built-in synthetic RF modulation dataset as a `.npz` with
 //! arrays `iq` (complex64 `[N, 1, L]`) and `label` (int32 `[N]`).
+//!
+//! `cvc data sar --out FILE.npz [--count N] [--size N] [--classes N] [--scr-db LO..HI]
+//! [--looks N] [--seed N]`: writes the synthetic SAR dataset with arrays `image` (complex64
+//! `[N, 1, S, S]`) and `label` (int32 `[N]`).
 
 use super::{CliError, CliResult};
 use crate::data::npy;
 use crate::data::synthetic_rf::{self, RfConfig, MODULATIONS};
+use crate::data::synthetic_sar::{self, SarConfig, SHAPES};
 use std::path::PathBuf;
 
 /// Arguments of `cvc data`.
@@ -20,6 +25,9 @@ pub struct DataArgs {
 pub enum Dataset {
     /// Synthetic RF modulation bursts (BPSK, QPSK, 8PSK, 16QAM, 64QAM, PAM4, GFSK, OQPSK).
     Rf(RfArgs),
+    /// Synthetic SAR images: point-scatterer targets (line, cross, ell, ring, tee, grid) on
+    /// clutter with speckle.
+    Sar(SarArgs),
 }
 
 /// Arguments of `cvc data rf`.
@@ -43,6 +51,32 @@ pub struct RfArgs {
     /// SNR range in dB, `LO..HI`.
     #[arg(long, default_value = "0..20", value_parser = parse_range)]
     pub snr_db: (f64, f64),
+}
+
+/// Arguments of `cvc data sar` (defaults as `synthetic.sar(...)` in a train section).
+#[derive(clap::Args, Debug)]
+pub struct SarArgs {
+    /// Output `.npz` file.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Number of images.
+    #[arg(long, default_value_t = 4000)]
+    pub count: usize,
+    /// Image side in pixels.
+    #[arg(long, default_value_t = 64)]
+    pub size: usize,
+    /// Number of classes (the first N shapes).
+    #[arg(long, default_value_t = 4)]
+    pub classes: usize,
+    /// Signal-to-clutter ratio range in dB, `LO..HI`.
+    #[arg(long, default_value = "5..15", value_parser = parse_range)]
+    pub scr_db: (f64, f64),
+    /// Looks of the multiplicative speckle.
+    #[arg(long, default_value_t = 4)]
+    pub looks: usize,
+    /// Generator seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
 }
 
 /// Parses `LO..HI` (or a single value).
@@ -77,6 +111,27 @@ pub fn run(args: &DataArgs) -> CliResult {
                 a.length,
                 a.count,
                 MODULATIONS[..a.classes].join(", ")
+            )
+        }
+        Dataset::Sar(a) => {
+            let cfg = SarConfig {
+                classes: a.classes,
+                size: a.size,
+                scr_db: a.scr_db,
+                looks: a.looks,
+                count: a.count,
+                seed: a.seed,
+            };
+            let d = synthetic_sar::generate(&cfg).map_err(CliError::Message)?;
+            npy::save_npz(&a.out, &[("image", &d.image), ("label", &d.label)]).map_err(CliError::Message)?;
+            outln!(
+                "wrote {}: image complex64 [{}, 1, {}, {}], label int32 [{}]; classes {}",
+                a.out.display(),
+                a.count,
+                a.size,
+                a.size,
+                a.count,
+                SHAPES[..a.classes].join(", ")
             )
         }
     }

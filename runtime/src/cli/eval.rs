@@ -5,6 +5,7 @@
 use super::train::{load_model, DeviceArg};
 use super::{CliError, CliResult};
 use crate::data::synthetic_rf::MODULATIONS;
+use crate::data::synthetic_sar::SHAPES;
 use crate::data::Dataset;
 use crate::metrics::Confusion;
 use crate::session::{Device, SessionOptions};
@@ -90,7 +91,17 @@ fn print_confusion(cm: &Confusion, model: &crate::session::Model, classes: usize
         cm.total()
     )?;
     let rf = matches!(model.config().data, DataSource::SyntheticRf { .. }) && classes <= MODULATIONS.len();
-    let names: Vec<String> =
-        (0..classes).map(|i| if rf { MODULATIONS[i].to_string() } else { i.to_string() }).collect();
+    let sar = matches!(model.config().data, DataSource::SyntheticSar { .. }) && classes <= SHAPES.len();
+    let names: Vec<String> = (0..classes)
+        .map(|i| {
+            if rf {
+                MODULATIONS[i].to_string()
+            } else if sar {
+                SHAPES[i].to_string()
+            } else {
+                i.to_string()
+            }
+        })
+        .collect();
     out!("{}", cm.render(&names))
 }

@@ -3,6 +3,7 @@
 
 pub mod npy;
 pub mod synthetic_rf;
+pub mod synthetic_sar;
 
 use crate::backend::{HostData, HostTensor};
 use cvc_compiler::front::limits;
@@ -177,6 +178,23 @@ impl Dataset {
         Dataset::from_arrays(found, inputs, "synthetic.rf")
     }
 
+    /// The synthetic SAR dataset, validated against the inputs: the images feed the model's
+    /// complex input and the classes its label input, whatever their names (`cvc data sar`
+    /// names the arrays `image` and `label`).
+    pub fn synthetic_sar(cfg: &synthetic_sar::SarConfig, inputs: &[InputSpec]) -> Result<Dataset, String> {
+        let d = synthetic_sar::generate(cfg)?;
+        let named = |pick: &dyn Fn(&InputSpec) -> bool, default: &str| {
+            inputs.iter().find(|i| pick(i)).map_or(default.to_string(), |i| i.name.clone())
+        };
+        let image_name = named(&|i| i.ty.dtype == DType::C64, "image");
+        let label_name = named(&|i| i.classes.is_some(), "label");
+        let found = vec![
+            (image_name, npy::NpyArray { numpy_dtype: "complex64".into(), tensor: d.image }),
+            (label_name, npy::NpyArray { numpy_dtype: "int32".into(), tensor: d.label }),
+        ];
+        Dataset::from_arrays(found, inputs, "synthetic.sar")
+    }
+
     /// Random data shaped like the inputs: normal reals and complex numbers, uniform labels.
     pub fn synthetic_random(count: usize, seed: u64, inputs: &[InputSpec]) -> Result<Dataset, String> {
         if count == 0 {
@@ -230,6 +248,17 @@ impl Dataset {
                     seed: *seed,
                 };
                 Dataset::synthetic_rf(&cfg, inputs)
+            }
+            DataSource::SyntheticSar { classes, size, scr_db, looks, count, seed } => {
+                let cfg = synthetic_sar::SarConfig {
+                    classes: *classes,
+                    size: *size,
+                    scr_db: *scr_db,
+                    looks: *looks,
+                    count: *count,
+                    seed: *seed,
+                };
+                Dataset::synthetic_sar(&cfg, inputs)
             }
             DataSource::SyntheticRandom { count, seed } => Dataset::synthetic_random(*count, *seed, inputs),
             DataSource::Npz { path } => Dataset::load_npz(&base.join(path), inputs),
