@@ -385,6 +385,50 @@ fn composite_chains_share_values() {
     });
 }
 
+/// `AttnLse` then `Attention` on `q, k, v` (`x[0..3]`), with a key mask drawn from a leaf
+/// (about a third of the keys ignored) and the dropout step counter when `spec` asks for them.
+fn attention_composite(b: &mut Builder, x: &[Value], spec: AttnSpec) -> Result<Value, String> {
+    let (bt, s) = (b.graph.ty(x[1]).shape.0[0], b.graph.ty(x[1]).shape.0[2]);
+    let mut extra = Vec::new();
+    if spec.key_mask {
+        let m = b.leaf(Op::Input { name: "mask_source".into() }, TensorType::new(F, Shape(vec![bt, s])));
+        let cut = b.scalar(0.4, 0);
+        extra.push(b.binary(BinaryOp::Greater, m, cut)?);
+    }
+    if spec.dropout.is_some() {
+        extra.push(b.leaf(Op::State { name: "step".into(), init: Init::Zeros }, TensorType::new(DType::I32, Shape::scalar())));
+    }
+    let lse_ops: Vec<Value> = [x[0], x[1]].into_iter().chain(extra.iter().copied().take(usize::from(spec.key_mask))).collect();
+    let lse = b.add(Op::AttnLse { spec }, &lse_ops)?;
+    let ops: Vec<Value> = [x[0], x[1], x[2], lse].into_iter().chain(extra).collect();
+    b.add(Op::Attention { spec }, &ops)
+}
+
+#[test]
+fn attention_full_derivative() {
+    // The rule of `Attention` is the derivative of softmax attention through `lse` too:
+    // finite differences move q and k, and with them lse.
+    let base = AttnSpec { scale: 0.7, score: AttnScore::Real, causal: false, key_mask: false, dropout: None };
+    let cases = [
+        ("real", base, [3, 3, 2, 2]),
+        ("abs_cross", AttnSpec { score: AttnScore::Abs, scale: 0.5, ..base }, [4, 3, 2, 3]),
+        ("causal", AttnSpec { causal: true, ..base }, [4, 3, 3, 2]),
+        ("causal_abs", AttnSpec { causal: true, score: AttnScore::Abs, ..base }, [3, 5, 2, 1]),
+        ("key_mask", AttnSpec { key_mask: true, ..base }, [3, 5, 2, 2]),
+        ("dropout", AttnSpec { dropout: Some((0.4, 11)), ..base }, [3, 4, 2, 2]),
+        (
+            "everything",
+            AttnSpec { score: AttnScore::Abs, causal: true, key_mask: true, dropout: Some((0.25, 3)), scale: 0.9 },
+            [4, 4, 3, 2],
+        ),
+    ];
+    for (name, attn, [t, s, d, dv]) in cases {
+        // q [B, H, T, D], k [B, H, S, D], v [B, H, S, Dv]; batch 2, 2 heads.
+        let specs = [spec(C, &[0, 2, t, d]), spec(C, &[0, 2, s, d]), spec(C, &[0, 2, s, dv])];
+        check_full(&format!("attention_{name}"), &specs, 2, None, &|b, x| attention_composite(b, x, attn));
+    }
+}
+
 /// The `.cvnn` files in `dir` (relative to the repository root), sorted.
 fn cvnn_files(dir: &str) -> Vec<std::path::PathBuf> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);

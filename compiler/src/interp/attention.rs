@@ -31,6 +31,8 @@ impl<'a> AttnOperands<'a> {
     /// (2 for `AttnLse`, 4 for `Attention`, 6 for `AttentionGrad`); `v` is operand 2 when
     /// `fixed > 2`.
     pub fn new(spec: AttnSpec, ins: &[&'a Tensor], fixed: usize) -> Result<Self, String> {
+        // `AttnLse` (2 fixed operands) takes no step counter: dropout follows the softmax.
+        let spec = if fixed == 2 { AttnSpec { dropout: None, ..spec } } else { spec };
         if ins.len() != fixed + spec.extra_operands() || ins.len() < 2 {
             return Err("attention operand count".into());
         }

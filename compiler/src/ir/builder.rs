@@ -328,7 +328,8 @@ pub fn infer(op: &Op, inputs: &[&TensorType], requested: Option<&Shape>) -> Resu
         Op::AttnLse { spec } => {
             arity(2 + usize::from(spec.key_mask))?;
             let d = attn_dims(spec, inputs[0], inputs[1], None)?;
-            attn_extras(spec, &d, &inputs[2..])?;
+            // The log-sum-exp is taken before dropout: it reads no step counter.
+            attn_extras(&AttnSpec { dropout: None, ..*spec }, &d, &inputs[2..])?;
             Ok(TensorType::new(DType::F32, Shape(vec![d.b, Dim::Fixed(d.h), Dim::Fixed(d.t)])))
         }
         Op::Attention { spec } => {

@@ -281,7 +281,8 @@ pub enum Op {
     /// the unmasked keys `j`, with `s_ij` as [`AttnSpec`] says. Operands `[q (c64 [B, H, T, D]),
     /// k (c64 [B, H, S, D]), (mask f32 [B, S])]`; output f32 `[B, H, T]`. A row whose keys are
     /// all masked has `lse = 0` (never `+inf`), and [`Op::Attention`] gives it output 0.
-    /// A helper of `Attention`: it receives no gradient (see `Attention`).
+    /// A helper of `Attention`: it receives no gradient (see `Attention`). Dropout acts after
+    /// the softmax, so `spec.dropout` is ignored here and there is no step operand.
     AttnLse { spec: AttnSpec },
     /// Softmax attention from a precomputed `lse`: `o_i = Σ_j keep_ij · p_ij · v_j` with
     /// `p_ij = exp(s_ij − lse_i)` over unmasked keys and `keep_ij = dropout_keep(p, salt,

@@ -8,6 +8,7 @@
 //! from every sum, and a row with no visible key keeps `lse = 0` and zero output/gradients.
 
 use super::pool::Pool;
+use std::ops::Range;
 use cvc_compiler::back::cpu::{AttentionCall, AttnKind, BLOCK_K, BLOCK_Q};
 use cvc_compiler::ir::{dropout_keep, AttnScore, AttnSpec, AttnWrt};
 
@@ -96,12 +97,13 @@ pub unsafe fn run(pool: &Pool, base: *mut u8, workspace: &(dyn Fn(usize) -> *mut
     }
 }
 
-/// Fills `blk.c` and `blk.p` (scores, `-inf` where masked) for queries `i0..i0+ni` and keys
-/// `j0..j0+nj` of head `bh`.
+/// Fills `blk.c` and `blk.p` (scores, `-inf` where masked) for queries `rows` and keys `cols`
+/// of head `bh`.
 ///
 /// # Safety
-/// As [`run`]; the block fits the workspace (`ni ≤ BLOCK_Q`, `nj ≤ BLOCK_K`).
-unsafe fn scores(a: &AttentionCall, p: &Ptrs, blk: &Block, bh: usize, i0: usize, ni: usize, j0: usize, nj: usize) {
+/// As [`run`]; the block fits the workspace (at most `BLOCK_Q` rows, `BLOCK_K` columns).
+unsafe fn scores(a: &AttentionCall, p: &Ptrs, blk: &Block, bh: usize, rows: Range<usize>, cols: Range<usize>) {
+    let (i0, ni, j0, nj) = (rows.start, rows.len(), cols.start, cols.len());
     let d = a.d;
     let b = bh / a.h;
     for ii in 0..ni {
@@ -179,7 +181,7 @@ unsafe fn lse_rows(a: &AttentionCall, p: &Ptrs, blk: &Block, bh: usize, i0: usiz
     }
     for j0 in (0..a.s).step_by(BLOCK_K) {
         let nj = BLOCK_K.min(a.s - j0);
-        scores(a, p, blk, bh, i0, ni, j0, nj);
+        scores(a, p, blk, bh, i0..i0 + ni, j0..j0 + nj);
         for ii in 0..ni {
             let row = blk.p.add(ii * BLOCK_K);
             let bmax = (0..nj).map(|jj| *row.add(jj)).fold(f32::NEG_INFINITY, f32::max);
@@ -208,7 +210,7 @@ unsafe fn forward_rows(a: &AttentionCall, p: &Ptrs, blk: &Block, bh: usize, i0: 
     std::ptr::write_bytes(out, 0, 2 * ni * dv);
     for j0 in (0..a.s).step_by(BLOCK_K) {
         let nj = BLOCK_K.min(a.s - j0);
-        scores(a, p, blk, bh, i0, ni, j0, nj);
+        scores(a, p, blk, bh, i0..i0 + ni, j0..j0 + nj);
         weights(a, p, blk, bh, i0, ni, nj);
         for ii in 0..ni {
             let o = out.add(2 * ii * dv);
@@ -273,7 +275,7 @@ unsafe fn dq_rows(a: &AttentionCall, p: &Ptrs, blk: &Block, bh: usize, i0: usize
     }
     for j0 in (0..a.s).step_by(BLOCK_K) {
         let nj = BLOCK_K.min(a.s - j0);
-        scores(a, p, blk, bh, i0, ni, j0, nj);
+        scores(a, p, blk, bh, i0..i0 + ni, j0..j0 + nj);
         weights(a, p, blk, bh, i0, ni, nj);
         for ii in 0..ni {
             let go = p.d_o.add(2 * (bh * a.t + i0 + ii) * dv);
@@ -309,7 +311,7 @@ unsafe fn dkv_rows(a: &AttentionCall, p: &Ptrs, blk: &Block, bh: usize, j0: usiz
     std::ptr::write_bytes(out, 0, 2 * nj * w_row);
     for i0 in (0..a.t).step_by(BLOCK_Q) {
         let ni = BLOCK_Q.min(a.t - i0);
-        scores(a, p, blk, bh, i0, ni, j0, nj);
+        scores(a, p, blk, bh, i0..i0 + ni, j0..j0 + nj);
         weights(a, p, blk, bh, i0, ni, nj);
         for ii in 0..ni {
             let r = bh * a.t + i0 + ii;

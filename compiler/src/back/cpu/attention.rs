@@ -98,7 +98,8 @@ pub(crate) fn attention(cx: &NodeCtx) -> CompileResult<AttentionCall> {
     } else {
         None
     };
-    let step = if spec.dropout.is_some() { Some(at(next)?) } else { None };
+    // `AttnLse` has no step operand: dropout follows the softmax.
+    let step = if spec.dropout.is_some() && kind != AttnKind::Lse { Some(at(next)?) } else { None };
     Ok(AttentionCall {
         kind,
         spec,
