@@ -281,7 +281,7 @@ fn matmul_all_flags_and_dtypes() {
         let sa = if trans[0] { [k, m] } else { [m, k] };
         let sb = if trans[1] { [n, k] } else { [k, n] };
         for (da, db) in [(C, C), (F, C), (C, F), (F, F)] {
-            let mm = Op::MatMul { trans, conj };
+            let mm = Op::MatMul { trans, conj, sum_batch: false };
             check(
                 &format!("matmul trans {trans:?} conj {conj:?} {da} {db}"),
                 &[spec(da, &sa), spec(db, &sb)],
@@ -289,6 +289,92 @@ fn matmul_all_flags_and_dtypes() {
             );
         }
     }
+}
+
+/// Batched matmuls: both operands batched (the batch `B` among the leading axes), either one
+/// 2-D and broadcast, and the summed form; all transposes, a few conjugations and dtypes.
+#[test]
+fn matmul_batched_broadcast_and_summed() {
+    let (m, k, n) = (2, 3, 2);
+    // (leading axes of a, of b, sum_batch); 0 is the batch B (resolved to 2 below).
+    let forms: [(&[usize], &[usize], bool); 5] = [
+        (&[0, 2], &[0, 2], false),
+        (&[3], &[], false),
+        (&[], &[0, 2], false),
+        (&[0], &[0], true),
+        (&[2, 2], &[2, 2], true),
+    ];
+    for (pa, pb, sum_batch) in forms {
+        for flags in [0u32, 1, 2, 3, 5, 10, 15] {
+            let trans = [flags & 1 != 0, flags & 2 != 0];
+            let conj = [flags & 4 != 0, flags & 8 != 0];
+            let sa: Vec<usize> = pa.iter().copied().chain(if trans[0] { [k, m] } else { [m, k] }).collect();
+            let sb: Vec<usize> = pb.iter().copied().chain(if trans[1] { [n, k] } else { [k, n] }).collect();
+            for (da, db) in [(C, C), (F, C), (C, F), (F, F)] {
+                let mm = Op::MatMul { trans, conj, sum_batch };
+                check_full(
+                    &format!("matmul {pa:?}·{pb:?} sum {sum_batch} trans {trans:?} conj {conj:?} {da} {db}"),
+                    &[spec(da, &sa), spec(db, &sb)],
+                    2,
+                    None,
+                    &|b, x| b.add(mm.clone(), &[x[0], x[1]]),
+                );
+            }
+        }
+    }
+}
+
+/// The gradient of a weight broadcast over the batch is one summed matmul: no `[P.., m, n]`
+/// temporary and no separate reduction; and the gradients of a summed product are matmuls.
+#[test]
+fn matmul_gradients_stay_matmuls() {
+    for (sx, sw, trans, sum_batch) in [
+        (vec![Dim::Batch, Dim::Fixed(5), Dim::Fixed(4)], vec![3, 4], [false, true], false),
+        (vec![Dim::Batch, Dim::Fixed(4), Dim::Fixed(5)], vec![4, 3], [true, false], false),
+        (vec![Dim::Fixed(2), Dim::Batch, Dim::Fixed(5), Dim::Fixed(4)], vec![4, 3], [false, false], false),
+    ] {
+        let mut g = Graph::new("mm", Mode::Train);
+        let mut b = Builder::new(&mut g);
+        let x = b.leaf(Op::Input { name: "x".into() }, TensorType::new(C, Shape(sx)));
+        let w = b.leaf(Op::Input { name: "w".into() }, TensorType::new(C, Shape::fixed(&sw)));
+        let y = b.add(Op::MatMul { trans, conj: [false, false], sum_batch }, &[x, w]).unwrap();
+        let p = b.unary(UnaryOp::Abs2, y).unwrap();
+        let axes: Vec<usize> = (0..b.graph.ty(p).shape.rank()).collect();
+        let l = b.sum(p, &axes).unwrap();
+        let l = b.reshape(l, Shape::scalar()).unwrap();
+        let n_fwd = g.nodes.len();
+        let [dx, dw] = gradients(&mut g, l, &[x, w]).unwrap()[..] else { panic!("two gradients") };
+        verify(&g).unwrap();
+        let node = g.node(dw);
+        assert!(matches!(node.op, Op::MatMul { sum_batch: true, .. }), "dw is {:?}", node.op);
+        assert!(matches!(g.node(dx).op, Op::MatMul { sum_batch: false, .. }), "dx is {:?}", g.node(dx).op);
+        let mm: Vec<_> = g.nodes.iter().skip(n_fwd).filter(|(_, n)| n.op.is_contraction()).collect();
+        assert_eq!(mm.len(), 2, "one matmul per gradient");
+        assert!(
+            g.nodes.iter().skip(n_fwd).all(|(_, n)| !matches!(n.op, Op::Reduce { .. })),
+            "no reduction in the backward of a matmul"
+        );
+    }
+    // The summed product's gradients are broadcast products, again without reductions.
+    let mut h = Graph::new("summed", Mode::Train);
+    let mut b = Builder::new(&mut h);
+    let shape = Shape(vec![Dim::Fixed(2), Dim::Batch, Dim::Fixed(5), Dim::Fixed(4)]);
+    let a = b.leaf(Op::Input { name: "a".into() }, TensorType::new(C, shape.clone()));
+    let c = b.leaf(Op::Input { name: "c".into() }, TensorType::new(F, shape));
+    let s =
+        b.add(Op::MatMul { trans: [true, false], conj: [false, false], sum_batch: true }, &[a, c]).unwrap();
+    let p = b.unary(UnaryOp::Abs2, s).unwrap();
+    let l = b.sum(p, &[0, 1]).unwrap();
+    let l = b.reshape(l, Shape::scalar()).unwrap();
+    let n_fwd = h.nodes.len();
+    let grads = gradients(&mut h, l, &[a, c]).unwrap();
+    verify(&h).unwrap();
+    for d in grads {
+        // (the real operand's gradient is the real part of a matmul)
+        let d = if h.node(d).op == Op::Unary(UnaryOp::Real) { h.node(d).inputs[0] } else { d };
+        assert!(matches!(h.node(d).op, Op::MatMul { sum_batch: false, .. }), "{:?}", h.node(d).op);
+    }
+    assert!(h.nodes.iter().skip(n_fwd).all(|(_, n)| !matches!(n.op, Op::Reduce { .. })));
 }
 
 /// Geometries exercised by the convolution checks: (stride, pad, dilation, groups).

@@ -139,7 +139,12 @@ fn random_graph(ops: &[(u8, u8)]) -> Graph {
                     TensorType::new(DType::C64, Shape::fixed(&[n, n])),
                 );
                 b.at(Default::default(), Role::Forward, label.clone());
-                let m = b.add(Op::MatMul { trans: [false, false], conj: [false, false] }, &[r, w]).unwrap();
+                let m = b
+                    .add(
+                        Op::MatMul { trans: [false, false], conj: [false, false], sum_batch: false },
+                        &[r, w],
+                    )
+                    .unwrap();
                 b.reshape(m, ty.shape.clone())
             }
             5 if ty.shape.rank() == 3 && ty.shape.0[2] == Dim::Fixed(6) => {
@@ -529,7 +534,7 @@ fn cast_folds_into_a_complex_matmul() {
             Op::Param { name: "w".into(), init: Init::Ones },
             TensorType::new(DType::C64, Shape::fixed(&[8, 3])),
         );
-        b.add(Op::MatMul { trans: [false, false], conj: [false, false] }, &[c, w]).unwrap()
+        b.add(Op::MatMul { trans: [false, false], conj: [false, false], sum_batch: false }, &[c, w]).unwrap()
     });
     let (sites, left, _) = place_casts(g);
     assert_eq!(sites, vec!["folded into matmul"]);
@@ -578,7 +583,7 @@ fn cast_sinks_past_a_real_contraction_to_the_output() {
             Op::Param { name: "w".into(), init: Init::Ones },
             TensorType::new(DType::F32, Shape::fixed(&[8, 3])),
         );
-        b.add(Op::MatMul { trans: [false, false], conj: [false, false] }, &[c, w]).unwrap()
+        b.add(Op::MatMul { trans: [false, false], conj: [false, false], sum_batch: false }, &[c, w]).unwrap()
     });
     let (sites, left, h) = place_casts(g);
     assert_eq!(sites, vec!["materialised before the output"]);

@@ -217,7 +217,7 @@ fn matmul_all_forms() {
                     let sb = if trans[1] { [n, k] } else { [k, n] };
                     let a = param(b, "a", da, &sa);
                     let bb = param(b, "b", db, &sb);
-                    outs.push(b.add(Op::MatMul { trans, conj }, &[a, bb])?);
+                    outs.push(b.add(Op::MatMul { trans, conj, sum_batch: false }, &[a, bb])?);
                 }
             }
         }

@@ -276,7 +276,9 @@ fn call_of(program: &Program, v: Value) -> CompileResult<CpuCall> {
     let cx = NodeCtx { program, v };
     let op = &cx.node().op;
     match op {
-        Op::MatMul { trans, conj } => contraction::matmul(&cx, *trans, *conj).map(CpuCall::MatMul),
+        Op::MatMul { trans, conj, sum_batch } => {
+            contraction::matmul(&cx, *trans, *conj, *sum_batch).map(CpuCall::MatMul)
+        }
         Op::Conv2d { geom, conj } => contraction::conv(&cx, *geom, *conj).map(CpuCall::Conv),
         Op::ConvTranspose2d { geom, conj, .. } => {
             contraction::conv_transpose(&cx, *geom, *conj).map(CpuCall::ConvTranspose)
@@ -349,7 +351,7 @@ impl std::fmt::Display for CpuModule {
                 }
                 CpuCall::MatMul(m) => writeln!(
                     f,
-                    "matmul {}x{}x{}  a@{} (rs {}, cs {}{}{})  b@{} (rs {}, cs {}{}{}) -> c@{}{}",
+                    "matmul {}x{}x{}  a@{} (rs {}, cs {}{}{})  b@{} (rs {}, cs {}{}{}) -> c@{}{}{}",
                     m.m,
                     m.k,
                     m.n,
@@ -364,7 +366,8 @@ impl std::fmt::Display for CpuModule {
                     if m.b.complex { ", c64" } else { "" },
                     if m.b.conj { ", conj" } else { "" },
                     m.c,
-                    if m.c_complex { " c64" } else { "" }
+                    if m.c_complex { " c64" } else { "" },
+                    batch_text(m)
                 ),
                 CpuCall::Conv(c) => conv_line(f, "conv2d", c),
                 CpuCall::ConvTranspose(c) => conv_line(f, "conv_transpose2d", c),
@@ -432,6 +435,16 @@ fn attention_line(f: &mut std::fmt::Formatter<'_>, a: &AttentionCall) -> std::fm
         opt(a.step),
         a.out
     )
+}
+
+/// The batch part of a matmul's line (empty for a single product, so plain matmuls print as before).
+fn batch_text(m: &MatMulCall) -> String {
+    if m.batch <= 1 {
+        return String::new();
+    }
+    let [a, b, c] = m.batch_strides;
+    let sum = if m.sum_batch { ", summed" } else { "" };
+    format!("  ×{} batches (strides a {a}, b {b}, c {c}{sum})", m.batch)
 }
 
 fn conv_line(f: &mut std::fmt::Formatter<'_>, what: &str, c: &ConvCall) -> std::fmt::Result {
