@@ -482,9 +482,13 @@ fn attention_composite(b: &mut Builder, x: &[Value], spec: AttnSpec) -> Result<V
         extra.push(b.binary(BinaryOp::Greater, m, cut)?);
     }
     if spec.dropout.is_some() {
-        extra.push(b.leaf(Op::State { name: "step".into(), init: Init::Zeros }, TensorType::new(DType::I32, Shape::scalar())));
+        extra.push(b.leaf(
+            Op::State { name: "step".into(), init: Init::Zeros },
+            TensorType::new(DType::I32, Shape::scalar()),
+        ));
     }
-    let lse_ops: Vec<Value> = [x[0], x[1]].into_iter().chain(extra.iter().copied().take(usize::from(spec.key_mask))).collect();
+    let lse_ops: Vec<Value> =
+        [x[0], x[1]].into_iter().chain(extra.iter().copied().take(usize::from(spec.key_mask))).collect();
     let lse = b.add(Op::AttnLse { spec }, &lse_ops)?;
     let ops: Vec<Value> = [x[0], x[1], x[2], lse].into_iter().chain(extra).collect();
     b.add(Op::Attention { spec }, &ops)
@@ -504,7 +508,13 @@ fn attention_full_derivative() {
         ("dropout", AttnSpec { dropout: Some((0.4, 11)), ..base }, [3, 4, 2, 2]),
         (
             "everything",
-            AttnSpec { score: AttnScore::Abs, causal: true, key_mask: true, dropout: Some((0.25, 3)), scale: 0.9 },
+            AttnSpec {
+                score: AttnScore::Abs,
+                causal: true,
+                key_mask: true,
+                dropout: Some((0.25, 3)),
+                scale: 0.9,
+            },
             [4, 4, 3, 2],
         ),
     ];

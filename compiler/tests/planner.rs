@@ -715,3 +715,50 @@ fn distribute_splits_sums_that_wait_for_sums() {
         &results(&g, 3, &named).expect("evaluates"),
     );
 }
+
+/// A ViT-like stack (two self-attention layers with residuals and an activation) at `tokens`
+/// tokens, 48 features.
+fn vit_block(tokens: usize) -> String {
+    format!(
+        "model VitBlock {{
+    input x: c64[B, {tokens}, 48]
+    input label: class[B] of 4
+    a = x |> attention(heads = 3)
+    r = a + x
+    h = r |> crelu |> attention(heads = 3)
+    y = h + r
+    logits = y |> abs |> global_avgpool |> linear(4) |> real
+    output logits
+    loss cross_entropy(logits, label)
+}}
+"
+    )
+}
+
+/// Attention never stores its `[T, S]` weights: at T = 1024 no value of the training step
+/// has T·T elements per sample, and the planned arena grows linearly in T (256 → 1024 tokens:
+/// at most 4.5×, where a stored score matrix would make it ~16×).
+#[test]
+fn attention_memory_is_linear_in_tokens() {
+    let arena = |tokens: usize| {
+        let src = vit_block(tokens);
+        let checked = check_source("vit_block.cvnn", &src, Mode::Train).unwrap_or_else(|d| panic!("{d:?}"));
+        let opts =
+            Options { batch: 2, optimizer: checked.train.optimizer.clone(), memory_budget: None, fuse: true };
+        let p = compile(checked.graph, &opts).expect("compiles");
+        check_written_before_read(&p).expect("sound plan");
+        let per_sample = |v: Value| p.graph.ty(v).shape.numel(1);
+        let (worst, n) =
+            p.graph.nodes.handles().map(|v| (v, per_sample(v))).max_by_key(|&(_, n)| n).expect("nodes");
+        assert!(
+            n < tokens * tokens,
+            "T = {tokens}: {worst} ({}) holds {n} elements per sample, T·T = {}",
+            p.graph.node(worst).op.mnemonic(),
+            tokens * tokens
+        );
+        assert!(p.graph.nodes.iter().any(|(_, n)| matches!(n.op, Op::AttentionGrad { .. })));
+        p.plan.arena_bytes
+    };
+    let (small, large) = (arena(256), arena(1024));
+    assert!(large * 2 <= small * 9, "arena {large} bytes at T = 1024 vs {small} at T = 256: not linear in T");
+}

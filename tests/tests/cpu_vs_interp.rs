@@ -236,7 +236,13 @@ fn attention_primitives() {
         ("attn_masked_dropout", AttnSpec { key_mask: true, dropout: Some((0.3, 5)), ..base }, [9, 66, 2, 2]),
         (
             "attn_everything",
-            AttnSpec { score: AttnScore::Abs, causal: true, key_mask: true, dropout: Some((0.2, 8)), scale: 0.6 },
+            AttnSpec {
+                score: AttnScore::Abs,
+                causal: true,
+                key_mask: true,
+                dropout: Some((0.2, 8)),
+                scale: 0.6,
+            },
             [33, 65, 3, 2],
         ),
     ];
@@ -259,7 +265,8 @@ fn attention_primitives() {
                     TensorType::new(DType::I32, Shape::scalar()),
                 ));
             }
-            let lse_ops: Vec<Value> = [q, k].into_iter().chain(extra.iter().copied().take(usize::from(spec.key_mask))).collect();
+            let lse_ops: Vec<Value> =
+                [q, k].into_iter().chain(extra.iter().copied().take(usize::from(spec.key_mask))).collect();
             let lse = b.add(Op::AttnLse { spec }, &lse_ops)?;
             let o = b.add(Op::Attention { spec }, &[vec![q, k, v, lse], extra.clone()].concat())?;
             let grad_ops = [vec![q, k, v, o, d_o, lse], extra.clone()].concat();

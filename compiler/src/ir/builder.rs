@@ -422,7 +422,12 @@ impl AttnDims {
     }
 }
 
-fn attn_dims(spec: &AttnSpec, q: &TensorType, k: &TensorType, v: Option<&TensorType>) -> Result<AttnDims, String> {
+fn attn_dims(
+    spec: &AttnSpec,
+    q: &TensorType,
+    k: &TensorType,
+    v: Option<&TensorType>,
+) -> Result<AttnDims, String> {
     if !spec.scale.is_finite() {
         return Err(format!("attention scale {} is not finite", spec.scale));
     }

@@ -8,9 +8,9 @@
 //! from every sum, and a row with no visible key keeps `lse = 0` and zero output/gradients.
 
 use super::pool::Pool;
-use std::ops::Range;
 use cvc_compiler::back::cpu::{AttentionCall, AttnKind, BLOCK_K, BLOCK_Q};
 use cvc_compiler::ir::{dropout_keep, AttnScore, AttnSpec, AttnWrt};
+use std::ops::Range;
 
 /// Raw arena pointers of one call (complex operands interleaved re, im).
 #[derive(Clone, Copy)]
@@ -54,7 +54,12 @@ impl Block {
 /// The offsets of `call` address its operands inside the arena at `base` (the compiler
 /// resolved them from the memory plan); `workspace(t)` points at
 /// `ATTENTION_WORKSPACE_WORDS` f32 owned by thread `t`.
-pub unsafe fn run(pool: &Pool, base: *mut u8, workspace: &(dyn Fn(usize) -> *mut f32 + Sync), call: &AttentionCall) {
+pub unsafe fn run(
+    pool: &Pool,
+    base: *mut u8,
+    workspace: &(dyn Fn(usize) -> *mut f32 + Sync),
+    call: &AttentionCall,
+) {
     let at = |o: Option<usize>| o.map_or(std::ptr::null(), |o| base.add(o) as *const f32);
     let ptrs = Ptrs {
         q: at(Some(call.q)),
@@ -102,7 +107,14 @@ pub unsafe fn run(pool: &Pool, base: *mut u8, workspace: &(dyn Fn(usize) -> *mut
 ///
 /// # Safety
 /// As [`run`]; the block fits the workspace (at most `BLOCK_Q` rows, `BLOCK_K` columns).
-unsafe fn scores(a: &AttentionCall, p: &Ptrs, blk: &Block, bh: usize, rows: Range<usize>, cols: Range<usize>) {
+unsafe fn scores(
+    a: &AttentionCall,
+    p: &Ptrs,
+    blk: &Block,
+    bh: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
     let (i0, ni, j0, nj) = (rows.start, rows.len(), cols.start, cols.len());
     let d = a.d;
     let b = bh / a.h;

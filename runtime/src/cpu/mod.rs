@@ -547,7 +547,8 @@ impl Backend for CpuBackend {
     }
 
     fn host_memory(&self) -> Vec<(String, usize)> {
-        let words: usize = self.scratch.iter().map(|s| s.gemm.len() + s.cols.len() + s.dw.len() + s.attn.len()).sum();
+        let words: usize =
+            self.scratch.iter().map(|s| s.gemm.len() + s.cols.len() + s.dw.len() + s.attn.len()).sum();
         let fft: usize = self
             .kernels
             .iter()

@@ -72,9 +72,7 @@ pub(crate) fn attention(cx: &NodeCtx) -> CompileResult<AttentionCall> {
         Op::AttnLse { spec } => (*spec, AttnKind::Lse, 2),
         Op::Attention { spec } => (*spec, AttnKind::Forward, 4),
         Op::AttentionGrad { spec, wrt } => (*spec, AttnKind::Grad(*wrt), 6),
-        other => {
-            return Err(CompileError::internal(format!("{} is not an attention op", other.mnemonic())))
-        }
+        other => return Err(CompileError::internal(format!("{} is not an attention op", other.mnemonic()))),
     };
     let q = cx.input(0)?;
     let k = cx.input(1)?;

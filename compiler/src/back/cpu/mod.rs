@@ -18,7 +18,9 @@ mod attention;
 mod contraction;
 mod movement;
 
-pub use attention::{AttentionCall, AttnKind, BLOCK_K, BLOCK_Q, WORKSPACE_WORDS as ATTENTION_WORKSPACE_WORDS};
+pub use attention::{
+    AttentionCall, AttnKind, BLOCK_K, BLOCK_Q, WORKSPACE_WORDS as ATTENTION_WORKSPACE_WORDS,
+};
 pub use contraction::{ConvCall, ConvShape, ConvTypes, MatMulCall, MatOperand};
 pub use movement::{strides, FftCall, StridedCopy, MAX_RANK};
 

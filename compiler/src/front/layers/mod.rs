@@ -21,6 +21,7 @@
 
 mod activation;
 mod args;
+mod attention;
 mod conv;
 mod dense;
 mod elementwise;
@@ -271,7 +272,7 @@ pub(crate) struct OpDef {
 }
 
 /// The operator families in documentation order, each with its table rows.
-const FAMILIES: [(&str, &[OpDef]); 9] = [
+const FAMILIES: [(&str, &[OpDef]); 10] = [
     ("dense", dense::DEFS),
     ("convolution", conv::DEFS),
     ("normalisation", norm::DEFS),
@@ -281,6 +282,7 @@ const FAMILIES: [(&str, &[OpDef]); 9] = [
     ("shape", shape::DEFS),
     ("spectral", spectral::DEFS),
     ("losses", loss::DEFS),
+    ("attention", attention::DEFS),
 ];
 
 fn table() -> &'static [&'static OpDef] {
