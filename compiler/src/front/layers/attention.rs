@@ -36,7 +36,7 @@ fn attention(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, 
             arg,
             "heads must divide the embedding size",
         )
-        .with_label(x.span, format!("this is {}", xt)));
+        .with_label(x.span, format!("this is {xt}")));
     }
     let memory = ops.get(1);
     let s = match memory {
