@@ -26,6 +26,11 @@ struct Ptrs {
     step: u32,
 }
 
+// SAFETY: the pointers address the arena, which outlives the call; threads only read the
+// operands and write disjoint output rows (see `run`).
+unsafe impl Send for Ptrs {}
+unsafe impl Sync for Ptrs {}
+
 /// The per-thread block buffers, carved from one workspace of
 /// [`cvc_compiler::back::cpu::ATTENTION_WORKSPACE_WORDS`] f32.
 struct Block {
