@@ -38,8 +38,6 @@ struct Block {
     c: *mut f32,
     /// Scores, then weights `p`, `BLOCK_Q × BLOCK_K`.
     p: *mut f32,
-    /// Complex score gradients `g`, interleaved.
-    g: *mut f32,
     /// One f32 per query row (δ), and one more (row max).
     row: *mut f32,
 }
@@ -49,7 +47,7 @@ impl Block {
     /// `ws` addresses `ATTENTION_WORKSPACE_WORDS` f32.
     unsafe fn new(ws: *mut f32) -> Block {
         let n = BLOCK_Q * BLOCK_K;
-        Block { c: ws, p: ws.add(2 * n), g: ws.add(3 * n), row: ws.add(5 * n) }
+        Block { c: ws, p: ws.add(2 * n), row: ws.add(5 * n) }
     }
 }
 
