@@ -66,14 +66,17 @@ fn assert_inside(name: &str, m: &CpuModule) {
                 vec![]
             }
             CpuCall::MatMul(mm) => {
-                let end = |o: &cvc_compiler::back::cpu::MatOperand, rows: usize, cols: usize| {
+                // The last batch's last element (batch strides of 0 reuse the first matrix).
+                let end = |o: &cvc_compiler::back::cpu::MatOperand, rows: usize, cols: usize, bs: usize| {
                     let last = (rows as isize - 1) * o.rs + (cols as isize - 1) * o.cs;
-                    o.offset + (last as usize + 1) * if o.complex { 8 } else { 4 }
+                    let last = last as usize + (mm.batch - 1) * bs;
+                    o.offset + (last + 1) * if o.complex { 8 } else { 4 }
                 };
+                let [sa, sb, sc] = mm.batch_strides;
                 vec![
-                    end(&mm.a, mm.m, mm.k),
-                    end(&mm.b, mm.k, mm.n),
-                    mm.c + mm.m * mm.n * if mm.c_complex { 8 } else { 4 },
+                    end(&mm.a, mm.m, mm.k, sa),
+                    end(&mm.b, mm.k, mm.n, sb),
+                    mm.c + (mm.m * mm.n + (mm.batch - 1) * sc) * if mm.c_complex { 8 } else { 4 },
                 ]
             }
             CpuCall::Conv(c) | CpuCall::ConvTranspose(c) | CpuCall::WeightGrad(c) => {
@@ -151,7 +154,9 @@ fn transposes_become_strides_and_slices_offsets() {
             Op::Param { name: "w".into(), init: Init::Zeros },
             TensorType::new(DType::C64, Shape::fixed(&[7, 5])),
         );
-        let m = b.add(Op::MatMul { trans: [true, true], conj: [false, true] }, &[a, w]).expect("matmul");
+        let m = b
+            .add(Op::MatMul { trans: [true, true], conj: [false, true], sum_batch: false }, &[a, w])
+            .expect("matmul");
         let s = b.add(Op::Slice { axis: 1, start: 2, len: 3 }, &[m]).expect("slice");
         b.graph.outputs.push(Output { name: "s".into(), value: s });
     }

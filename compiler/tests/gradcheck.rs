@@ -283,7 +283,7 @@ fn matmul_all_flags_and_dtypes() {
         let sa = if trans[0] { [k, m] } else { [m, k] };
         let sb = if trans[1] { [n, k] } else { [k, n] };
         for (da, db) in [(C, C), (F, C), (C, F), (F, F)] {
-            let mm = Op::MatMul { trans, conj };
+            let mm = Op::MatMul { trans, conj, sum_batch: false };
             check(
                 &format!("matmul trans {trans:?} conj {conj:?} {da} {db}"),
                 &[spec(da, &sa), spec(db, &sb)],
@@ -291,6 +291,92 @@ fn matmul_all_flags_and_dtypes() {
             );
         }
     }
+}
+
+/// Batched matmuls: both operands batched (the batch `B` among the leading axes), either one
+/// 2-D and broadcast, and the summed form; all transposes, a few conjugations and dtypes.
+#[test]
+fn matmul_batched_broadcast_and_summed() {
+    let (m, k, n) = (2, 3, 2);
+    // (leading axes of a, of b, sum_batch); 0 is the batch B (resolved to 2 below).
+    let forms: [(&[usize], &[usize], bool); 5] = [
+        (&[0, 2], &[0, 2], false),
+        (&[3], &[], false),
+        (&[], &[0, 2], false),
+        (&[0], &[0], true),
+        (&[2, 2], &[2, 2], true),
+    ];
+    for (pa, pb, sum_batch) in forms {
+        for flags in [0u32, 1, 2, 3, 5, 10, 15] {
+            let trans = [flags & 1 != 0, flags & 2 != 0];
+            let conj = [flags & 4 != 0, flags & 8 != 0];
+            let sa: Vec<usize> = pa.iter().copied().chain(if trans[0] { [k, m] } else { [m, k] }).collect();
+            let sb: Vec<usize> = pb.iter().copied().chain(if trans[1] { [n, k] } else { [k, n] }).collect();
+            for (da, db) in [(C, C), (F, C), (C, F), (F, F)] {
+                let mm = Op::MatMul { trans, conj, sum_batch };
+                check_full(
+                    &format!("matmul {pa:?}·{pb:?} sum {sum_batch} trans {trans:?} conj {conj:?} {da} {db}"),
+                    &[spec(da, &sa), spec(db, &sb)],
+                    2,
+                    None,
+                    &|b, x| b.add(mm.clone(), &[x[0], x[1]]),
+                );
+            }
+        }
+    }
+}
+
+/// The gradient of a weight broadcast over the batch is one summed matmul: no `[P.., m, n]`
+/// temporary and no separate reduction; and the gradients of a summed product are matmuls.
+#[test]
+fn matmul_gradients_stay_matmuls() {
+    for (sx, sw, trans, sum_batch) in [
+        (vec![Dim::Batch, Dim::Fixed(5), Dim::Fixed(4)], vec![3, 4], [false, true], false),
+        (vec![Dim::Batch, Dim::Fixed(4), Dim::Fixed(5)], vec![4, 3], [true, false], false),
+        (vec![Dim::Fixed(2), Dim::Batch, Dim::Fixed(5), Dim::Fixed(4)], vec![4, 3], [false, false], false),
+    ] {
+        let mut g = Graph::new("mm", Mode::Train);
+        let mut b = Builder::new(&mut g);
+        let x = b.leaf(Op::Input { name: "x".into() }, TensorType::new(C, Shape(sx)));
+        let w = b.leaf(Op::Input { name: "w".into() }, TensorType::new(C, Shape::fixed(&sw)));
+        let y = b.add(Op::MatMul { trans, conj: [false, false], sum_batch }, &[x, w]).unwrap();
+        let p = b.unary(UnaryOp::Abs2, y).unwrap();
+        let axes: Vec<usize> = (0..b.graph.ty(p).shape.rank()).collect();
+        let l = b.sum(p, &axes).unwrap();
+        let l = b.reshape(l, Shape::scalar()).unwrap();
+        let n_fwd = g.nodes.len();
+        let [dx, dw] = gradients(&mut g, l, &[x, w]).unwrap()[..] else { panic!("two gradients") };
+        verify(&g).unwrap();
+        let node = g.node(dw);
+        assert!(matches!(node.op, Op::MatMul { sum_batch: true, .. }), "dw is {:?}", node.op);
+        assert!(matches!(g.node(dx).op, Op::MatMul { sum_batch: false, .. }), "dx is {:?}", g.node(dx).op);
+        let mm: Vec<_> = g.nodes.iter().skip(n_fwd).filter(|(_, n)| n.op.is_contraction()).collect();
+        assert_eq!(mm.len(), 2, "one matmul per gradient");
+        assert!(
+            g.nodes.iter().skip(n_fwd).all(|(_, n)| !matches!(n.op, Op::Reduce { .. })),
+            "no reduction in the backward of a matmul"
+        );
+    }
+    // The summed product's gradients are broadcast products, again without reductions.
+    let mut h = Graph::new("summed", Mode::Train);
+    let mut b = Builder::new(&mut h);
+    let shape = Shape(vec![Dim::Fixed(2), Dim::Batch, Dim::Fixed(5), Dim::Fixed(4)]);
+    let a = b.leaf(Op::Input { name: "a".into() }, TensorType::new(C, shape.clone()));
+    let c = b.leaf(Op::Input { name: "c".into() }, TensorType::new(F, shape));
+    let s =
+        b.add(Op::MatMul { trans: [true, false], conj: [false, false], sum_batch: true }, &[a, c]).unwrap();
+    let p = b.unary(UnaryOp::Abs2, s).unwrap();
+    let l = b.sum(p, &[0, 1]).unwrap();
+    let l = b.reshape(l, Shape::scalar()).unwrap();
+    let n_fwd = h.nodes.len();
+    let grads = gradients(&mut h, l, &[a, c]).unwrap();
+    verify(&h).unwrap();
+    for d in grads {
+        // (the real operand's gradient is the real part of a matmul)
+        let d = if h.node(d).op == Op::Unary(UnaryOp::Real) { h.node(d).inputs[0] } else { d };
+        assert!(matches!(h.node(d).op, Op::MatMul { sum_batch: false, .. }), "{:?}", h.node(d).op);
+    }
+    assert!(h.nodes.iter().skip(n_fwd).all(|(_, n)| !matches!(n.op, Op::Reduce { .. })));
 }
 
 /// Geometries exercised by the convolution checks: (stride, pad, dilation, groups).
@@ -409,6 +495,60 @@ fn composite_chains_share_values() {
         let y = b.mul(s, r)?;
         b.mul(y, x[0])
     });
+}
+
+/// `AttnLse` then `Attention` on `q, k, v` (`x[0..3]`), with a key mask drawn from a leaf
+/// (about a third of the keys ignored) and the dropout step counter when `spec` asks for them.
+fn attention_composite(b: &mut Builder, x: &[Value], spec: AttnSpec) -> Result<Value, String> {
+    let (bt, s) = (b.graph.ty(x[1]).shape.0[0], b.graph.ty(x[1]).shape.0[2]);
+    let mut extra = Vec::new();
+    if spec.key_mask {
+        let m = b.leaf(Op::Input { name: "mask_source".into() }, TensorType::new(F, Shape(vec![bt, s])));
+        let cut = b.scalar(0.4, 0);
+        extra.push(b.binary(BinaryOp::Greater, m, cut)?);
+    }
+    if spec.dropout.is_some() {
+        extra.push(b.leaf(
+            Op::State { name: "step".into(), init: Init::Zeros },
+            TensorType::new(DType::I32, Shape::scalar()),
+        ));
+    }
+    let lse_ops: Vec<Value> =
+        [x[0], x[1]].into_iter().chain(extra.iter().copied().take(usize::from(spec.key_mask))).collect();
+    let lse = b.add(Op::AttnLse { spec }, &lse_ops)?;
+    let ops: Vec<Value> = [x[0], x[1], x[2], lse].into_iter().chain(extra).collect();
+    b.add(Op::Attention { spec }, &ops)
+}
+
+#[test]
+fn attention_full_derivative() {
+    // The rule of `Attention` is the derivative of softmax attention through `lse` too:
+    // finite differences move q and k, and with them lse.
+    let base = AttnSpec { scale: 0.7, score: AttnScore::Real, causal: false, key_mask: false, dropout: None };
+    let cases = [
+        ("real", base, [3, 3, 2, 2]),
+        ("abs_cross", AttnSpec { score: AttnScore::Abs, scale: 0.5, ..base }, [4, 3, 2, 3]),
+        ("causal", AttnSpec { causal: true, ..base }, [4, 3, 3, 2]),
+        ("causal_abs", AttnSpec { causal: true, score: AttnScore::Abs, ..base }, [3, 5, 2, 1]),
+        ("key_mask", AttnSpec { key_mask: true, ..base }, [3, 5, 2, 2]),
+        ("dropout", AttnSpec { dropout: Some((0.4, 11)), ..base }, [3, 4, 2, 2]),
+        (
+            "everything",
+            AttnSpec {
+                score: AttnScore::Abs,
+                causal: true,
+                key_mask: true,
+                dropout: Some((0.25, 3)),
+                scale: 0.9,
+            },
+            [4, 4, 3, 2],
+        ),
+    ];
+    for (name, attn, [t, s, d, dv]) in cases {
+        // q [B, H, T, D], k [B, H, S, D], v [B, H, S, Dv]; batch 2, 2 heads.
+        let specs = [spec(C, &[0, 2, t, d]), spec(C, &[0, 2, s, d]), spec(C, &[0, 2, s, dv])];
+        check_full(&format!("attention_{name}"), &specs, 2, None, &|b, x| attention_composite(b, x, attn));
+    }
 }
 
 /// The `.cvnn` files in `dir` (relative to the repository root), sorted.

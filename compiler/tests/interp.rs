@@ -167,18 +167,63 @@ fn fft_known_values_and_norms() {
 fn matmul_flags() {
     let a = Tensor::complex(&[2, 2], vec![c(1.0, 0.0), c(0.0, 1.0), c(2.0, 0.0), c(0.0, 0.0)]);
     let b = Tensor::complex(&[2, 1], vec![c(1.0, 0.0), c(1.0, -1.0)]);
-    let plain =
-        eval_op(Op::MatMul { trans: [false, false], conj: [false, false] }, &[a.clone(), b.clone()], None);
+    let plain = eval_op(
+        Op::MatMul { trans: [false, false], conj: [false, false], sum_batch: false },
+        &[a.clone(), b.clone()],
+        None,
+    );
     // [1·1 + i(1−i), 2·1] = [2 + i, 2].
     assert_close(&plain, &Tensor::complex(&[2, 1], vec![c(2.0, 1.0), c(2.0, 0.0)]), 1e-15);
-    let ah = eval_op(Op::MatMul { trans: [true, false], conj: [true, false] }, &[a.clone(), b.clone()], None);
+    let ah = eval_op(
+        Op::MatMul { trans: [true, false], conj: [true, false], sum_batch: false },
+        &[a.clone(), b.clone()],
+        None,
+    );
     // Aᴴ = [[1, 2], [−i, 0]] ⇒ [1 + 2(1−i), −i] = [3 − 2i, −i].
     assert_close(&ah, &Tensor::complex(&[2, 1], vec![c(3.0, -2.0), c(0.0, -1.0)]), 1e-15);
     let r = Tensor::real(&[1, 2], vec![2.0, -1.0]);
     let b_row = Tensor::complex(&[1, 2], b.to_complex_vec());
-    let bt = eval_op(Op::MatMul { trans: [false, true], conj: [false, true] }, &[r, b_row], None);
+    let bt = eval_op(
+        Op::MatMul { trans: [false, true], conj: [false, true], sum_batch: false },
+        &[r, b_row],
+        None,
+    );
     // [2, −1]·conj([1, 1−i]) = 2 − (1 + i) = 1 − i.
     assert_close(&bt, &Tensor::complex(&[1, 1], vec![c(1.0, -1.0)]), 1e-15);
+}
+
+/// One tensor line of `tests/reference/matmul/batched.txt`: `NAME DTYPE RANK DIMS... VALUES...`.
+fn reference_tensor(line: &str, name: &str) -> Tensor {
+    let mut w = line.split_whitespace();
+    assert_eq!(w.next(), Some(name), "reference line order");
+    let dtype = w.next().expect("dtype");
+    let rank: usize = w.next().expect("rank").parse().expect("rank");
+    let shape: Vec<usize> = (0..rank).map(|_| w.next().expect("dim").parse().expect("dim")).collect();
+    let vals: Vec<f64> = w.map(|v| v.parse().expect("value")).collect();
+    match dtype {
+        "c64" => Tensor::complex(&shape, vals.chunks(2).map(|p| c(p[0], p[1])).collect()),
+        _ => Tensor::real(&shape, vals),
+    }
+}
+
+/// Batched, broadcast and summed matmuls against numpy (`tests/reference/matmul/make.py`).
+#[test]
+fn matmul_batched_vs_numpy() {
+    let text = include_str!("../../tests/reference/matmul/batched.txt");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4 * 6, "six cases of four lines");
+    for case in lines.chunks(4) {
+        let head: Vec<&str> = case[0].split_whitespace().collect();
+        assert_eq!(head[0], "case");
+        let f: Vec<bool> = head[2..7].iter().map(|x| *x == "1").collect();
+        let op = Op::MatMul { trans: [f[0], f[1]], conj: [f[2], f[3]], sum_batch: f[4] };
+        let (a, b) = (reference_tensor(case[1], "a"), reference_tensor(case[2], "b"));
+        let want = reference_tensor(case[3], "out");
+        let got = eval_op(op, &[a, b], None);
+        assert_eq!(got.shape, want.shape, "{}", head[1]);
+        let d = got.max_abs_diff(&want).unwrap();
+        assert!(d <= 1e-12, "{}: difference {d}", head[1]);
+    }
 }
 
 #[test]

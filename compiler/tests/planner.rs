@@ -139,7 +139,12 @@ fn random_graph(ops: &[(u8, u8)]) -> Graph {
                     TensorType::new(DType::C64, Shape::fixed(&[n, n])),
                 );
                 b.at(Default::default(), Role::Forward, label.clone());
-                let m = b.add(Op::MatMul { trans: [false, false], conj: [false, false] }, &[r, w]).unwrap();
+                let m = b
+                    .add(
+                        Op::MatMul { trans: [false, false], conj: [false, false], sum_batch: false },
+                        &[r, w],
+                    )
+                    .unwrap();
                 b.reshape(m, ty.shape.clone())
             }
             5 if ty.shape.rank() == 3 && ty.shape.0[2] == Dim::Fixed(6) => {
@@ -530,7 +535,7 @@ fn cast_folds_into_a_complex_matmul() {
             Op::Param { name: "w".into(), init: Init::Ones },
             TensorType::new(DType::C64, Shape::fixed(&[8, 3])),
         );
-        b.add(Op::MatMul { trans: [false, false], conj: [false, false] }, &[c, w]).unwrap()
+        b.add(Op::MatMul { trans: [false, false], conj: [false, false], sum_batch: false }, &[c, w]).unwrap()
     });
     let (sites, left, _) = place_casts(g);
     assert_eq!(sites, vec!["folded into matmul"]);
@@ -579,7 +584,7 @@ fn cast_sinks_past_a_real_contraction_to_the_output() {
             Op::Param { name: "w".into(), init: Init::Ones },
             TensorType::new(DType::F32, Shape::fixed(&[8, 3])),
         );
-        b.add(Op::MatMul { trans: [false, false], conj: [false, false] }, &[c, w]).unwrap()
+        b.add(Op::MatMul { trans: [false, false], conj: [false, false], sum_batch: false }, &[c, w]).unwrap()
     });
     let (sites, left, h) = place_casts(g);
     assert_eq!(sites, vec!["materialised before the output"]);
@@ -710,4 +715,51 @@ fn distribute_splits_sums_that_wait_for_sums() {
         &results(&before, 3, &named).expect("evaluates"),
         &results(&g, 3, &named).expect("evaluates"),
     );
+}
+
+/// A ViT-like stack (two self-attention layers with residuals and an activation) at `tokens`
+/// tokens, 48 features.
+fn vit_block(tokens: usize) -> String {
+    format!(
+        "model VitBlock {{
+    input x: c64[B, {tokens}, 48]
+    input label: class[B] of 4
+    a = x |> attention(heads = 3)
+    r = a + x
+    h = r |> crelu |> attention(heads = 3)
+    y = h + r
+    logits = y |> abs |> global_avgpool |> linear(4) |> real
+    output logits
+    loss cross_entropy(logits, label)
+}}
+"
+    )
+}
+
+/// Attention never stores its `[T, S]` weights: at T = 1024 no value of the training step
+/// has T·T elements per sample, and the planned arena grows linearly in T (256 → 1024 tokens:
+/// at most 4.5×, where a stored score matrix would make it ~16×).
+#[test]
+fn attention_memory_is_linear_in_tokens() {
+    let arena = |tokens: usize| {
+        let src = vit_block(tokens);
+        let checked = check_source("vit_block.cvnn", &src, Mode::Train).unwrap_or_else(|d| panic!("{d:?}"));
+        let opts =
+            Options { batch: 2, optimizer: checked.train.optimizer.clone(), memory_budget: None, fuse: true };
+        let p = compile(checked.graph, &opts).expect("compiles");
+        check_written_before_read(&p).expect("sound plan");
+        let per_sample = |v: Value| p.graph.ty(v).shape.numel(1);
+        let (worst, n) =
+            p.graph.nodes.handles().map(|v| (v, per_sample(v))).max_by_key(|&(_, n)| n).expect("nodes");
+        assert!(
+            n < tokens * tokens,
+            "T = {tokens}: {worst} ({}) holds {n} elements per sample, T·T = {}",
+            p.graph.node(worst).op.mnemonic(),
+            tokens * tokens
+        );
+        assert!(p.graph.nodes.iter().any(|(_, n)| matches!(n.op, Op::AttentionGrad { .. })));
+        p.plan.arena_bytes
+    };
+    let (small, large) = (arena(256), arena(1024));
+    assert!(large * 2 <= small * 9, "arena {large} bytes at T = 1024 vs {small} at T = 256: not linear in T");
 }

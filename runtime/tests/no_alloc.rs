@@ -106,7 +106,9 @@ fn movement_fft_and_matmul_kernels_do_not_allocate() {
         let padded = b.add(Op::Pad { axis: 2, before: 1, after: 1 }, &[p]).unwrap();
         let s = b.add(Op::Slice { axis: 2, start: 1, len: 8 }, &[padded]).unwrap();
         let flat = b.reshape(s, Shape(vec![Dim::Batch, F(128)])).unwrap();
-        let m = b.add(Op::MatMul { trans: [false, false], conj: [false, false] }, &[flat, w]).unwrap();
+        let m = b
+            .add(Op::MatMul { trans: [false, false], conj: [false, false], sum_batch: false }, &[flat, w])
+            .unwrap();
         let mask = b
             .add_shaped(Op::DropoutMask { p: 0.5, salt: 3 }, &[step], Some(&Shape(vec![B, F(8), F(16)])))
             .unwrap();

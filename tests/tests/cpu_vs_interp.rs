@@ -273,12 +273,64 @@ fn matmul_all_forms() {
                     let sb = if trans[1] { [n, k] } else { [k, n] };
                     let a = param(b, "a", da, &sa);
                     let bb = param(b, "b", db, &sb);
-                    outs.push(b.add(Op::MatMul { trans, conj }, &[a, bb])?);
+                    outs.push(b.add(Op::MatMul { trans, conj, sum_batch: false }, &[a, bb])?);
                 }
             }
         }
         Ok(outs)
     });
+}
+
+/// The attention primitives with every option, at extents that are not multiples of the CPU
+/// blocks (`BLOCK_Q` = 32 queries, `BLOCK_K` = 64 keys), `S ≠ T` and `Dv ≠ D`.
+#[test]
+fn attention_primitives() {
+    let base = AttnSpec { scale: 0.4, score: AttnScore::Real, causal: false, key_mask: false, dropout: None };
+    let cases = [
+        ("attn_real", base, [37, 70, 4, 3]),
+        ("attn_abs_causal", AttnSpec { score: AttnScore::Abs, causal: true, ..base }, [40, 33, 3, 5]),
+        ("attn_masked_dropout", AttnSpec { key_mask: true, dropout: Some((0.3, 5)), ..base }, [9, 66, 2, 2]),
+        (
+            "attn_everything",
+            AttnSpec {
+                score: AttnScore::Abs,
+                causal: true,
+                key_mask: true,
+                dropout: Some((0.2, 8)),
+                scale: 0.6,
+            },
+            [33, 65, 3, 2],
+        ),
+    ];
+    for (name, spec, [t, s, d, dv]) in cases {
+        check_graph(name, 2, |b| {
+            let q = input(b, "q", DType::C64, &[B, F(2), F(t), F(d)]);
+            let k = input(b, "k", DType::C64, &[B, F(2), F(s), F(d)]);
+            let v = input(b, "v", DType::C64, &[B, F(2), F(s), F(dv)]);
+            let d_o = input(b, "do", DType::C64, &[B, F(2), F(t), F(dv)]);
+            let mut extra = Vec::new();
+            if spec.key_mask {
+                // About a third of the keys padded (a random normal above 0.43).
+                let m = input(b, "m", DType::F32, &[B, F(s)]);
+                let cut = b.scalar(0.43, 0);
+                extra.push(b.binary(BinaryOp::Greater, m, cut)?);
+            }
+            if spec.dropout.is_some() {
+                extra.push(b.leaf(
+                    Op::State { name: "step".into(), init: Init::Zeros },
+                    TensorType::new(DType::I32, Shape::scalar()),
+                ));
+            }
+            let lse_ops: Vec<Value> =
+                [q, k].into_iter().chain(extra.iter().copied().take(usize::from(spec.key_mask))).collect();
+            let lse = b.add(Op::AttnLse { spec }, &lse_ops)?;
+            let o = b.add(Op::Attention { spec }, &[vec![q, k, v, lse], extra.clone()].concat())?;
+            let grad_ops = [vec![q, k, v, o, d_o, lse], extra.clone()].concat();
+            let dq = b.add(Op::AttentionGrad { spec, wrt: AttnWrt::Q }, &grad_ops)?;
+            let dkv = b.add(Op::AttentionGrad { spec, wrt: AttnWrt::KV }, &grad_ops)?;
+            Ok(vec![lse, o, dq, dkv])
+        });
+    }
 }
 
 fn geoms() -> Vec<ConvGeom> {

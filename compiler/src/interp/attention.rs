@@ -31,6 +31,8 @@ impl<'a> AttnOperands<'a> {
     /// (2 for `AttnLse`, 4 for `Attention`, 6 for `AttentionGrad`); `v` is operand 2 when
     /// `fixed > 2`.
     pub fn new(spec: AttnSpec, ins: &[&'a Tensor], fixed: usize) -> Result<Self, String> {
+        // `AttnLse` (2 fixed operands) takes no step counter: dropout follows the softmax.
+        let spec = if fixed == 2 { AttnSpec { dropout: None, ..spec } } else { spec };
         if ins.len() != fixed + spec.extra_operands() || ins.len() < 2 {
             return Err("attention operand count".into());
         }
@@ -46,10 +48,11 @@ impl<'a> AttnOperands<'a> {
             false => None,
         };
         let step = match spec.dropout {
-            Some(_) => {
-                extra.next().and_then(|s| s.as_int()).and_then(|s| s.first().copied()).ok_or("attention step")?
-                    as u32
-            }
+            Some(_) => extra
+                .next()
+                .and_then(|s| s.as_int())
+                .and_then(|s| s.first().copied())
+                .ok_or("attention step")? as u32,
             None => 0,
         };
         Ok(AttnOperands { spec, q, k, v, mask, step, b, h, t, s, d, dv })
@@ -92,10 +95,16 @@ impl<'a> AttnOperands<'a> {
         let mut out = Vec::with_capacity(self.b * self.h * self.t);
         for bh in 0..self.b * self.h {
             for i in 0..self.t {
-                let scores: Vec<f64> =
-                    (0..self.s).filter(|&j| self.visible(bh / self.h, i, j)).map(|j| self.score(bh, i, j).1).collect();
+                let scores: Vec<f64> = (0..self.s)
+                    .filter(|&j| self.visible(bh / self.h, i, j))
+                    .map(|j| self.score(bh, i, j).1)
+                    .collect();
                 let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                out.push(if scores.is_empty() { 0.0 } else { m + scores.iter().map(|s| (s - m).exp()).sum::<f64>().ln() });
+                out.push(if scores.is_empty() {
+                    0.0
+                } else {
+                    m + scores.iter().map(|s| (s - m).exp()).sum::<f64>().ln()
+                });
             }
         }
         out

@@ -70,21 +70,41 @@ pub fn run_pair(
     }
 }
 
-/// `op(a)·op(b)` where `a` is stored `ash` and `b` `bsh` (2-D), `op` an optional transpose
-/// (conjugation is applied by [`pair`]). Returns the M×N product.
-pub fn matmul<T: Elem>(a: &[T], ash: [usize; 2], b: &[T], bsh: [usize; 2], trans: [bool; 2]) -> Vec<T> {
-    let (m, k) = if trans[0] { (ash[1], ash[0]) } else { (ash[0], ash[1]) };
-    let n = if trans[1] { bsh[0] } else { bsh[1] };
-    let at = |i: usize, p: usize| if trans[0] { a[p * ash[1] + i] } else { a[i * ash[1] + p] };
-    let bt = |p: usize, j: usize| if trans[1] { b[j * bsh[1] + p] } else { b[p * bsh[1] + j] };
-    let mut out = vec![T::zero(); m * n];
-    for i in 0..m {
-        for j in 0..n {
-            let mut acc = T::zero();
-            for p in 0..k {
-                acc = acc + at(i, p) * bt(p, j);
+/// `op(a)·op(b)` where `a` is stored with shape `ash` and `b` with `bsh` (rank ≥ 2), `op` an
+/// optional transpose of the last two axes (conjugation is applied by [`pair`]). The leading
+/// axes are equal, or one operand is 2-D and reused for every batch (see `Op::MatMul`).
+/// Returns the `[P..., M, N]` product, or with `sum_batch` its `[M, N]` sum over `P...`.
+pub fn matmul<T: Elem>(
+    a: &[T],
+    ash: &[usize],
+    b: &[T],
+    bsh: &[usize],
+    trans: [bool; 2],
+    sum_batch: bool,
+) -> Vec<T> {
+    let last2 = |s: &[usize]| [s[s.len() - 2], s[s.len() - 1]];
+    let (a2, b2) = (last2(ash), last2(bsh));
+    let batches = |s: &[usize]| s[..s.len() - 2].iter().product::<usize>();
+    let (pa, pb) = (batches(ash), batches(bsh));
+    let p = pa.max(pb);
+    let (m, k) = if trans[0] { (a2[1], a2[0]) } else { (a2[0], a2[1]) };
+    let n = if trans[1] { b2[0] } else { b2[1] };
+    // A 2-D operand (one batch) is read at offset 0 for every batch.
+    let (sa, sb) = (if pa == 1 { 0 } else { a2[0] * a2[1] }, if pb == 1 { 0 } else { b2[0] * b2[1] });
+    let mut out = vec![T::zero(); if sum_batch { m * n } else { p * m * n }];
+    for q in 0..p {
+        let (a, b) = (&a[q * sa..], &b[q * sb..]);
+        let at = |i: usize, r: usize| if trans[0] { a[r * a2[1] + i] } else { a[i * a2[1] + r] };
+        let bt = |r: usize, j: usize| if trans[1] { b[j * b2[1] + r] } else { b[r * b2[1] + j] };
+        let base = if sum_batch { 0 } else { q * m * n };
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = T::zero();
+                for r in 0..k {
+                    acc = acc + at(i, r) * bt(r, j);
+                }
+                out[base + i * n + j] = out[base + i * n + j] + acc;
             }
-            out[i * n + j] = acc;
         }
     }
     out

@@ -103,14 +103,13 @@ fn eval_node(
             }
             t
         }
-        Op::MatMul { trans, conj } => {
+        Op::MatMul { trans, conj, sum_batch } => {
             let (a, b) = (ins[0], ins[1]);
-            let ash = [a.shape[0], a.shape[1]];
-            let bsh = [b.shape[0], b.shape[1]];
+            let (ash, bsh) = (&a.shape[..], &b.shape[..]);
             run_pair(
                 pair(a, b, *conj)?,
-                |p, q| matmul(p, ash, q, bsh, *trans),
-                |p, q| matmul(p, ash, q, bsh, *trans),
+                |p, q| matmul(p, ash, q, bsh, *trans, *sum_batch),
+                |p, q| matmul(p, ash, q, bsh, *trans, *sum_batch),
             )
         }
         Op::Conv2d { geom, conj } => {

@@ -302,7 +302,10 @@ fn rounding_of(op: &Op, ins: &[Operand], out: &Tensor) -> Result<(Vec<f64>, Opti
                 // Contractions' and transforms' own rounding is relative to the result: the
                 // caller's relative tolerance covers it.
                 exact()
-            } else if op.is_contraction() || matches!(op.class(), OpClass::Attention) || matches!(op, Op::Fft { .. }) {
+            } else if op.is_contraction()
+                || matches!(op.class(), OpClass::Attention)
+                || matches!(op, Op::Fft { .. })
+            {
                 return Err("a contraction of values computed in the same kernel is not modelled".into());
             } else {
                 let worst = ins.iter().flat_map(|o| o.bound.iter().copied()).fold(0.0, f64::max);

@@ -52,6 +52,50 @@ fn fixed(d: Dim, what: &str) -> Result<usize, String> {
     d.fixed().ok_or_else(|| format!("{what} cannot be the batch size B"))
 }
 
+/// The type of a (batched) matmul: `[P..., m, k]·[P..., k, n]` after the transposes, equal
+/// leading axes or a 2-D operand broadcast over them; `sum_batch` sums the product over `P...`.
+fn matmul_type(
+    a: &TensorType,
+    b: &TensorType,
+    trans: [bool; 2],
+    sum_batch: bool,
+) -> Result<TensorType, String> {
+    let (sa, sb) = (&a.shape, &b.shape);
+    if sa.rank() < 2 || sb.rank() < 2 {
+        return Err(format!("matmul needs operands of rank 2 or more, got {sa} and {sb}"));
+    }
+    let (ra, rb) = (sa.rank(), sb.rank());
+    let batch: &[Dim] = match (ra, rb) {
+        _ if ra == rb && sa.0[..ra - 2] == sb.0[..rb - 2] => &sa.0[..ra - 2],
+        (2, _) => &sb.0[..rb - 2],
+        (_, 2) => &sa.0[..ra - 2],
+        _ => {
+            return Err(format!(
+                "matmul batch axes differ: {sa} and {sb} (they must be equal, or one operand 2-D)"
+            ))
+        }
+    };
+    if sum_batch && (ra == 2 || rb == 2) {
+        return Err(format!("matmul sum_batch needs batch axes on both operands, got {sa} and {sb}"));
+    }
+    let last2 = |s: &Shape, t: bool| {
+        let (r, c) = (s.0[s.rank() - 2], s.0[s.rank() - 1]);
+        if t {
+            (c, r)
+        } else {
+            (r, c)
+        }
+    };
+    let (m, ka) = last2(sa, trans[0]);
+    let (kb, n) = last2(sb, trans[1]);
+    if ka != kb {
+        return Err(format!("matmul inner extents differ: {ka} vs {kb}"));
+    }
+    let mut out = if sum_batch { Vec::new() } else { batch.to_vec() };
+    out.extend([m, n]);
+    Ok(TensorType::new(mixed(a.dtype, b.dtype)?, Shape(out)))
+}
+
 /// The result type of `op` applied to operands of types `inputs`. `requested` is the
 /// target shape for ops that take one (`Reshape`, `Expand`, `DropoutMask`).
 pub fn infer(op: &Op, inputs: &[&TensorType], requested: Option<&Shape>) -> Result<TensorType, String> {
@@ -224,18 +268,9 @@ pub fn infer(op: &Op, inputs: &[&TensorType], requested: Option<&Shape>) -> Resu
             o.0[*axis] = Dim::Fixed(total);
             Ok(TensorType::new(dtype, o))
         }
-        Op::MatMul { trans, .. } => {
+        Op::MatMul { trans, sum_batch, .. } => {
             arity(2)?;
-            let (a, b) = (&inputs[0].shape, &inputs[1].shape);
-            if a.rank() != 2 || b.rank() != 2 {
-                return Err(format!("matmul needs 2-D operands, got {a} and {b}"));
-            }
-            let (m, ka) = if trans[0] { (a.0[1], a.0[0]) } else { (a.0[0], a.0[1]) };
-            let (kb, n) = if trans[1] { (b.0[1], b.0[0]) } else { (b.0[0], b.0[1]) };
-            if ka != kb {
-                return Err(format!("matmul inner extents differ: {ka} vs {kb}"));
-            }
-            Ok(TensorType::new(mixed(inputs[0].dtype, inputs[1].dtype)?, Shape(vec![m, n])))
+            matmul_type(inputs[0], inputs[1], *trans, *sum_batch)
         }
         Op::Conv2d { geom, .. } => {
             arity(2)?;
@@ -363,7 +398,8 @@ pub fn infer(op: &Op, inputs: &[&TensorType], requested: Option<&Shape>) -> Resu
         Op::AttnLse { spec } => {
             arity(2 + usize::from(spec.key_mask))?;
             let d = attn_dims(spec, inputs[0], inputs[1], None)?;
-            attn_extras(spec, &d, &inputs[2..])?;
+            // The log-sum-exp is taken before dropout: it reads no step counter.
+            attn_extras(&AttnSpec { dropout: None, ..*spec }, &d, &inputs[2..])?;
             Ok(TensorType::new(DType::F32, Shape(vec![d.b, Dim::Fixed(d.h), Dim::Fixed(d.t)])))
         }
         Op::Attention { spec } => {
@@ -421,7 +457,12 @@ impl AttnDims {
     }
 }
 
-fn attn_dims(spec: &AttnSpec, q: &TensorType, k: &TensorType, v: Option<&TensorType>) -> Result<AttnDims, String> {
+fn attn_dims(
+    spec: &AttnSpec,
+    q: &TensorType,
+    k: &TensorType,
+    v: Option<&TensorType>,
+) -> Result<AttnDims, String> {
     if !spec.scale.is_finite() {
         return Err(format!("attention scale {} is not finite", spec.scale));
     }

@@ -269,9 +269,15 @@ pub enum Op {
     Pad { axis: usize, before: usize, after: usize },
     /// Concatenation along `axis`. Operands: the pieces, in order.
     Concat { axis: usize },
-    /// `op(a) · op(b)` of 2-D matrices, `op` = optional transpose then optional conjugate.
-    /// Operands `[a (M×K after op), b (K×N after op)]`; dtypes may mix (real stays real).
-    MatMul { trans: [bool; 2], conj: [bool; 2] },
+    /// `op(a) · op(b)`, batched over leading axes; `op` = optional transpose then optional
+    /// conjugate of the last two axes. Operands `[a ([P..., M, K] after op), b ([P..., K, N]
+    /// after op)]`: the leading axes `P...` (possibly containing `B`) are the same in both, or
+    /// one operand is 2-D and is broadcast over the other's `P...` (no `P` at all: the plain
+    /// matrix product). Output `[P..., M, N]`; with `sum_batch` it is `[M, N]`, the sum over
+    /// `P...` of the per-batch products (both operands then have the same, non-empty `P...`):
+    /// the weight gradient of a broadcast operand, never materialising `[P..., M, N]`.
+    /// Dtypes may mix (real stays real).
+    MatMul { trans: [bool; 2], conj: [bool; 2], sum_batch: bool },
     /// Cross-correlation as PyTorch's conv2d. Operands `[x (N,C,H,W), w (O, C/groups, kh, kw)]`;
     /// `conj[i]` conjugates operand `i` first. Dtypes may mix.
     Conv2d { geom: ConvGeom, conj: [bool; 2] },
@@ -302,7 +308,8 @@ pub enum Op {
     /// the unmasked keys `j`, with `s_ij` as [`AttnSpec`] says. Operands `[q (c64 [B, H, T, D]),
     /// k (c64 [B, H, S, D]), (mask f32 [B, S])]`; output f32 `[B, H, T]`. A row whose keys are
     /// all masked has `lse = 0` (never `+inf`), and [`Op::Attention`] gives it output 0.
-    /// A helper of `Attention`: it receives no gradient (see `Attention`).
+    /// A helper of `Attention`: it receives no gradient (see `Attention`). Dropout acts after
+    /// the softmax, so `spec.dropout` is ignored here and there is no step operand.
     AttnLse { spec: AttnSpec },
     /// Softmax attention from a precomputed `lse`: `o_i = Σ_j keep_ij · p_ij · v_j` with
     /// `p_ij = exp(s_ij − lse_i)` over unmasked keys and `keep_ij = dropout_keep(p, salt,

@@ -637,7 +637,12 @@ fn op_with_attrs(c: &mut Cursor, mnemonic: &str, at: usize) -> Res<Op> {
                 "matmul" => {
                     c.key("trans")?;
                     let trans = c.pair(Cursor::bool)?;
-                    Op::MatMul { trans, conj: conj(c)? }
+                    let conj = conj(c)?;
+                    let sum_batch = c.eat(",") && {
+                        c.expect("sum_batch")?;
+                        true
+                    };
+                    Op::MatMul { trans, conj, sum_batch }
                 }
                 "conv2d" => {
                     let geom = geom(c)?;

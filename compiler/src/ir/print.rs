@@ -20,7 +20,11 @@ pub fn attrs(op: &Op) -> String {
         Op::Slice { axis, start, len } => format!("[axis={axis}, {start}..{}]", start + len),
         Op::Pad { axis, before, after } => format!("[axis={axis}, {before}, {after}]"),
         Op::Concat { axis } => format!("[axis={axis}]"),
-        Op::MatMul { trans, conj } => format!("[trans={trans:?}, conj={conj:?}]"),
+        // `sum_batch` is written only when set, so the text of every plain matmul is unchanged.
+        Op::MatMul { trans, conj, sum_batch } => {
+            let sum = if *sum_batch { ", sum_batch" } else { "" };
+            format!("[trans={trans:?}, conj={conj:?}{sum}]")
+        }
         Op::Conv2d { geom, conj } => format!("[{}, conj={conj:?}]", geom_text(geom)),
         Op::ConvTranspose2d { geom, out_hw, conj } => {
             format!("[{}, out={out_hw:?}, conj={conj:?}]", geom_text(geom))

@@ -265,7 +265,9 @@ impl Reverse<'_> {
                 }
                 out
             }
-            Op::MatMul { trans, conj } => self.matmul(*trans, *conj, ins[0], ins[1], g, need)?,
+            Op::MatMul { trans, conj, sum_batch } => {
+                self.matmul(*trans, *conj, *sum_batch, ins[0], ins[1], g, need)?
+            }
             Op::Conv2d { geom, conj } => {
                 let [c0, c1] = *conj;
                 let hw = self.spatial(ins[0])?;
@@ -580,30 +582,40 @@ impl Reverse<'_> {
     }
 
     /// Gradients of `C = op(A)·op(B)`: `ḡ_{A'} = ḡ·B'^H`, `ḡ_{B'} = A'^H·ḡ`, mapped back
-    /// through each operand's transpose and conjugation flags.
+    /// through each operand's transpose and conjugation flags, batch by batch. A 2-D operand
+    /// broadcast over the other's batch axes gets the sum over the batches of its gradient,
+    /// which is itself one `sum_batch` matmul; the gradients of a `sum_batch` product are
+    /// batched products with the 2-D `ḡ` broadcast. So every gradient stays a `MatMul`.
+    #[allow(clippy::too_many_arguments)]
     fn matmul(
         &mut self,
         trans: [bool; 2],
         conj: [bool; 2],
+        sum_batch: bool,
         a: Value,
         b: Value,
         g: Value,
         need: &[bool],
     ) -> Result<Vec<Option<Value>>, String> {
         let ([ta, tb], [ca, cb]) = (trans, conj);
+        let (a2, b2) = (self.ty(a).shape.rank() == 2, self.ty(b).shape.rank() == 2);
+        // Sum over the batches exactly where the operand was broadcast.
+        let sa = !sum_batch && a2 && !b2;
+        let sb = !sum_batch && b2 && !a2;
+        let mm = |trans, conj, sum_batch| Op::MatMul { trans, conj, sum_batch };
         let ga = if !need[0] {
             None
         } else if !ta {
-            self.maybe(true, Op::MatMul { trans: [false, !tb], conj: [ca, xor(!cb, ca)] }, &[g, b])?
+            self.maybe(true, mm([false, !tb], [ca, xor(!cb, ca)], sa), &[g, b])?
         } else {
-            self.maybe(true, Op::MatMul { trans: [tb, true], conj: [xor(!cb, ca), ca] }, &[b, g])?
+            self.maybe(true, mm([tb, true], [xor(!cb, ca), ca], sa), &[b, g])?
         };
         let gb = if !need[1] {
             None
         } else if !tb {
-            self.maybe(true, Op::MatMul { trans: [!ta, false], conj: [xor(!ca, cb), cb] }, &[a, g])?
+            self.maybe(true, mm([!ta, false], [xor(!ca, cb), cb], sb), &[a, g])?
         } else {
-            self.maybe(true, Op::MatMul { trans: [true, ta], conj: [cb, xor(!ca, cb)] }, &[g, a])?
+            self.maybe(true, mm([true, ta], [cb, xor(!ca, cb)], sb), &[g, a])?
         };
         Ok(vec![ga, gb])
     }

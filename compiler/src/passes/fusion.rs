@@ -135,7 +135,9 @@ fn kind_of(op: &Op) -> GroupKind {
 fn inlines_operands(op: &Op) -> bool {
     match op.class() {
         OpClass::Elementwise | OpClass::Assign | OpClass::Reduce => true,
-        OpClass::Leaf | OpClass::View | OpClass::Movement | OpClass::Contraction | OpClass::Attention => false,
+        OpClass::Leaf | OpClass::View | OpClass::Movement | OpClass::Contraction | OpClass::Attention => {
+            false
+        }
     }
 }
 

@@ -10,6 +10,7 @@
 use super::pool::Pool;
 use cvc_compiler::back::cpu::{AttentionCall, AttnKind, BLOCK_K, BLOCK_Q};
 use cvc_compiler::ir::{dropout_keep, AttnScore, AttnSpec, AttnWrt};
+use std::ops::Range;
 
 /// Raw arena pointers of one call (complex operands interleaved re, im).
 #[derive(Clone, Copy)]
@@ -25,6 +26,11 @@ struct Ptrs {
     step: u32,
 }
 
+// SAFETY: the pointers address the arena, which outlives the call; threads only read the
+// operands and write disjoint output rows (see `run`).
+unsafe impl Send for Ptrs {}
+unsafe impl Sync for Ptrs {}
+
 /// The per-thread block buffers, carved from one workspace of
 /// [`cvc_compiler::back::cpu::ATTENTION_WORKSPACE_WORDS`] f32.
 struct Block {
@@ -32,8 +38,6 @@ struct Block {
     c: *mut f32,
     /// Scores, then weights `p`, `BLOCK_Q × BLOCK_K`.
     p: *mut f32,
-    /// Complex score gradients `g`, interleaved.
-    g: *mut f32,
     /// One f32 per query row (δ), and one more (row max).
     row: *mut f32,
 }
@@ -43,7 +47,7 @@ impl Block {
     /// `ws` addresses `ATTENTION_WORKSPACE_WORDS` f32.
     unsafe fn new(ws: *mut f32) -> Block {
         let n = BLOCK_Q * BLOCK_K;
-        Block { c: ws, p: ws.add(2 * n), g: ws.add(3 * n), row: ws.add(5 * n) }
+        Block { c: ws, p: ws.add(2 * n), row: ws.add(5 * n) }
     }
 }
 
@@ -53,7 +57,12 @@ impl Block {
 /// The offsets of `call` address its operands inside the arena at `base` (the compiler
 /// resolved them from the memory plan); `workspace(t)` points at
 /// `ATTENTION_WORKSPACE_WORDS` f32 owned by thread `t`.
-pub unsafe fn run(pool: &Pool, base: *mut u8, workspace: &(dyn Fn(usize) -> *mut f32 + Sync), call: &AttentionCall) {
+pub unsafe fn run(
+    pool: &Pool,
+    base: *mut u8,
+    workspace: &(dyn Fn(usize) -> *mut f32 + Sync),
+    call: &AttentionCall,
+) {
     let at = |o: Option<usize>| o.map_or(std::ptr::null(), |o| base.add(o) as *const f32);
     let ptrs = Ptrs {
         q: at(Some(call.q)),
@@ -96,12 +105,20 @@ pub unsafe fn run(pool: &Pool, base: *mut u8, workspace: &(dyn Fn(usize) -> *mut
     }
 }
 
-/// Fills `blk.c` and `blk.p` (scores, `-inf` where masked) for queries `i0..i0+ni` and keys
-/// `j0..j0+nj` of head `bh`.
+/// Fills `blk.c` and `blk.p` (scores, `-inf` where masked) for queries `rows` and keys `cols`
+/// of head `bh`.
 ///
 /// # Safety
-/// As [`run`]; the block fits the workspace (`ni ≤ BLOCK_Q`, `nj ≤ BLOCK_K`).
-unsafe fn scores(a: &AttentionCall, p: &Ptrs, blk: &Block, bh: usize, i0: usize, ni: usize, j0: usize, nj: usize) {
+/// As [`run`]; the block fits the workspace (at most `BLOCK_Q` rows, `BLOCK_K` columns).
+unsafe fn scores(
+    a: &AttentionCall,
+    p: &Ptrs,
+    blk: &Block,
+    bh: usize,
+    rows: Range<usize>,
+    cols: Range<usize>,
+) {
+    let (i0, ni, j0, nj) = (rows.start, rows.len(), cols.start, cols.len());
     let d = a.d;
     let b = bh / a.h;
     for ii in 0..ni {
@@ -179,7 +196,7 @@ unsafe fn lse_rows(a: &AttentionCall, p: &Ptrs, blk: &Block, bh: usize, i0: usiz
     }
     for j0 in (0..a.s).step_by(BLOCK_K) {
         let nj = BLOCK_K.min(a.s - j0);
-        scores(a, p, blk, bh, i0, ni, j0, nj);
+        scores(a, p, blk, bh, i0..i0 + ni, j0..j0 + nj);
         for ii in 0..ni {
             let row = blk.p.add(ii * BLOCK_K);
             let bmax = (0..nj).map(|jj| *row.add(jj)).fold(f32::NEG_INFINITY, f32::max);
@@ -208,7 +225,7 @@ unsafe fn forward_rows(a: &AttentionCall, p: &Ptrs, blk: &Block, bh: usize, i0: 
     std::ptr::write_bytes(out, 0, 2 * ni * dv);
     for j0 in (0..a.s).step_by(BLOCK_K) {
         let nj = BLOCK_K.min(a.s - j0);
-        scores(a, p, blk, bh, i0, ni, j0, nj);
+        scores(a, p, blk, bh, i0..i0 + ni, j0..j0 + nj);
         weights(a, p, blk, bh, i0, ni, nj);
         for ii in 0..ni {
             let o = out.add(2 * ii * dv);
@@ -273,7 +290,7 @@ unsafe fn dq_rows(a: &AttentionCall, p: &Ptrs, blk: &Block, bh: usize, i0: usize
     }
     for j0 in (0..a.s).step_by(BLOCK_K) {
         let nj = BLOCK_K.min(a.s - j0);
-        scores(a, p, blk, bh, i0, ni, j0, nj);
+        scores(a, p, blk, bh, i0..i0 + ni, j0..j0 + nj);
         weights(a, p, blk, bh, i0, ni, nj);
         for ii in 0..ni {
             let go = p.d_o.add(2 * (bh * a.t + i0 + ii) * dv);
@@ -309,7 +326,7 @@ unsafe fn dkv_rows(a: &AttentionCall, p: &Ptrs, blk: &Block, bh: usize, j0: usiz
     std::ptr::write_bytes(out, 0, 2 * nj * w_row);
     for i0 in (0..a.t).step_by(BLOCK_Q) {
         let ni = BLOCK_Q.min(a.t - i0);
-        scores(a, p, blk, bh, i0, ni, j0, nj);
+        scores(a, p, blk, bh, i0..i0 + ni, j0..j0 + nj);
         weights(a, p, blk, bh, i0, ni, nj);
         for ii in 0..ni {
             let r = bh * a.t + i0 + ii;

@@ -68,6 +68,25 @@ fn mat_at(op: &MatOperand, base: *mut u8, row0: usize, col0: usize) -> Mat {
     Mat { ptr, rs: op.rs, cs: op.cs, complex: op.complex, conj: op.conj }
 }
 
+/// Operands `a`, `b` and the output pointer of product `q` of a matmul's batch.
+fn batch_operands(mm: &MatMulCall, base: *mut u8, q: usize) -> (Mat, Mat, *mut f32) {
+    let [sa, sb, sc] = mm.batch_strides;
+    let words = |complex: bool| if complex { 2 } else { 1 };
+    let shift = |op: &MatOperand, stride: usize| MatOperand {
+        offset: op.offset + q * stride * words(op.complex) * 4,
+        ..*op
+    };
+    let c = base.wrapping_add(mm.c + q * sc * words(mm.c_complex) * 4) as *mut f32;
+    (mat_at(&shift(&mm.a, sa), base, 0, 0), mat_at(&shift(&mm.b, sb), base, 0, 0), c)
+}
+
+/// `m` moved to element `(row0, col0)`.
+fn mat_shift(m: &Mat, row0: usize, col0: usize) -> Mat {
+    let words = if m.complex { 2 } else { 1 };
+    let elems = row0 as isize * m.rs + col0 as isize * m.cs;
+    Mat { ptr: m.ptr.wrapping_offset(elems * words), ..*m }
+}
+
 /// What one launch runs: a JIT-compiled loop, a planned FFT (it owns buffers), or a native call
 /// executed straight from the module's description.
 enum Kernel {
@@ -282,13 +301,43 @@ impl CpuBackend {
         }
     }
 
-    /// A matmul, split over rows (or columns when wider than tall) across threads.
+    /// A matmul: a single product split over rows (or columns when wider than tall) across
+    /// threads; a batch of products split over the batch when it has a product per thread,
+    /// else one product after the other, each split; summed products one after the other,
+    /// each accumulating into the output.
     ///
     /// # Safety
     /// As [`CpuBackend::run_kernel`].
     unsafe fn run_matmul(pool: &Pool, sh: Shared, mm: &MatMulCall) {
         let threads = pool.threads();
-        let MatMulCall { m, n, k, a, b, c, c_complex } = *mm;
+        let MatMulCall { m, n, k, batch, sum_batch, .. } = *mm;
+        if batch > 1 && !sum_batch && threads > 1 && batch >= threads && batch * m * n * k >= 1 << 16 {
+            pool.run(&|t: usize| {
+                // SAFETY: thread `t` owns scratch entry `t` and the output batches `lo..hi`.
+                unsafe {
+                    let s = &mut *sh.scratch(t);
+                    let (lo, hi) = chunk(batch, threads, t);
+                    for q in lo..hi {
+                        let (a, b, c) = batch_operands(mm, sh.base(), q);
+                        contract::matmul(m, n, k, a, b, c, n as isize, false, &mut s.gemm);
+                    }
+                }
+            });
+            return;
+        }
+        for q in 0..batch {
+            Self::run_product(pool, sh, mm, q, sum_batch && q > 0);
+        }
+    }
+
+    /// Product `q` of a matmul's batch, split over rows (or columns) across threads; added to
+    /// the output when `accumulate`.
+    ///
+    /// # Safety
+    /// As [`CpuBackend::run_kernel`].
+    unsafe fn run_product(pool: &Pool, sh: Shared, mm: &MatMulCall, q: usize, accumulate: bool) {
+        let threads = pool.threads();
+        let MatMulCall { m, n, k, c_complex, .. } = *mm;
         let cw = if c_complex { 2 } else { 1 };
         let split_m = m >= n;
         let par = threads > 1 && m * n * k >= 1 << 16 && (if split_m { m } else { n }) >= threads;
@@ -301,14 +350,14 @@ impl CpuBackend {
                 if lo >= hi {
                     return;
                 }
-                let out = sh.base().add(c) as *mut f32;
+                let (a, b, out) = batch_operands(mm, sh.base(), q);
                 let (am, bm, cp) = if split_m {
-                    (mat_at(&a, sh.base(), lo, 0), mat_at(&b, sh.base(), 0, 0), out.add(lo * n * cw))
+                    (mat_shift(&a, lo, 0), b, out.add(lo * n * cw))
                 } else {
-                    (mat_at(&a, sh.base(), 0, 0), mat_at(&b, sh.base(), 0, lo), out.add(lo * cw))
+                    (a, mat_shift(&b, 0, lo), out.add(lo * cw))
                 };
                 let (mm, nn) = if split_m { (hi - lo, n) } else { (m, hi - lo) };
-                contract::matmul(mm, nn, k, am, bm, cp, n as isize, false, &mut s.gemm);
+                contract::matmul(mm, nn, k, am, bm, cp, n as isize, accumulate, &mut s.gemm);
             }
         };
         if par {
@@ -500,7 +549,8 @@ impl Backend for CpuBackend {
     }
 
     fn host_memory(&self) -> Vec<(String, usize)> {
-        let words: usize = self.scratch.iter().map(|s| s.gemm.len() + s.cols.len() + s.dw.len() + s.attn.len()).sum();
+        let words: usize =
+            self.scratch.iter().map(|s| s.gemm.len() + s.cols.len() + s.dw.len() + s.attn.len()).sum();
         let fft: usize = self
             .kernels
             .iter()

@@ -72,9 +72,7 @@ pub(crate) fn attention(cx: &NodeCtx) -> CompileResult<AttentionCall> {
         Op::AttnLse { spec } => (*spec, AttnKind::Lse, 2),
         Op::Attention { spec } => (*spec, AttnKind::Forward, 4),
         Op::AttentionGrad { spec, wrt } => (*spec, AttnKind::Grad(*wrt), 6),
-        other => {
-            return Err(CompileError::internal(format!("{} is not an attention op", other.mnemonic())))
-        }
+        other => return Err(CompileError::internal(format!("{} is not an attention op", other.mnemonic()))),
     };
     let q = cx.input(0)?;
     let k = cx.input(1)?;
@@ -98,7 +96,8 @@ pub(crate) fn attention(cx: &NodeCtx) -> CompileResult<AttentionCall> {
     } else {
         None
     };
-    let step = if spec.dropout.is_some() { Some(at(next)?) } else { None };
+    // `AttnLse` has no step operand: dropout follows the softmax.
+    let step = if spec.dropout.is_some() && kind != AttnKind::Lse { Some(at(next)?) } else { None };
     Ok(AttentionCall {
         kind,
         spec,

@@ -21,6 +21,8 @@ pub struct MatOperand {
 }
 
 /// `c = a · b` for `a` m×k, `b` k×n (transposes folded into the strides); `c` is row-major.
+/// A batched product repeats this `batch` times, stepping each operand by its batch stride
+/// (0: the same matrix for every batch); with `sum_batch` the products add up into one `c`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatMulCall {
     /// Rows of the output.
@@ -37,6 +39,12 @@ pub struct MatMulCall {
     pub c: usize,
     /// Whether the output is complex.
     pub c_complex: bool,
+    /// Number of products (1: a single matrix product).
+    pub batch: usize,
+    /// Elements between consecutive batches of `a`, `b` and `c` (0: reused).
+    pub batch_strides: [usize; 3],
+    /// Whether the `batch` products are summed into `c` (its batch stride is then 0).
+    pub sum_batch: bool,
 }
 
 /// Resolved extents of one convolution: input `(n, c, h, w)`, weight `(o, cg, kh, kw)`,
@@ -102,15 +110,25 @@ pub struct ConvCall {
     pub out_words: usize,
 }
 
-pub(super) fn matmul(cx: &NodeCtx, trans: [bool; 2], conj: [bool; 2]) -> CompileResult<MatMulCall> {
+pub(super) fn matmul(
+    cx: &NodeCtx,
+    trans: [bool; 2],
+    conj: [bool; 2],
+    sum_batch: bool,
+) -> CompileResult<MatMulCall> {
     let (a, b) = (cx.input(0)?, cx.input(1)?);
     let (sa, sb) = (cx.shape(a), cx.shape(b));
-    let (m, k) = if trans[0] { (sa[1], sa[0]) } else { (sa[0], sa[1]) };
-    let n = if trans[1] { sb[0] } else { sb[1] };
+    let last2 = |s: &[usize]| [s[s.len() - 2], s[s.len() - 1]];
+    let (a2, b2) = (last2(&sa), last2(&sb));
+    let (m, k) = if trans[0] { (a2[1], a2[0]) } else { (a2[0], a2[1]) };
+    let n = if trans[1] { b2[0] } else { b2[1] };
     // Row-major storage: transposing swaps the strides.
-    let (ars, acs) = if trans[0] { (1, sa[1] as isize) } else { (sa[1] as isize, 1) };
-    let (brs, bcs) = if trans[1] { (1, sb[1] as isize) } else { (sb[1] as isize, 1) };
-    Ok(MatMulCall {
+    let (ars, acs) = if trans[0] { (1, a2[1] as isize) } else { (a2[1] as isize, 1) };
+    let (brs, bcs) = if trans[1] { (1, b2[1] as isize) } else { (b2[1] as isize, 1) };
+    // A 2-D operand is broadcast over the other's batch axes: batch stride 0.
+    let batch_of = |s: &[usize]| s[..s.len() - 2].iter().product::<usize>();
+    let stride = |s: &[usize], two: [usize; 2]| if s.len() == 2 { 0 } else { two[0] * two[1] };
+    let call = MatMulCall {
         m,
         n,
         k,
@@ -118,7 +136,32 @@ pub(super) fn matmul(cx: &NodeCtx, trans: [bool; 2], conj: [bool; 2]) -> Compile
         b: MatOperand { offset: cx.offset(b)?, rs: brs, cs: bcs, complex: cx.complex(b), conj: conj[1] },
         c: cx.offset(cx.v)?,
         c_complex: cx.complex(cx.v),
-    })
+        batch: batch_of(&sa).max(batch_of(&sb)),
+        batch_strides: [stride(&sa, a2), stride(&sb, b2), if sum_batch { 0 } else { m * n }],
+        sum_batch,
+    };
+    Ok(fold_batch(call))
+}
+
+/// Folds the batch of a product into one larger product where the memory layout allows:
+/// into `m` when `a`'s rows continue from one batch to the next and `b` is shared (a
+/// non-transposed `[P.., m, k]` times a 2-D weight), into `k` when summed products step
+/// through `a`'s columns and `b`'s rows contiguously (`Σ_P aᵀ·b` of two row-major operands:
+/// a broadcast weight's gradient). Otherwise the runtime loops over the batch.
+fn fold_batch(mut c: MatMulCall) -> MatMulCall {
+    if c.batch <= 1 {
+        return MatMulCall { batch: 1, batch_strides: [0, 0, 0], sum_batch: false, ..c };
+    }
+    let [sa, sb, sc] = c.batch_strides.map(|s| s as isize);
+    let (m, k) = (c.m as isize, c.k as isize);
+    if !c.sum_batch && sb == 0 && sa == m * c.a.rs && sc == m * c.n as isize {
+        c.m *= c.batch;
+    } else if c.sum_batch && sa == k * c.a.cs && sb == k * c.b.rs {
+        c.k *= c.batch;
+    } else {
+        return c;
+    }
+    MatMulCall { batch: 1, batch_strides: [0, 0, 0], sum_batch: false, ..c }
 }
 
 pub(super) fn conv(cx: &NodeCtx, geom: ConvGeom, conj: [bool; 2]) -> CompileResult<ConvCall> {

@@ -18,7 +18,9 @@ mod attention;
 mod contraction;
 mod movement;
 
-pub use attention::{AttentionCall, AttnKind, BLOCK_K, BLOCK_Q, WORKSPACE_WORDS as ATTENTION_WORKSPACE_WORDS};
+pub use attention::{
+    AttentionCall, AttnKind, BLOCK_K, BLOCK_Q, WORKSPACE_WORDS as ATTENTION_WORKSPACE_WORDS,
+};
 pub use contraction::{ConvCall, ConvShape, ConvTypes, MatMulCall, MatOperand};
 pub use movement::{strides, FftCall, StridedCopy, MAX_RANK};
 
@@ -303,7 +305,9 @@ fn call_of(program: &Program, v: Value) -> CompileResult<CpuCall> {
     let cx = NodeCtx { program, v };
     let op = &cx.node().op;
     match op {
-        Op::MatMul { trans, conj } => contraction::matmul(&cx, *trans, *conj).map(CpuCall::MatMul),
+        Op::MatMul { trans, conj, sum_batch } => {
+            contraction::matmul(&cx, *trans, *conj, *sum_batch).map(CpuCall::MatMul)
+        }
         Op::Conv2d { geom, conj } => contraction::conv(&cx, *geom, *conj).map(CpuCall::Conv),
         Op::ConvTranspose2d { geom, conj, .. } => {
             contraction::conv_transpose(&cx, *geom, *conj).map(CpuCall::ConvTranspose)
@@ -400,7 +404,7 @@ impl std::fmt::Display for CpuModule {
                 }
                 CpuCall::MatMul(m) => writeln!(
                     f,
-                    "matmul {}x{}x{}  a@{} (rs {}, cs {}{}{})  b@{} (rs {}, cs {}{}{}) -> c@{}{}",
+                    "matmul {}x{}x{}  a@{} (rs {}, cs {}{}{})  b@{} (rs {}, cs {}{}{}) -> c@{}{}{}",
                     m.m,
                     m.k,
                     m.n,
@@ -415,7 +419,8 @@ impl std::fmt::Display for CpuModule {
                     if m.b.complex { ", c64" } else { "" },
                     if m.b.conj { ", conj" } else { "" },
                     m.c,
-                    if m.c_complex { " c64" } else { "" }
+                    if m.c_complex { " c64" } else { "" },
+                    batch_text(m)
                 ),
                 CpuCall::Conv(c) => conv_line(f, "conv2d", c),
                 CpuCall::ConvTranspose(c) => conv_line(f, "conv_transpose2d", c),
@@ -493,6 +498,16 @@ fn attention_line(f: &mut std::fmt::Formatter<'_>, a: &AttentionCall) -> std::fm
         opt(a.step),
         a.out
     )
+}
+
+/// The batch part of a matmul's line (empty for a single product, so plain matmuls print as before).
+fn batch_text(m: &MatMulCall) -> String {
+    if m.batch <= 1 {
+        return String::new();
+    }
+    let [a, b, c] = m.batch_strides;
+    let sum = if m.sum_batch { ", summed" } else { "" };
+    format!("  ×{} batches (strides a {a}, b {b}, c {c}{sum})", m.batch)
 }
 
 fn conv_line(f: &mut std::fmt::Formatter<'_>, what: &str, c: &ConvCall) -> std::fmt::Result {

@@ -68,27 +68,9 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
         check_size(ctx.shape(x).iter().product(), &format!("a contraction's {what}"))?;
     }
     let gemm = match &node.op {
-        Op::MatMul { trans, conj } => {
-            let s0 = ctx.shape(x0);
-            let s1 = ctx.shape(x1);
-            let (m, k) = if trans[0] { (s0[1], s0[0]) } else { (s0[0], s0[1]) };
-            let n = if trans[1] { s1[0] } else { s1[1] };
-            let a_idx = if trans[0] { format!("k * {m}u + m") } else { format!("m * {k}u + k") };
-            let b_idx = if trans[1] { format!("n * {k}u + k") } else { format!("k * {n}u + n") };
-            Gemm {
-                m,
-                n,
-                k,
-                groups: 1,
-                ta: t0,
-                tb: t1,
-                tc,
-                load_a: format!("return {};", conj_if(conj[0], format!("{p0}[{a_idx}]"))),
-                load_b: format!("return {};", conj_if(conj[1], format!("{p1}[{b_idx}]"))),
-                out: format!("{out}[m * {n}u + n]"),
-                a_k_fast: !trans[0],
-                b_k_fast: trans[1],
-            }
+        Op::MatMul { trans, conj, sum_batch } => {
+            let mm = MatMulShape::new(&ctx.shape(x0), &ctx.shape(x1), *trans, *sum_batch);
+            mm.gemm([t0, t1, tc], [&p0, &p1, &out], *trans, *conj)
         }
         Op::Conv2d { geom, conj } => {
             let [nb, c, h, w] = dims(&ctx.shape(x0))?;
@@ -241,6 +223,91 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
         | Op::Assign) => return Err(internal!("{v}: {} is not a contraction", other.mnemonic())),
     };
     emit(ctx, &gemm, v, name)
+}
+
+/// The extents of a (batched) matmul and how its batch maps onto the GEMM template.
+struct MatMulShape {
+    m: usize,
+    n: usize,
+    k: usize,
+    /// Products in the batch (1: a single product).
+    batch: usize,
+    /// Elements between the batches of `a`, `b` (0: a 2-D operand, read for every batch).
+    strides: [usize; 2],
+    sum_batch: bool,
+}
+
+impl MatMulShape {
+    fn new(s0: &[usize], s1: &[usize], trans: [bool; 2], sum_batch: bool) -> MatMulShape {
+        let last2 = |s: &[usize]| [s[s.len() - 2], s[s.len() - 1]];
+        let (a2, b2) = (last2(s0), last2(s1));
+        let (m, k) = if trans[0] { (a2[1], a2[0]) } else { (a2[0], a2[1]) };
+        let n = if trans[1] { b2[0] } else { b2[1] };
+        let batch_of = |s: &[usize]| s[..s.len() - 2].iter().product::<usize>();
+        let stride = |s: &[usize], two: [usize; 2]| if s.len() == 2 { 0 } else { two[0] * two[1] };
+        let batch = batch_of(s0).max(batch_of(s1));
+        let mut mm = MatMulShape { m, n, k, batch, strides: [stride(s0, a2), stride(s1, b2)], sum_batch };
+        // Fold the batch into one product where the layout allows (as the CPU back end does):
+        // into M for a row-major `a` times a shared `b`, into K for summed products of a
+        // transposed `a` and a row-major `b` (both then step through memory contiguously).
+        if batch > 1 && !sum_batch && !trans[0] && mm.strides[1] == 0 {
+            mm.m *= batch;
+        } else if batch > 1 && sum_batch && trans[0] && !trans[1] {
+            mm.k *= batch;
+        } else {
+            return mm;
+        }
+        MatMulShape { batch: 1, strides: [0, 0], sum_batch: false, ..mm }
+    }
+
+    /// The GEMM: a single product as before; a batch as channel groups (`g` = the batch, on
+    /// grid.z); summed products as one product over `K·batch` (`q` = the batch of a K index).
+    fn gemm(
+        &self,
+        [ta, tb, tc]: [DType; 3],
+        [p0, p1, out]: [&str; 3],
+        trans: [bool; 2],
+        conj: [bool; 2],
+    ) -> Gemm {
+        let MatMulShape { m, n, k, batch, strides: [sa, sb], sum_batch } = *self;
+        let a_idx = |kv: &str| if trans[0] { format!("{kv} * {m}u + m") } else { format!("m * {k}u + {kv}") };
+        let b_idx = |kv: &str| if trans[1] { format!("n * {k}u + {kv}") } else { format!("{kv} * {n}u + n") };
+        let at =
+            |stride: usize, g: &str| if stride == 0 { String::new() } else { format!("{g} * {stride}u + ") };
+        let (load_a, load_b, out, groups, kk) = if batch <= 1 {
+            (
+                format!("return {};", conj_if(conj[0], format!("{p0}[{}]", a_idx("k")))),
+                format!("return {};", conj_if(conj[1], format!("{p1}[{}]", b_idx("k")))),
+                format!("{out}[m * {n}u + n]"),
+                1,
+                k,
+            )
+        } else if sum_batch {
+            let split = format!("const u32 q = k / {k}u, r = k % {k}u;\n      ");
+            (
+                format!(
+                    "{split}return {};",
+                    conj_if(conj[0], format!("{p0}[{}{}]", at(sa, "q"), a_idx("r")))
+                ),
+                format!(
+                    "{split}return {};",
+                    conj_if(conj[1], format!("{p1}[{}{}]", at(sb, "q"), b_idx("r")))
+                ),
+                format!("{out}[m * {n}u + n]"),
+                1,
+                k * batch,
+            )
+        } else {
+            (
+                format!("return {};", conj_if(conj[0], format!("{p0}[{}{}]", at(sa, "g"), a_idx("k")))),
+                format!("return {};", conj_if(conj[1], format!("{p1}[{}{}]", at(sb, "g"), b_idx("k")))),
+                format!("{out}[g * {}u + m * {n}u + n]", m * n),
+                batch,
+                k,
+            )
+        };
+        Gemm { m, n, k: kk, groups, ta, tb, tc, load_a, load_b, out, a_k_fast: !trans[0], b_k_fast: trans[1] }
+    }
 }
 
 /// An input patch element of a convolution as a GEMM operand: the index named `tap` runs

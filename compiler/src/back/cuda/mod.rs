@@ -172,7 +172,9 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
             // The fused attention kernels are written on their own branch (issue 11); until
             // they land a program with attention does not compile for CUDA.
             GroupKind::Attention => {
-                return Err(user!("attention has no CUDA kernel in this build yet: use --device cpu or interp"))
+                return Err(user!(
+                    "attention has no CUDA kernel in this build yet: use --device cpu or interp"
+                ))
             }
         };
         for (id, k) in ids.iter().zip(&run) {

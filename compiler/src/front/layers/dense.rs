@@ -35,8 +35,10 @@ fn linear(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Dia
     let wdt = if real { DType::F32 } else { DType::C64 };
     let init = weight_init(site, "glorot", fan_in, out)?;
     let w = ctx.param(site, "weight", init, TensorType::new(wdt, Shape::fixed(&[fan_in, out])));
-    let mut y =
-        ctx.b.add(Op::MatMul { trans: [false, false], conj: [false, false] }, &[x.value, w]).at(site)?;
+    let mut y = ctx
+        .b
+        .add(Op::MatMul { trans: [false, false], conj: [false, false], sum_batch: false }, &[x.value, w])
+        .at(site)?;
     if bias {
         let bound = 1.0 / (fan_in as f64).sqrt();
         let b = ctx.param(site, "bias", Init::Uniform { bound }, TensorType::new(wdt, Shape::fixed(&[out])));

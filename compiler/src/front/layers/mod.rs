@@ -21,6 +21,7 @@
 
 mod activation;
 mod args;
+mod attention;
 mod conv;
 mod dense;
 mod elementwise;
@@ -294,7 +295,7 @@ pub(crate) struct OpDef {
 }
 
 /// The operator families in documentation order, each with its table rows.
-const FAMILIES: [(&str, &[OpDef]); 13] = [
+const FAMILIES: [(&str, &[OpDef]); 14] = [
     ("dense", dense::DEFS),
     ("embedding", embedding::DEFS),
     ("convolution", conv::DEFS),
@@ -308,6 +309,7 @@ const FAMILIES: [(&str, &[OpDef]); 13] = [
     ("shape", shape::DEFS),
     ("spectral", spectral::DEFS),
     ("losses", loss::DEFS),
+    ("attention", attention::DEFS),
 ];
 
 fn table() -> &'static [&'static OpDef] {
