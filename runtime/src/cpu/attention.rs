@@ -25,6 +25,10 @@ struct Ptrs {
     step: u32,
 }
 
+// SAFETY: the pointers address the arena, which outlives the call; the worker threads only
+// read the operands and write disjoint output rows (see `run`).
+unsafe impl Sync for Ptrs {}
+
 /// The per-thread block buffers, carved from one workspace of
 /// [`cvc_compiler::back::cpu::ATTENTION_WORKSPACE_WORDS`] f32.
 struct Block {
