@@ -56,7 +56,8 @@ impl AttnCase {
 /// dropout, head dimensions 8 to 128 (the narrow and the wide tilings, chunk tails), query
 /// counts across a 64-row tile and key counts across 32- and 16-key tiles (tails everywhere).
 pub fn cases() -> Vec<AttnCase> {
-    let c = |h, t, s, d, dv, abs, causal, mask, dropout| AttnCase { h, t, s, d, dv, abs, causal, mask, dropout };
+    let c =
+        |h, t, s, d, dv, abs, causal, mask, dropout| AttnCase { h, t, s, d, dv, abs, causal, mask, dropout };
     vec![
         c(2, 70, 45, 16, 16, false, false, false, None),
         c(1, 37, 45, 40, 24, true, true, false, None),
@@ -110,7 +111,8 @@ pub fn program_text(c: &AttnCase) -> String {
         extra.push_str(", %12");
     }
     let _ = writeln!(g, "  %13 = attn_lse[{lse_spec}](%7, %8{lse_extra}) : f32[B, {h}, {t}]  ; Forward");
-    let _ = writeln!(g, "  %14 = attention[{spec}](%7, %8, %9, %13{extra}) : c64[B, {h}, {t}, {dv}]  ; Forward");
+    let _ =
+        writeln!(g, "  %14 = attention[{spec}](%7, %8, %9, %13{extra}) : c64[B, {h}, {t}, {dv}]  ; Forward");
     let _ = writeln!(g, "  %15 = mul(%14, %3) : c64[B, {h}, {t}, {dv}]  ; Forward");
     let _ = writeln!(g, "  %16 = real(%15) : f32[B, {h}, {t}, {dv}]  ; Forward");
     let _ = writeln!(g, "  %17 = reduce_sum[axes=[0, 1, 2, 3]](%16) : f32[1, 1, 1, 1]  ; Forward");
