@@ -477,8 +477,8 @@ fn attention_kernels_match_the_interpreter() {
         let program = cvc_tests::attention::program(&c, 2);
         assert_eq!(program.groups.iter().filter(|g| g.kind == GroupKind::Attention).count(), 4, "{name}");
         let mut rng = SplitMix64::new(seed_for(&format!("gpu::{name}")));
-        let fails =
-            check_training_steps(&program, &cuda, 1, PLAN_TOL, &mut rng).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let fails = check_training_steps(&program, &cuda, 1, PLAN_TOL, &mut rng)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         eprintln!("{name}: {}", if fails.is_empty() { "checked" } else { "FAILS" });
         failures.extend(fails.into_iter().map(|f| format!("{name}: {f}")));
     }

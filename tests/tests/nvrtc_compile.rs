@@ -499,7 +499,7 @@ fn attention_kernels_compile_with_nvrtc_for_sm90() {
         for target in [CudaTarget::h200(), small.clone()] {
             let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{name}: {e}"));
             for f in ["attn_lse<", "attn_fwd<", "attn_dq<", "attn_dkv<"] {
-                assert_eq!(module.source.matches(f).count(), 2, "{name}: one instance of {f} (and its template)");
+                assert_eq!(module.source.matches(f).count(), 1, "{name}: one call of {f}");
             }
             if !nvrtc {
                 continue;

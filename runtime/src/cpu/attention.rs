@@ -29,6 +29,7 @@ struct Ptrs {
 // SAFETY: the pointers address the arena, which outlives the call; threads only read the
 // operands and write disjoint output rows (see `run`).
 unsafe impl Send for Ptrs {}
+// SAFETY: as for Send: shared references only read the pointers.
 unsafe impl Sync for Ptrs {}
 
 /// The per-thread block buffers, carved from one workspace of

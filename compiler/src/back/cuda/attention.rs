@@ -144,9 +144,17 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
         Some((p, salt)) => {
             let step = ins[fixed + usize::from(spec.key_mask)];
             if ctx.dtype(step) != DType::I32 {
-                return Err(internal!("{v}: the dropout step operand is {:?}, expected i32", ctx.dtype(step)));
+                return Err(internal!(
+                    "{v}: the dropout step operand is {:?}, expected i32",
+                    ctx.dtype(step)
+                ));
             }
-            (((1.0 - p) * 16_777_216.0) as u32, flit(1.0 / (1.0 - p)), salt, format!("(u32)(*{})", ctx.ptr(step)?))
+            (
+                ((1.0 - p) * 16_777_216.0) as u32,
+                flit(1.0 / (1.0 - p)),
+                salt,
+                format!("(u32)(*{})", ctx.ptr(step)?),
+            )
         }
         None => (0, "1.0f".into(), 0, "0u".into()),
     };
@@ -162,9 +170,10 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
     let opts = format!("{}, {thr}u, {keep}, {salt}u, {step}", flit(spec.scale));
     let (q, k, out) = (ctx.ptr(q)?, ctx.ptr(k)?, ctx.ptr(v)?);
     let (call, tiles) = match &node.op {
-        Op::AttnLse { .. } => {
-            (format!("attn_lse<{h}, {t}, {s}, {d}, {flags}>({q}, {k}, {mask}, {out}, {opts});"), t.div_ceil(16 * tl.rm))
-        }
+        Op::AttnLse { .. } => (
+            format!("attn_lse<{h}, {t}, {s}, {d}, {flags}>({q}, {k}, {mask}, {out}, {opts});"),
+            t.div_ceil(16 * tl.rm),
+        ),
         Op::Attention { .. } => (
             format!(
                 "attn_fwd<{h}, {t}, {s}, {d}, {dv}, {flags}>({q}, {k}, {}, {}, {mask}, {out}, {opts});",
@@ -193,7 +202,10 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
     };
     let blocks = b * h * tiles;
     if blocks > ctx.target.device.max_grid[0] || b * h * t.max(s) * d.max(dv) >= 1 << 62 {
-        return Err(user!("attention over {} heads of {t} queries is too large for one grid of the device", b * h));
+        return Err(user!(
+            "attention over {} heads of {t} queries is too large for one grid of the device",
+            b * h
+        ));
     }
     let code =
         format!("extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}(char* A) {{\n  {call}\n}}\n");

@@ -24,6 +24,9 @@
 //! - sibling sums that the schedule put next to each other (same domain and axes) are one
 //!   kernel; a sum split over blocks keeps f64 partials in scratch memory past the arena
 //!   ([`CudaModule::scratch`]) and its last block adds them in order (deterministic);
+//! - `AttnLse`, `Attention` and `AttentionGrad` are one flash-style kernel each
+//!   (`attention.rs`): scores recomputed per tile in registers and shared memory, never a
+//!   `[T, S]` buffer, deterministic (no atomics);
 //! - `Fft` is a direct DFT per output element (O(n²) per row, twiddles by `sincospi` of the
 //!   exact `(j·k) mod n`, accumulated in f64);
 //! - sums accumulate in f64 (complex: two f64) for accuracy; `Max`/`MaxMag` keep the first
@@ -46,6 +49,7 @@ macro_rules! user {
     };
 }
 
+mod attention;
 mod conv;
 mod gemm;
 mod kernels;
@@ -137,6 +141,8 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
     let group_at = |gi: usize| {
         program.groups.get(gi).ok_or_else(|| internal!("schedule names group {gi}, which does not exist"))
     };
+    // The attention templates are emitted once, before the first attention kernel.
+    let mut attention_lib = false;
     let mut at = 0;
     while at < program.order.len() {
         let gi = program.order[at];
@@ -169,12 +175,12 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
             GroupKind::Reduce => kernels::reduce(&ctx, &run, &name, scratch_end)?,
             GroupKind::Movement => kernels::movement(&ctx, group, &name)?,
             GroupKind::Contraction => gemm::contraction(&ctx, group, &name)?,
-            // The fused attention kernels are written on their own branch (issue 11); until
-            // they land a program with attention does not compile for CUDA.
             GroupKind::Attention => {
-                return Err(user!(
-                    "attention has no CUDA kernel in this build yet: use --device cpu or interp"
-                ))
+                if !attention_lib {
+                    source.push_str(attention::LIB);
+                    attention_lib = true;
+                }
+                attention::kernel(&ctx, group, &name)?
             }
         };
         for (id, k) in ids.iter().zip(&run) {
