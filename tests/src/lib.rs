@@ -3,4 +3,5 @@
 //! which the CPU tests run in CI and the GPU tests run on a device through the same code.
 
 pub mod differential;
+pub mod matmul_forms;
 pub mod seed;
