@@ -185,3 +185,39 @@ fn transposes_become_strides_and_slices_offsets() {
     assert_eq!(copy.dst_strides, vec![3, 1]);
     assert_eq!((copy.src_words, copy.dst_words), (2, 2));
 }
+
+#[test]
+fn batched_matmuls_fold_into_one_product_where_the_layout_allows() {
+    let src = "model Seq {
+    input x: c64[B, 6, 4]
+    input label: class[B] of 3
+    h = x |> linear(5)
+    s = matmul(h, h, transpose_b = true, conj_b = true)
+    logits = s |> abs |> flatten |> linear(3, real = true)
+    loss cross_entropy(logits, label)
+}
+";
+    let p = program("seq.cvnn", src, Mode::Train, 3);
+    let m = generate(&p, host_config().expect("host ISA")).expect("generates");
+    assert_inside("seq.cvnn", &m);
+    let mms: Vec<_> = m
+        .launches
+        .iter()
+        .filter_map(|l| if let CpuCall::MatMul(mm) = &l.call { Some(*mm) } else { None })
+        .collect();
+    let has = |what: &str, f: &dyn Fn(&cvc_compiler::back::cpu::MatMulCall) -> bool| {
+        assert!(mms.iter().any(f), "{what}: {mms:#?}");
+    };
+    // x·Wᵀ over [B, 6, 4]: one 18×4·4×5 product (the batch folded into M).
+    has("linear folded into M", &|c| (c.m, c.k, c.n, c.batch) == (18, 4, 5, 1));
+    // Its weight gradient Σ gᵀ·conj(x): one 5×18·18×4 product (the batch folded into K).
+    has("weight gradient folded into K", &|c| (c.m, c.k, c.n, c.batch) == (5, 18, 4, 1) && c.b.conj);
+    // h·hᴴ: 3 products of 6×5·5×6 with batch strides (no fold: both operands batched).
+    has("h·hᴴ as a batch", &|c| {
+        (c.m, c.k, c.n, c.batch) == (6, 5, 6, 3)
+            && c.batch_strides == [30, 30, 36]
+            && c.b.conj
+            && !c.sum_batch
+    });
+    assert!(m.to_string().contains("×3 batches (strides a 30, b 30, c 36)"), "{m}");
+}

@@ -244,6 +244,16 @@ fn every_known_op_lowers_with_the_expected_type() {
     let cases: Vec<(&str, Vec<Arg>, Vec<TensorType>, TensorType)> = vec![
         ("linear", vec![pos(int(5))], vec![r2.clone()], c64t(&[B, F(5)])),
         ("linear", vec![pos(int(5)), kw("real", ArgValue::Bool(true))], vec![r2.clone()], f32t(&[B, F(5)])),
+        ("linear", vec![pos(int(5))], vec![x3.clone()], c64t(&[B, F(4), F(5)])),
+        ("matmul", vec![], vec![x3.clone(), c64t(&[B, F(16), F(3)])], c64t(&[B, F(4), F(3)])),
+        (
+            "matmul",
+            vec![kw("transpose_b", ArgValue::Bool(true)), kw("conj_b", ArgValue::Bool(true))],
+            vec![x3.clone(), x3.clone()],
+            c64t(&[B, F(4), F(4)]),
+        ),
+        ("matmul", vec![], vec![f32t(&[F(2), F(4)]), x3.clone()], c64t(&[B, F(2), F(16)])),
+        ("matmul", vec![], vec![f32t(&[B, F(4), F(16)]), f32t(&[F(16), F(2)])], f32t(&[B, F(4), F(2)])),
         (
             "conv1d",
             vec![pos(int(8)), kw("kernel", int(3)), kw("pad", int(1))],
@@ -578,9 +588,20 @@ impl LabelText for cvc_compiler::diag::DiagLabel {
 
 #[test]
 fn shape_and_dtype_misuse_get_a_help_line() {
-    let d = err("linear", &[pos(int(10))], &[c64t(&[B, F(64), F(4), F(4)])]);
-    assert_eq!(help(&d), "insert `flatten` before `linear`");
-    assert!(d.secondary.iter().any(|l| l.span == sp(10) && l.message.contains("c64[B, 64, 4, 4]")));
+    let d = err("linear", &[pos(int(10))], &[c64t(&[B])]);
+    assert!(d.message.contains("rank 2 or more"), "{}", d.message);
+    assert!(d.secondary.iter().any(|l| l.span == sp(10) && l.message.contains("c64[B]")));
+
+    let d = err("matmul", &[], &[c64t(&[B, F(6), F(4)]), c64t(&[B, F(6), F(4)])]);
+    assert!(d.message.contains("inner extents differ"), "{}", d.message);
+    assert!(help(&d).contains("transpose_b = true"), "{}", help(&d));
+    let d = err("matmul", &[], &[c64t(&[B, F(4), F(3)]), c64t(&[B, F(5), F(3), F(2)])]);
+    assert!(d.message.contains("batch axes differ"), "{}", d.message);
+    assert_eq!(d.secondary.len(), 2, "both operands labelled");
+    let d = err("matmul", &[], &[c64t(&[B, F(4)]), c64t(&[F(4)])]);
+    assert!(d.message.contains("second operand"), "{}", d.message);
+    let d = err("matmul", &[], &[i32t(&[B, F(4), F(4)]), c64t(&[F(4), F(4)])]);
+    assert!(d.message.contains("i32"), "{}", d.message);
 
     let d = err("+", &[], &[c64t(&[B, F(32), F(8), F(8)]), c64t(&[B, F(64), F(8), F(8)])]);
     assert!(d.message.contains("shape mismatch"), "{}", d.message);
@@ -637,23 +658,108 @@ fn out(case: &Case, vals: &[Option<Tensor>]) -> Tensor {
 #[test]
 fn linear_matches_a_naive_product() {
     let mut r = rng("linear");
-    for (input, real_w) in [(DType::F32, false), (DType::C64, false), (DType::C64, true), (DType::F32, true)]
-    {
+    for (input, real_w, lead) in [
+        (DType::F32, false, vec![B]),
+        (DType::C64, false, vec![B]),
+        (DType::C64, true, vec![B]),
+        (DType::F32, true, vec![B]),
+        (DType::C64, false, vec![B, F(2), F(3)]),
+        (DType::F32, true, vec![B, F(3)]),
+    ] {
         let (n, i, o) = (3, 5, 4);
-        let ty = TensorType::new(input, Shape(vec![B, F(i)]));
+        let ty = TensorType::new(input, Shape(lead.iter().copied().chain([F(i)]).collect()));
+        let rows: usize = ty.shape.resolve(n).iter().product::<usize>() / i;
         let case =
             ok(Mode::Train, "linear", &[pos(int(o as i64)), kw("real", ArgValue::Bool(real_w))], &[ty]);
+        assert_eq!(case.g.ty(param(&case, ".weight")).shape, Shape::fixed(&[o, i]), "[out, in] as nn.Linear");
         let (l, vals) = eval_case(&case, n, &mut r, &[]);
         let x = cx(&l[&case.inputs[0]]);
         let w = cx(&l[&param(&case, ".weight")]);
         let b = cx(&l[&param(&case, ".bias")]);
-        let mut want = vec![C::new(0.0, 0.0); n * o];
-        for bi in 0..n {
+        // y[.., o] = b[o] + Σ_k x[.., k] · W[o, k], every leading index a row.
+        let mut want = vec![C::new(0.0, 0.0); rows * o];
+        for ri in 0..rows {
             for oi in 0..o {
-                want[bi * o + oi] = b[oi] + (0..i).map(|k| x[bi * i + k] * w[k * o + oi]).sum::<C>();
+                want[ri * o + oi] = b[oi] + (0..i).map(|k| x[ri * i + k] * w[oi * i + k]).sum::<C>();
             }
         }
         close(&cx(&out(&case, &vals)), &want, 1e-12, "linear");
+    }
+}
+
+/// `nn.Linear` weights from PyTorch (non-square and square, complex64), loaded by name into
+/// `linear`, give PyTorch's outputs (`tests/reference/linear/make.py`): the layout is
+/// PyTorch's, so a square weight cannot load silently transposed.
+#[test]
+fn linear_loads_pytorch_nn_linear_weights() {
+    let text = include_str!("../../tests/reference/linear/nn_linear.txt");
+    let mut lines = text.lines();
+    let mut cases = 0;
+    while let Some(head) = lines.next() {
+        let dims: Vec<usize> = head.split_whitespace().skip(1).map(|d| d.parse().expect("dim")).collect();
+        let [n, t, i, o] = dims[..] else { panic!("case line `{head}`") };
+        let mut tensor = |name: &str, shape: &[usize]| {
+            let line = lines.next().expect("a tensor line");
+            let mut w = line.split_whitespace();
+            assert_eq!(w.next(), Some(name), "reference line order");
+            let v: Vec<f64> = w.map(|x| x.parse().expect("value")).collect();
+            assert_eq!(v.len(), 2 * shape.iter().product::<usize>(), "{name} size");
+            Tensor::complex(shape, v.chunks(2).map(|p| C::new(p[0], p[1])).collect())
+        };
+        let (x, w, b, y) = (
+            tensor("x", &[n, t, i]),
+            tensor("weight", &[o, i]),
+            tensor("bias", &[o]),
+            tensor("y", &[n, t, o]),
+        );
+        let case = ok(Mode::Eval, "linear", &[pos(int(o as i64))], &[c64t(&[B, F(t), F(i)])]);
+        let given = [(case.inputs[0], x), (param(&case, ".weight"), w), (param(&case, ".bias"), b)];
+        let (_, vals) = eval_case(&case, n, &mut rng("linear_torch"), &given);
+        // PyTorch computed in complex64: agreement to f32 rounding of the sums.
+        close(&cx(&out(&case, &vals)), &cx(&y), 1e-5, &format!("nn.Linear({i}, {o})"));
+        cases += 1;
+    }
+    assert_eq!(cases, 2, "a non-square and a square weight");
+}
+
+/// `matmul` between activations against a naive product, `transpose_b`/`conj_b` as PyTorch's
+/// `a @ b.mH` (and `b.mT`), with a shared 2-D operand on either side.
+#[test]
+fn matmul_matches_a_naive_product() {
+    let mut r = rng("matmul");
+    let (m, k, n) = (3, 4, 2);
+    for (tb, cb, a_lead, b_lead) in [
+        (false, false, vec![B, F(2)], vec![B, F(2)]),
+        (true, true, vec![B], vec![B]),
+        (true, false, vec![B], vec![]),
+        (false, true, vec![], vec![B, F(2)]),
+    ] {
+        let ta = c64t(&a_lead.iter().copied().chain([F(m), F(k)]).collect::<Vec<_>>());
+        let bdims = if tb { [F(n), F(k)] } else { [F(k), F(n)] };
+        let tbt = TensorType::new(DType::F32, Shape(b_lead.iter().copied().chain(bdims).collect()));
+        let tbt = if cb { c64t(&tbt.shape.0) } else { tbt };
+        let args = [kw("transpose_b", ArgValue::Bool(tb)), kw("conj_b", ArgValue::Bool(cb))];
+        let case = ok(Mode::Train, "matmul", &args, &[ta.clone(), tbt.clone()]);
+        let batch = 2;
+        let (l, vals) = eval_case(&case, batch, &mut r, &[]);
+        let (a, bv) = (cx(&l[&case.inputs[0]]), cx(&l[&case.inputs[1]]));
+        let count = |t: &TensorType| t.shape.resolve(batch).iter().product::<usize>();
+        let p = (count(&ta) / (m * k)).max(count(&tbt) / (k * n));
+        let (sa, sb) = (if a_lead.is_empty() { 0 } else { m * k }, if b_lead.is_empty() { 0 } else { k * n });
+        let mut want = vec![C::new(0.0, 0.0); p * m * n];
+        for q in 0..p {
+            for i in 0..m {
+                for j in 0..n {
+                    want[(q * m + i) * n + j] = (0..k)
+                        .map(|r| {
+                            let bij = if tb { bv[q * sb + j * k + r] } else { bv[q * sb + r * n + j] };
+                            a[q * sa + i * k + r] * if cb { bij.conj() } else { bij }
+                        })
+                        .sum::<C>();
+                }
+            }
+        }
+        close(&cx(&out(&case, &vals)), &want, 1e-12, "matmul");
     }
 }
 
@@ -1728,6 +1834,14 @@ fn gradients_through_every_layer_match_finite_differences() {
     let cases: Vec<(&str, Vec<Arg>, Vec<TensorType>)> = vec![
         ("linear", vec![pos(int(3))], vec![r2.clone()]),
         ("linear", vec![pos(int(3))], vec![c2.clone()]),
+        ("linear", vec![pos(int(3))], vec![x3.clone()]),
+        (
+            "matmul",
+            vec![kw("transpose_b", ArgValue::Bool(true)), kw("conj_b", ArgValue::Bool(true))],
+            vec![x3.clone(), x3.clone()],
+        ),
+        ("matmul", vec![], vec![x3.clone(), f32t(&[F(6), F(3)])]),
+        ("matmul", vec![kw("conj_b", ArgValue::Bool(true))], vec![f32t(&[F(3), F(2)]), x3.clone()]),
         ("conv2d", vec![pos(int(2)), pos(int(3)), kw("pad", int(1)), kw("stride", int(2))], vec![x4.clone()]),
         ("conv1d", vec![pos(int(2)), pos(int(3)), kw("dilation", int(2))], vec![x3.clone()]),
         ("conv_transpose2d", vec![pos(int(2)), pos(int(3)), kw("stride", int(2))], vec![x4.clone()]),
@@ -1790,7 +1904,7 @@ fn gradients_through_every_layer_match_finite_differences() {
 fn random_calls_never_panic() {
     let mut r = rng("random_calls");
     let names = [
-        "out", "kernel", "stride", "pad", "dilation", "groups", "bias", "axis", "index", "kind", "p", "eps", "norm", "c", "init", "value", "real", "axes", "keepdim", "axis0", "axis1", "vocab", "dim", "approximate", "scale", "size", "mode", "weight", "ignore_index", "label_smoothing", "smooth", "count_include_pad", "align_corners", "affine", "output_padding",
+        "out", "kernel", "stride", "pad", "dilation", "groups", "bias", "axis", "index", "kind", "p", "eps", "norm", "c", "init", "value", "real", "axes", "keepdim", "axis0", "axis1", "vocab", "dim", "approximate", "scale", "size", "mode", "weight", "ignore_index", "label_smoothing", "smooth", "count_include_pad", "align_corners", "affine", "output_padding", "transpose_b", "conj_b",
     ];
     let values = |r: &mut Rng| match r.below(9) {
         0 => int(r.below(7) as i64 - 2),

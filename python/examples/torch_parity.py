@@ -5,7 +5,8 @@ gradients and, after some SGD steps, the same parameters.
 
 The PyTorch module mirrors cvc's names (see python/README.md): the binding ``logits`` is a
 submodule whose children are named ``<op>_<k>``, so ``module.state_dict()`` and
-``session.state_dict()`` have the same keys, shapes and dtypes, and load into each other.
+``session.state_dict()`` have the same keys, shapes and dtypes, and load into each other
+(``nn.Linear``'s ``[out, in]`` weight is cvc's layout too: nothing is transposed).
 Exits non-zero when any quantity differs by more than its tolerance.
 """
 

@@ -5,7 +5,7 @@ use crate::errors::{data_error, guard, runtime_error};
 use crate::inputs::{read_batch, Held};
 use crate::model::expected;
 use crate::outputs::{dict_of, json_to_python};
-use crate::state::{is_optimizer_state, torch_name, transpose};
+use crate::state::{is_optimizer_state, torch_name};
 use cvc_compiler::ir::DType;
 use cvc_runtime::backend::{HostData, HostTensor};
 use cvc_runtime::checkpoint::Checkpoint;
@@ -124,10 +124,7 @@ impl PySession {
         Ok(tensors
             .into_iter()
             .filter(|(n, _)| optimizer || !is_optimizer_state(n, &is_param))
-            .map(|(n, t)| {
-                let tn = torch_name(&n, &is_param);
-                (tn.name, if tn.transpose { transpose(&t) } else { t })
-            })
+            .map(|(n, t)| (torch_name(&n, &is_param), t))
             .collect())
     }
 }
@@ -279,13 +276,8 @@ impl PySession {
             self.session.set_lr(lr).map_err(runtime_error)?;
             let params = self.params()?;
             let is_param = |n: &str| params.contains(n);
-            let torch: Vec<(String, HostTensor)> = grads?
-                .into_iter()
-                .map(|(n, g)| {
-                    let tn = torch_name(&n, &is_param);
-                    (tn.name, if tn.transpose { transpose(&g) } else { g })
-                })
-                .collect();
+            let torch: Vec<(String, HostTensor)> =
+                grads?.into_iter().map(|(n, g)| (torch_name(&n, &is_param), g)).collect();
             Ok(dict_of(py, &torch, as_torch)?.unbind())
         })
     }
@@ -311,16 +303,14 @@ impl PySession {
             let params = self.params()?;
             let is_param = |n: &str| params.contains(n);
             let leaves = self.session.state_tensors().map_err(runtime_error)?;
-            let mut by_torch: BTreeMap<String, (String, bool, DType, Vec<usize>)> = BTreeMap::new();
+            let mut by_torch: BTreeMap<String, (String, DType, Vec<usize>)> = BTreeMap::new();
             for (n, t) in &leaves {
-                let tn = torch_name(n, &is_param);
-                let shape = if tn.transpose { transpose(t).shape } else { t.shape.clone() };
-                by_torch.insert(tn.name, (n.clone(), tn.transpose, t.dtype, shape));
+                by_torch.insert(torch_name(n, &is_param), (n.clone(), t.dtype, t.shape.clone()));
             }
             let mut tensors = BTreeMap::new();
             for (k, v) in state.iter() {
                 let key: String = k.extract().map_err(|_| data_error("state dict keys must be str"))?;
-                let Some((name, tr, dtype, shape)) = by_torch.get(&key) else {
+                let Some((name, dtype, shape)) = by_torch.get(&key) else {
                     if strict && !key.ends_with("num_batches_tracked") {
                         let known: Vec<&str> = by_torch.keys().map(String::as_str).collect();
                         return Err(data_error(format!(
@@ -338,7 +328,7 @@ impl PySession {
                         t.shape
                     )));
                 }
-                tensors.insert(name.clone(), if *tr { transpose(&t) } else { t });
+                tensors.insert(name.clone(), t);
             }
             let ck = Checkpoint { tensors, metadata: BTreeMap::new() };
             self.session.load_checkpoint(&ck, Path::new("state dict")).map_err(runtime_error)

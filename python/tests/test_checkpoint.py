@@ -35,6 +35,6 @@ def test_checkpoint_is_readable_by_safetensors_layout(parity_model, tmp_path):
     (n,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8 : 8 + n])
     w = header["logits.linear_0.weight"]
-    # cvc's own layout on disk ([in, out]) with the complex pair last.
-    assert w["dtype"] == "F32" and w["shape"] == [64, 3, 2]
+    # PyTorch's layout on disk ([out, in], as nn.Linear) with the complex pair last.
+    assert w["dtype"] == "F32" and w["shape"] == [3, 64, 2]
     assert "logits.linear_0.weight" in header["__metadata__"]["cvc.complex"].split(",")

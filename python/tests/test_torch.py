@@ -33,7 +33,7 @@ def test_names_shapes_and_dtypes_match_the_torch_module():
     for k, t in theirs.items():
         assert ours[k].shape == tuple(t.shape), k
         assert str(ours[k].dtype) == str(t.dtype).replace("torch.", ""), k
-    # torch.nn.Linear's [out, in], not cvc's [in, out].
+    # torch.nn.Linear's [out, in], which is also cvc's layout.
     assert ours["logits.linear_0.weight"].shape == (3, 64)
 
 
@@ -105,3 +105,29 @@ def test_parity_catches_a_wrong_gradient(monkeypatch):
 
     monkeypatch.setattr(parity, "torch_step", wrong)
     assert parity.main(["--batch", "4", "--steps", "1"]) == 1
+
+
+def test_nn_linear_weights_load_unchanged_square_and_on_a_sequence(rng):
+    # A square weight would load silently transposed if the layouts differed; applied to
+    # every token of [B, T, in] as nn.Linear does.
+    src = """\
+model Seq {
+    input x: c64[B, 3, 4]
+    input t: c64[B, 3, 4]
+    y = x |> linear(4)
+    z = y |> linear(2)
+    output z
+    loss mse(z, t)
+}
+"""
+    s = cvc.Model.from_source(src).session(device="cpu")
+    torch.manual_seed(5)
+    sq = torch.nn.Linear(4, 4, dtype=torch.complex64)
+    rect = torch.nn.Linear(4, 2, dtype=torch.complex64)
+    sd = {f"y.linear_0.{k}": v for k, v in sq.state_dict().items()}
+    sd.update({f"z.linear_0.{k}": v for k, v in rect.state_dict().items()})
+    s.load_state_dict(sd)
+    x = (rng.standard_normal((5, 3, 4)) + 1j * rng.standard_normal((5, 3, 4))).astype(np.complex64)
+    with torch.no_grad():
+        want = rect(sq(torch.from_numpy(x))).numpy()
+    np.testing.assert_allclose(s.infer({"x": x})["z"], want, rtol=1e-5, atol=1e-5)

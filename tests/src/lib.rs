@@ -4,4 +4,5 @@
 
 pub mod attention;
 pub mod differential;
+pub mod matmul_forms;
 pub mod seed;

@@ -333,6 +333,63 @@ fn attention_primitives() {
     }
 }
 
+/// Batched matmuls: both operands batched with `B` among the leading axes, a 2-D operand on
+/// either side (the fold into M, or a loop), the summed form (the fold into K, or a loop),
+/// every transpose, conjugations and dtype mixes; one batch large enough to be split
+/// across threads.
+#[test]
+fn matmul_batched_forms() {
+    check_graph("matmul_batched", 3, |b| {
+        let mut outs = Vec::new();
+        let (m, k, n) = (5, 7, 3);
+        let lead = [B, F(2)];
+        let shape = |lead: &[Dim], t: bool, r: usize, c: usize| -> Vec<Dim> {
+            lead.iter().copied().chain(if t { [F(c), F(r)] } else { [F(r), F(c)] }).collect()
+        };
+        // (a batched, b batched, sum_batch)
+        for (ba, bb, sum_batch) in
+            [(true, true, false), (true, false, false), (false, true, false), (true, true, true)]
+        {
+            for trans in [[false, false], [true, false], [false, true], [true, true]] {
+                for (i, (da, db)) in
+                    [(DType::C64, DType::C64), (DType::F32, DType::C64), (DType::C64, DType::F32)]
+                        .into_iter()
+                        .enumerate()
+                {
+                    let conj = [i == 0 && trans[0], i != 2 && !trans[1]];
+                    let la: &[Dim] = if ba { &lead } else { &[] };
+                    let lb: &[Dim] = if bb { &lead } else { &[] };
+                    let id = outs.len();
+                    let a = input(b, &format!("a{id}"), da, &shape(la, trans[0], m, k));
+                    let bv = input(b, &format!("b{id}"), db, &shape(lb, trans[1], k, n));
+                    outs.push(b.add(Op::MatMul { trans, conj, sum_batch }, &[a, bv])?);
+                }
+            }
+        }
+        // 3·8 products of 16×16×16: split over the batch across threads; and summed.
+        let big = [B, F(8), F(16), F(16)];
+        let a = input(b, "big_a", DType::C64, &big);
+        let bv = input(b, "big_b", DType::F32, &big);
+        outs.push(
+            b.add(Op::MatMul { trans: [false, true], conj: [true, false], sum_batch: false }, &[a, bv])?,
+        );
+        outs.push(
+            b.add(Op::MatMul { trans: [false, false], conj: [false, false], sum_batch: true }, &[a, bv])?,
+        );
+        Ok(outs)
+    });
+}
+
+/// The same forms in a training step (their gradients are summed and broadcast products),
+/// through the real pipeline and memory plan: the test the GPU runs in `tests/gpu.rs`.
+#[test]
+fn matmul_forms_train_like_the_interpreter() {
+    let program = cvc_tests::matmul_forms::program(3).expect("compiles");
+    let mut rng = SplitMix64::new(seed_for("cpu_vs_interp::matmul_forms"));
+    let failures = check_training_steps(&program, &cpu, 2, 0.0, &mut rng).expect("runs");
+    assert!(failures.is_empty(), "CPU vs interpreter mismatches:\n{}", failures.join("\n"));
+}
+
 fn geoms() -> Vec<ConvGeom> {
     vec![
         ConvGeom { stride: [1, 1], pad: [1, 1], dilation: [1, 1], groups: 1 },
@@ -440,6 +497,7 @@ const NETWORKS: &[&str] = &[
     "tests/fixtures/ok/seed_cnn.cvnn",
     "tests/fixtures/ok/segmentation_1d.cvnn",
     "tests/fixtures/ok/segmentation_2d.cvnn",
+    "tests/fixtures/ok/sequence_matmul.cvnn",
     "tests/fixtures/ok/shape_ops.cvnn",
     "tests/fixtures/ok/spectral.cvnn",
     "tests/fixtures/ok/tokens.cvnn",
@@ -555,6 +613,7 @@ network_tests! {
     net_fixture_seed_cnn => "tests/fixtures/ok/seed_cnn.cvnn",
     net_fixture_segmentation_1d => "tests/fixtures/ok/segmentation_1d.cvnn",
     net_fixture_segmentation_2d => "tests/fixtures/ok/segmentation_2d.cvnn",
+    net_fixture_sequence_matmul => "tests/fixtures/ok/sequence_matmul.cvnn",
     net_fixture_shape_ops => "tests/fixtures/ok/shape_ops.cvnn",
     net_fixture_spectral => "tests/fixtures/ok/spectral.cvnn",
     net_fixture_tokens => "tests/fixtures/ok/tokens.cvnn",

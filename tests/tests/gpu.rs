@@ -289,6 +289,20 @@ fn each_file(paths: &[std::path::PathBuf], check: fn(&Path, &mut SplitMix64) -> 
     assert!(failures.is_empty(), "GPU vs interpreter mismatches:\n{}", failures.join("\n"));
 }
 
+/// Every form of the batched matmul and the gradients autodiff makes of them (summed
+/// products, broadcast operands, the batch on grid.z or folded into M or K), one SGD step on
+/// the GPU against the interpreter, group by group.
+#[test]
+fn batched_matmul_forms_match_the_interpreter() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let program = cvc_tests::matmul_forms::program(3).expect("compiles");
+    let mut rng = SplitMix64::new(seed_for("gpu::matmul_forms"));
+    let failures = check_training_steps(&program, &cuda, 1, PLAN_TOL, &mut rng).expect("runs");
+    assert!(failures.is_empty(), "GPU vs interpreter mismatches:\n{}", failures.join("\n"));
+}
+
 /// Two steps of one example from `rng`'s draws; the mismatches found.
 fn train_two_steps(path: &Path, rng: &mut SplitMix64) -> Vec<String> {
     // SGD with momentum, as a training run would use; the group-local check compares Adam

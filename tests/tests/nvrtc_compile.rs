@@ -133,6 +133,27 @@ fn unfused_kernels_compile_with_nvrtc() {
     }
 }
 
+/// Every batched-matmul form (the batch on grid.z, folded into M or K, summed with a split
+/// K index) compiles, fp32 and TF32; each generated variant is present in the source.
+#[test]
+fn batched_matmul_kernels_compile_with_nvrtc() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let program = cvc_tests::matmul_forms::program(3).expect("compiles");
+    for precision in [Precision::Fp32, Precision::Tf32] {
+        let module = cuda::generate(&program, &CudaTarget::h200().with_precision(precision))
+            .unwrap_or_else(|e| panic!("{precision:?}: {e}"));
+        // Batched loads index the batch by the group `g`; summed ones split K into (q, r).
+        for needle in ["g * 35u + m * 7u + k", "const u32 q = k / ", "[g * "] {
+            assert!(module.source.contains(needle), "{precision:?}: no `{needle}` in the source");
+        }
+        let cubin = cvc_runtime::cuda::compile_cubin(&module.source, "sm_90")
+            .unwrap_or_else(|e| panic!("{precision:?}: {e}"));
+        assert!(cubin.starts_with(b"\x7fELF"), "{precision:?}: NVRTC's cubin is not an ELF image");
+    }
+}
+
 /// The on-disk cache: the first start compiles, a second start with the same source, arch
 /// and NVRTC version reads the cubin back instead of compiling.
 #[test]
