@@ -218,7 +218,8 @@ fn batchnorm_with_one_value_per_channel_is_a_plan_error() {
                h = x |> batchnorm |> flatten |> linear(2) |> abs\n    output h\n    loss cross_entropy(h, label)\n}\n";
     let graph = |mode| cvc_compiler::front::check_source("bn.cvnn", src, mode).expect("checks").graph;
     let opts = |batch| Options { batch, ..Options::default() };
-    let err = compile(graph(Mode::Train), &opts(1)).err().expect("batch 1 is rejected").to_string();
+    let Err(err) = compile(graph(Mode::Train), &opts(1)) else { panic!("batch 1 is rejected") };
+    let err = err.to_string();
     assert!(err.contains("h/batchnorm"), "{err}");
     assert!(err.contains("more than one value per channel"), "{err}");
     assert!(err.contains("[B, 3, 1, 1]"), "{err}");
@@ -247,7 +248,7 @@ fn labels_admit_the_ignore_index_only() {
         cvc_runtime::data::Dataset::from_arrays(arrays, model.inputs(), "t.npz")
     };
     make(vec![0, 1, 7, 7, 0, 1]).expect("0, 1 and the ignore index load");
-    let e = make(vec![0, 1, 2, 7, 0, 1]).err().expect("label 2 is rejected");
+    let Err(e) = make(vec![0, 1, 2, 7, 0, 1]) else { panic!("label 2 is rejected") };
     assert!(e.contains("label 2") && e.contains("ignore_index 7"), "{e}");
 }
 

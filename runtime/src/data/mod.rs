@@ -26,10 +26,14 @@ pub struct InputSpec {
     pub ignore_index: Option<i64>,
 }
 
+/// The class count and ignore index of a label input, by input name (`(None, None)` for
+/// other inputs).
+pub type LabelsOf<'a> = dyn Fn(&str) -> (Option<usize>, Option<i64>) + 'a;
+
 impl InputSpec {
     /// The data inputs of a graph, in arena order. `labels` gives the class count and the
     /// ignore index of label inputs by name (from the front end's declarations and losses).
-    pub fn from_graph(g: &Graph, labels: &dyn Fn(&str) -> (Option<usize>, Option<i64>)) -> Vec<InputSpec> {
+    pub fn from_graph(g: &Graph, labels: &LabelsOf) -> Vec<InputSpec> {
         g.inputs()
             .filter_map(|v| {
                 let name = g.leaf_name(v)?.to_string();

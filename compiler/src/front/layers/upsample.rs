@@ -65,9 +65,9 @@ fn upsample(ctx: &mut LowerCtx, site: &Site, ops: &[Operand], dims: usize) -> Re
     let layout = if dims == 1 { "3-D [B, C, L]" } else { "4-D [B, C, H, W]" };
     need_rank(ctx, site, x, dims + 2..=dims + 2, layout)?;
     let mut extents = Vec::with_capacity(dims);
-    for i in 0..dims {
+    for (i, &s) in scale.iter().enumerate() {
         let e = fixed_dim(ctx, site, x, 2 + i, "spatial extent")?;
-        if e.checked_mul(scale[i]).is_none_or(|n| n > args::MAX_COUNT as usize) {
+        if e.checked_mul(s).is_none_or(|n| n > args::MAX_COUNT as usize) {
             return Err(
                 site.error(format!("`{}`: the upsampled extent overflows", site.call.op), "too large")
             );
