@@ -61,17 +61,13 @@ fn synthetic_sar_rejects_bad_settings() {
 
 #[test]
 fn every_shape_has_the_same_number_of_distinct_scatterers() {
-    for class in 0..SHAPES.len() {
+    for (class, name) in SHAPES.iter().enumerate() {
         let t = template(class);
-        assert_eq!(t.len(), SCATTERERS, "{}", SHAPES[class]);
+        assert_eq!(t.len(), SCATTERERS, "{}", name);
         for (i, a) in t.iter().enumerate() {
-            assert!(a.0.hypot(a.1) <= 1.3, "{}: point {a:?} outside the unit disc", SHAPES[class]);
+            assert!(a.0.hypot(a.1) <= 1.3, "{}: point {a:?} outside the unit disc", name);
             for b in &t[i + 1..] {
-                assert!(
-                    (a.0 - b.0).hypot(a.1 - b.1) > 0.1,
-                    "{}: points {a:?} and {b:?} coincide",
-                    SHAPES[class]
-                );
+                assert!((a.0 - b.0).hypot(a.1 - b.1) > 0.1, "{}: points {a:?} and {b:?} coincide", name);
             }
         }
     }
