@@ -38,7 +38,8 @@ fn synthetic_sar_is_deterministic_balanced_and_shaped() {
     assert!(a.image.f32s().iter().all(|x| x.is_finite()));
     // Complex, not real: the imaginary parts carry as much power as the real parts.
     let v = a.image.f32s();
-    let (re, im): (f64, f64) = v.chunks(2).fold((0.0, 0.0), |(r, i), z| (r + (z[0] as f64).powi(2), i + (z[1] as f64).powi(2)));
+    let (re, im): (f64, f64) =
+        v.chunks(2).fold((0.0, 0.0), |(r, i), z| (r + (z[0] as f64).powi(2), i + (z[1] as f64).powi(2)));
     assert!((0.7..1.4).contains(&(re / im)), "re/im power {re} / {im}");
 }
 
@@ -60,13 +61,13 @@ fn synthetic_sar_rejects_bad_settings() {
 
 #[test]
 fn every_shape_has_the_same_number_of_distinct_scatterers() {
-    for class in 0..SHAPES.len() {
+    for (class, name) in SHAPES.iter().enumerate() {
         let t = template(class);
-        assert_eq!(t.len(), SCATTERERS, "{}", SHAPES[class]);
+        assert_eq!(t.len(), SCATTERERS, "{}", name);
         for (i, a) in t.iter().enumerate() {
-            assert!(a.0.hypot(a.1) <= 1.3, "{}: point {a:?} outside the unit disc", SHAPES[class]);
+            assert!(a.0.hypot(a.1) <= 1.3, "{}: point {a:?} outside the unit disc", name);
             for b in &t[i + 1..] {
-                assert!((a.0 - b.0).hypot(a.1 - b.1) > 0.1, "{}: points {a:?} and {b:?} coincide", SHAPES[class]);
+                assert!((a.0 - b.0).hypot(a.1 - b.1) > 0.1, "{}: points {a:?} and {b:?} coincide", name);
             }
         }
     }
@@ -77,10 +78,17 @@ fn the_dataset_feeds_a_model_by_dtype_whatever_the_names() {
     let inputs = vec![
         InputSpec {
             name: "sar".into(),
-            ty: TensorType::new(DType::C64, Shape(vec![Dim::Batch, Dim::Fixed(1), Dim::Fixed(16), Dim::Fixed(16)])),
+            ty: TensorType::new(
+                DType::C64,
+                Shape(vec![Dim::Batch, Dim::Fixed(1), Dim::Fixed(16), Dim::Fixed(16)]),
+            ),
             classes: None,
         },
-        InputSpec { name: "y".into(), ty: TensorType::new(DType::I32, Shape(vec![Dim::Batch])), classes: Some(3) },
+        InputSpec {
+            name: "y".into(),
+            ty: TensorType::new(DType::I32, Shape(vec![Dim::Batch])),
+            classes: Some(3),
+        },
     ];
     let d = Dataset::synthetic_sar(&cfg(3, 16, 9, 1), &inputs).unwrap();
     assert_eq!(d.len, 9);
@@ -112,7 +120,8 @@ fn logistic_accuracy(x: &[Vec<f64>], y: &[usize], classes: usize, train: &[usize
     let z: Vec<Vec<f64>> = x
         .iter()
         .map(|r| {
-            let mut row: Vec<f64> = r.iter().zip(&mean).zip(&var).map(|((v, m), s)| (v - m) / (s.sqrt() + 1e-12)).collect();
+            let mut row: Vec<f64> =
+                r.iter().zip(&mean).zip(&var).map(|((v, m), s)| (v - m) / (s.sqrt() + 1e-12)).collect();
             row.push(1.0);
             row
         })
@@ -190,7 +199,8 @@ fn linear_on_magnitudes_fails_where_arrangement_features_succeed() {
     // An easy setting (little clutter and speckle), so that the linear model's failure is
     // not the noise's doing.
     let (size, count, classes) = (48, 400, 4);
-    let d = generate(&SarConfig { scr_db: (15.0, 20.0), looks: 16, ..cfg(classes, size, count, seed) }).unwrap();
+    let d =
+        generate(&SarConfig { scr_db: (15.0, 20.0), looks: 16, ..cfg(classes, size, count, seed) }).unwrap();
     let HostData::I32(labels) = &d.label.data else { panic!() };
     let y: Vec<usize> = labels.iter().map(|&l| l as usize).collect();
     let px = size * size;
@@ -209,5 +219,9 @@ fn linear_on_magnitudes_fails_where_arrangement_features_succeed() {
     // Hand-made arrangement features reach 70–80% here (NumPy, seeds 1–3): far above chance,
     // though below what a learned model gets (bench/vit/sar_baselines.py).
     assert!(shaped > 0.55, "arrangement features reach only {:.1}%", 100.0 * shaped);
-    eprintln!("validation accuracy: linear on |x| {:.1}%, arrangement features {:.1}%", 100.0 * linear, 100.0 * shaped);
+    eprintln!(
+        "validation accuracy: linear on |x| {:.1}%, arrangement features {:.1}%",
+        100.0 * linear,
+        100.0 * shaped
+    );
 }

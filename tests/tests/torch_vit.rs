@@ -64,16 +64,23 @@ fn compare_on(device: Device, tol: Tol) {
 
     let want_loss = values(&expected["loss"])[0];
     let loss_err = (report.loss as f64 - want_loss).abs() / want_loss.abs();
-    assert!(loss_err <= tol.outputs, "{device:?}: loss {} vs PyTorch {want_loss} (rel {loss_err:.2e})", report.loss);
+    assert!(
+        loss_err <= tol.outputs,
+        "{device:?}: loss {} vs PyTorch {want_loss} (rel {loss_err:.2e})",
+        report.loss
+    );
 
     let logits = report.outputs.iter().find(|(n, _)| n == "logits").map(|(_, t)| t).expect("logits output");
     assert_eq!(logits.shape, expected["logits"].shape, "{device:?}: logits shape");
     let e = rel_err(logits, &expected["logits"]);
-    assert!(e <= tol.outputs, "{device:?}: logits differ from PyTorch by {e:.2e} (tolerance {:.0e})", tol.outputs);
+    assert!(
+        e <= tol.outputs,
+        "{device:?}: logits differ from PyTorch by {e:.2e} (tolerance {:.0e})",
+        tol.outputs
+    );
 
     // One gradient per PyTorch parameter, same names, shapes and dtypes, and no other.
-    let want_names: Vec<&str> =
-        expected.keys().filter_map(|k| k.strip_prefix("grad.")).collect();
+    let want_names: Vec<&str> = expected.keys().filter_map(|k| k.strip_prefix("grad.")).collect();
     let got_names: Vec<&str> = grads.keys().map(|s| s.as_str()).collect();
     assert_eq!(got_names, want_names, "{device:?}: parameter names differ from the PyTorch state dict");
     let mut worst = (0.0f64, String::new());

@@ -430,7 +430,7 @@ fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource
             let looks = get_usize("looks", 4)?;
             let seed = a.get("seed").map_or(Ok(0), |(v, s)| int_at_least(v, *s, "seed", 0))? as u64;
             let scr_db = match a.get("scr_db") {
-                None => (5.0, 15.0),
+                None => (10.0, 20.0),
                 Some((v, s)) => db_range(v, *s, "scr_db")?,
             };
             // The generator's limits (runtime/src/data/synthetic_sar.rs): six shapes, images
@@ -576,7 +576,12 @@ fn db_range(v: &TVal, span: Span, what: &str) -> Result<(f64, f64), Diagnostic> 
 
 /// synthetic.sar yields `c64[B, 1, size, size]` images and labels of `classes` classes: the
 /// model needs one complex input of exactly that shape and one matching label input.
-fn check_sar_inputs(inputs: &[ModelInput], classes: usize, size: usize, span: Span) -> Result<(), Diagnostic> {
+fn check_sar_inputs(
+    inputs: &[ModelInput],
+    classes: usize,
+    size: usize,
+    span: Span,
+) -> Result<(), Diagnostic> {
     let labels: Vec<&ModelInput> = inputs.iter().filter(|i| i.ty.dtype == DType::I32).collect();
     let images: Vec<&ModelInput> = inputs.iter().filter(|i| i.ty.dtype != DType::I32).collect();
     let Some(label) = labels.first() else {

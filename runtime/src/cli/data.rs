@@ -69,7 +69,7 @@ pub struct SarArgs {
     #[arg(long, default_value_t = 4)]
     pub classes: usize,
     /// Signal-to-clutter ratio range in dB, `LO..HI`.
-    #[arg(long, default_value = "5..15", value_parser = parse_range)]
+    #[arg(long, default_value = "10..20", value_parser = parse_range)]
     pub scr_db: (f64, f64),
     /// Looks of the multiplicative speckle.
     #[arg(long, default_value_t = 4)]

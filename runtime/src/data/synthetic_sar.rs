@@ -61,7 +61,10 @@ impl SarConfig {
             ));
         }
         if self.size < MIN_SIZE {
-            return Err(format!("synthetic.sar: size = {} is too small (at least {MIN_SIZE} pixels)", self.size));
+            return Err(format!(
+                "synthetic.sar: size = {} is too small (at least {MIN_SIZE} pixels)",
+                self.size
+            ));
         }
         if self.looks == 0 || self.looks > 64 {
             return Err(format!("synthetic.sar: looks = {} is outside 1..=64", self.looks));
