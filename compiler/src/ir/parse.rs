@@ -873,6 +873,11 @@ mod tests {
   %22 = select(%13, %11, %11) : c64[B, 8, 8, 1]  ; Forward
   %23 = expand(%17) : f32[B, 10]  ; Forward
   %24 = assign(%17, %21) : f32[]  ; Update
+  %25 = param[e, init=Normal { std: 0.02 }]() : c64[10, 8]  ; Param
+  %26 = gather(%25, %19) : c64[B, 8]  ; Forward
+  %27 = scatter_add[rows=10](%26, %19) : c64[10, 8]  ; Backward
+  %28 = gelutanh(%14) : f32[8, 8]  ; Forward
+  %29 = gelutanhgrad(%28) : f32[8, 8]  ; Backward
 }
 ";
         let p = parse_graph(text).unwrap_or_else(|e| panic!("{e}"));
