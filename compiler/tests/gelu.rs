@@ -34,10 +34,10 @@ fn exact_gelu_on_the_cpu_is_within_a_few_ulp_of_f64() {
 
 #[test]
 fn exact_gelu_is_not_the_tanh_form() {
-    // The two differ by up to ~5e-4 near |x| ≈ 2: a test against the wrong form would fail.
+    // The two differ by about 1e-4 at x = 2: a test against the wrong form would fail.
     let tanh_form =
         |x: f64| 0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh());
     let d = (gelu(2.0) - tanh_form(2.0)).abs();
-    assert!(d > 1e-4, "{d}");
+    assert!(d > 5e-5, "{d}");
     assert!((gelu(2.0) as f32 - cvc_gelu_erff(2.0)).abs() < 1e-6);
 }

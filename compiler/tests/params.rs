@@ -84,7 +84,7 @@ fn bad_params_are_errors_with_spans() {
         ("param p: c64[B, 4] = zeros", "no batch `B` @ `B`"),
         ("param p: class[4] of 3 = zeros", "not `class` @ `class`"),
         ("param p: f32[4] of 3 = zeros", "takes no `of N` @ `3`"),
-        ("param p: c32[4] = zeros", "did you mean `c64`?"),
+        ("param p: f33[4] = zeros", "did you mean `f32`?"),
         ("param p: c64[0] = zeros", "not positive @ `0`"),
         ("param p: c64[4] = normall(std = 0.1)", "unknown initialiser `normall` @ `normall`"),
         ("param p: c64[4] = normal(std = -1.0)", "must be positive"),

@@ -589,3 +589,14 @@ fn report_of_a_model_file_and_of_a_folder_that_is_no_run() {
     }
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
+
+/// `param` items get a line each and the spacing of bindings; the fixture is canonical.
+#[test]
+fn fmt_lays_out_param_items() {
+    let messy = "model M {\n input x: c64[B, 4]\n  param   p :c64[ 4 ]=normal( std=0.5 ) param q: f32[1] = ones\n y = x*p*q\n output y\n}\n";
+    let want = "model M {\n    input x: c64[B, 4]\n    param p: c64[4] = normal(std = 0.5)\n    param q: f32[1] = ones\n    y = x * p * q\n    output y\n}\n";
+    assert_eq!(cvc_grammar::format_source(messy).expect("formats"), want);
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tokens = std::fs::read_to_string(root.join("fixtures/ok/tokens.cvnn")).expect("fixture");
+    assert_eq!(cvc_grammar::format_source(&tokens).expect("formats"), tokens);
+}

@@ -947,6 +947,11 @@ mod tests {
   %30 = attention[scale=0.5, score=Real, causal=false, key_mask=false, dropout=[0.25, 9]](%25, %26, %27, %29, %12) : c64[B, 2, 5, 6]  ; Forward
   %31 = attention_grad[scale=0.5, score=Real, causal=false, key_mask=false, dropout=[0.25, 9], wrt=KV](%25, %26, %27, %30, %30, %29, %12) : c64[B, 2, 4, 9]  ; Backward
   %32 = attention_grad[scale=0.5, score=Abs, causal=true, key_mask=true, dropout=none, wrt=Q](%25, %26, %27, %30, %30, %29, %28) : c64[B, 2, 5, 3]  ; Backward
+  %33 = param[e, init=Normal { std: 0.02 }]() : c64[10, 8]  ; Param
+  %34 = gather(%33, %19) : c64[B, 8]  ; Forward
+  %35 = scatter_add[rows=10](%34, %19) : c64[10, 8]  ; Backward
+  %36 = gelutanh(%14) : f32[8, 8]  ; Forward
+  %37 = gelutanhgrad(%36) : f32[8, 8]  ; Backward
 }
 ";
         let p = parse_graph(text).unwrap_or_else(|e| panic!("{e}"));
