@@ -11,19 +11,22 @@
 # The machine's python3 provides torch and jax.
 #
 # Usage: bench/gpu-vit.sh [--no-train] [--no-peers] [--no-cvc] [--steps N]
+#                         [--precisions "fp32 tf32"] [--peer-timeout SECONDS]
 # Logs go to $OUT (the device tool's output folder) or bench/out/vit.
 set -u
 cd "$(dirname "$0")/.."
 BIN=${CVC_GPU_BIN:-.gpu}
 LOG=${OUT:-bench/out}/vit
 mkdir -p "$LOG"
-TRAIN=1 PEERS=1 CVC=1 STEPS=10
+TRAIN=1 PEERS=1 CVC=1 STEPS=10 PRECS="fp32 tf32" PEER_TIMEOUT=1200
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-train) TRAIN=0 ;;
     --no-peers) PEERS=0 ;;
     --no-cvc) CVC=0 ;;
     --steps) STEPS=$2; shift ;;
+    --precisions) PRECS=$2; shift ;;
+    --peer-timeout) PEER_TIMEOUT=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -59,7 +62,7 @@ variant() { # tokens precision count -> path
 }
 
 if [ "$CVC" = 1 ]; then
-  for prec in fp32 tf32; do
+  for prec in $PRECS; do
     for s in $SHAPES; do
       t=${s%%:*} b=${s##*:}
       # STEPS + 3 steps of one epoch (the first steps include compilation and warm-up).
@@ -90,16 +93,16 @@ PY
 fi
 
 if [ "$PEERS" = 1 ]; then
-  for prec in fp32 tf32; do
+  for prec in $PRECS; do
     for s in $SHAPES; do
       t=${s%%:*} b=${s##*:}
       common="--tokens $t --batch $b --precision $prec --steps $STEPS"
       for peer in "torchcvnn_vit.py" "torch_vit.py" "torch_vit.py --compile" "jax_vit.py"; do
         echo "== $peer $common =="
         # Each peer in its own process, so one's out-of-memory does not poison the next.
-        PYTHONUNBUFFERED=1 timeout 1200 python3 bench/vit/$peer $common >>"$LOG/peers.jsonl" 2>>"$LOG/peers.err"
+        PYTHONUNBUFFERED=1 timeout "$PEER_TIMEOUT" python3 bench/vit/$peer $common >>"$LOG/peers.jsonl" 2>>"$LOG/peers.err"
         rc=$?
-        [ $rc = 124 ] && echo "{\"tool\": \"${peer%%.py*}\", \"mode\": \"$peer\", \"tokens\": $t, \"batch\": $b, \"precision\": \"$prec\", \"status\": \"error\", \"error\": \"timeout after 1200 s\"}" >>"$LOG/peers.jsonl"
+        [ $rc = 124 ] && echo "{\"tool\": \"${peer%%.py*}\", \"mode\": \"$peer\", \"tokens\": $t, \"batch\": $b, \"precision\": \"$prec\", \"status\": \"error\", \"error\": \"timeout after $PEER_TIMEOUT s\"}" >>"$LOG/peers.jsonl"
         tail -1 "$LOG/peers.jsonl"
       done
     done

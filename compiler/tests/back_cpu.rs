@@ -102,6 +102,27 @@ fn assert_inside(name: &str, m: &CpuModule) {
                 vec![r.src + r.n * r.row_words * 4, r.idx + r.n * 4, r.out + r.rows * r.row_words * 4]
             }
             CpuCall::Dropout { step, out, n, .. } => vec![step + 4, out + n * 4],
+            CpuCall::Attention(a) => {
+                let bh = a.b * a.h;
+                let c64 = |rows: usize, cols: usize| bh * rows * cols * 8;
+                let mut ends = vec![a.q + c64(a.t, a.d), a.k + c64(a.s, a.d)];
+                ends.extend(a.v.map(|v| v + c64(a.s, a.dv)));
+                ends.extend(a.lse.map(|l| l + bh * a.t * 4));
+                ends.extend(a.o.map(|o| o + c64(a.t, a.dv)));
+                ends.extend(a.d_o.map(|o| o + c64(a.t, a.dv)));
+                ends.extend(a.mask.map(|m| m + a.b * a.s * 4));
+                ends.extend(a.step.map(|s| s + 4));
+                ends.push(
+                    a.out
+                        + match a.kind {
+                            cvc_compiler::back::cpu::AttnKind::Lse => bh * a.t * 4,
+                            cvc_compiler::back::cpu::AttnKind::Forward => c64(a.t, a.dv),
+                            cvc_compiler::back::cpu::AttnKind::Grad(AttnWrt::Q) => c64(a.t, a.d),
+                            cvc_compiler::back::cpu::AttnKind::Grad(AttnWrt::KV) => c64(a.s, a.d + a.dv),
+                        },
+                );
+                ends
+            }
             CpuCall::Fft(f) => {
                 let n: usize = f.shape.iter().product();
                 vec![f.src + n * 8, f.dst + n * 8]

@@ -656,7 +656,13 @@ fn every_network_plans_soundly() {
             assert!(p.plan.arena_bytes >= p.plan.lower_bound_bytes, "{name}");
             if fuse {
                 assert_eq!(p.facts.combines_materialized, 0, "{name}");
-                assert!(p.plan.fragmentation_pct() <= 5.0, "{name}: {}%", p.plan.fragmentation_pct());
+                // A tiny plan's fragmentation is dominated by alignment: bound it in bytes there.
+                let waste = p.plan.arena_bytes.saturating_sub(p.plan.lower_bound_bytes);
+                assert!(
+                    p.plan.fragmentation_pct() <= 5.0 || waste <= 4096,
+                    "{name}: {}% ({waste} bytes)",
+                    p.plan.fragmentation_pct()
+                );
             }
         }
     }

@@ -83,11 +83,13 @@ fn the_dataset_feeds_a_model_by_dtype_whatever_the_names() {
                 Shape(vec![Dim::Batch, Dim::Fixed(1), Dim::Fixed(16), Dim::Fixed(16)]),
             ),
             classes: None,
+            ignore_index: None,
         },
         InputSpec {
             name: "y".into(),
             ty: TensorType::new(DType::I32, Shape(vec![Dim::Batch])),
             classes: Some(3),
+            ignore_index: None,
         },
     ];
     let d = Dataset::synthetic_sar(&cfg(3, 16, 9, 1), &inputs).unwrap();

@@ -126,8 +126,11 @@ fn load(path: &Path, batch: usize, optimizer: Option<Optimizer>) -> Example {
     Example { name, program, classes }
 }
 
+/// The examples compared with the interpreter. The full-size ViT (tens of GFLOP per f64
+/// evaluation) is left to its test-size twin `tests/fixtures/ok/vit_tiny.cvnn` (same layers)
+/// among the fixtures; `bench/gpu-vit.sh` trains it on the GPU.
 fn examples() -> Vec<std::path::PathBuf> {
-    cvnn_files("examples")
+    cvnn_files("examples").into_iter().filter(|p| !p.ends_with("vit_sar.cvnn")).collect()
 }
 
 /// The `.cvnn` files of a folder of the repository, sorted.
