@@ -113,7 +113,7 @@ def test_nn_linear_weights_load_unchanged_square_and_on_a_sequence(rng):
     src = """\
 model Seq {
     input x: c64[B, 3, 4]
-    input t: c64[B, 3, 4]
+    input t: c64[B, 3, 2]
     y = x |> linear(4)
     z = y |> linear(2)
     output z
