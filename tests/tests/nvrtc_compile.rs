@@ -43,8 +43,88 @@ fn cvnn_files() -> Vec<PathBuf> {
     files
 }
 
+/// What NVRTC is asked to produce for a module of new kernels.
+#[derive(Clone, Copy, PartialEq)]
+enum Output {
+    /// A cubin (NVRTC and ptxas: what `cvc train` loads).
+    Cubin,
+    /// PTX only (NVRTC's front end and code generation).
+    Ptx,
+}
+
+/// The kernels of `module` whose compile key ([`kernel_key`]) is not in `seen` yet, compiled as
+/// one module: the prelude, the attention templates when `module` has them, and those kernels
+/// under their own names (unique within one module). Kernels repeated with other constants
+/// (the layers of a `repeat`, the forward of the train and eval programs, the same block in
+/// several files) are compiled once. Returns how many kernels it compiled.
+fn compile_new_kernels(
+    what: &str,
+    module: &cuda::CudaModule,
+    seen: &mut HashSet<String>,
+    out: Output,
+) -> usize {
+    let (prelude, chunks) = kernel_chunks(&module.source);
+    let has_lib = module.source.contains(cuda::ATTENTION_LIB);
+    let mut source = prelude;
+    if has_lib {
+        source.push_str(cuda::ATTENTION_LIB);
+    }
+    let mut names = Vec::new();
+    for chunk in chunks {
+        let chunk = chunk.replace(cuda::ATTENTION_LIB, "");
+        let mine: Vec<&String> =
+            module.kernels.iter().filter(|k| chunk.contains(&format!(" {k}("))).collect();
+        assert!(!mine.is_empty(), "{what}: a kernel chunk names no kernel of the module:\n{chunk}");
+        if seen.insert(kernel_key(&chunk, &mine)) {
+            source.push_str(&chunk);
+            names.extend(mine.into_iter().cloned());
+        }
+    }
+    if names.is_empty() {
+        return 0;
+    }
+    match out {
+        Output::Cubin => {
+            let cubin =
+                cvc_runtime::cuda::compile_cubin(&source, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(cubin.starts_with(b"\x7fELF"), "{what}: NVRTC's cubin is not an ELF image");
+            for k in &names {
+                let needle = format!("{k}\0");
+                assert!(
+                    cubin.windows(needle.len()).any(|w| w == needle.as_bytes()),
+                    "{what}: kernel {k} missing from the cubin"
+                );
+            }
+        }
+        Output::Ptx => {
+            let ptx =
+                cvc_runtime::cuda::compile_ptx(&source, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
+            for k in &names {
+                assert!(ptx.contains(&format!(".entry {k}(")), "{what}: {k} missing from the PTX");
+            }
+        }
+    }
+    names.len()
+}
+
+/// What decides whether a kernel compiles: its code without the `// group` comments, its name
+/// replaced by a placeholder, and (for [`structure`]) its integer constants zeroed. Kernels
+/// that instantiate the attention templates keep their constants: the template arguments
+/// (extents, tiles) size shared arrays and unrolled loops.
+fn kernel_key(chunk: &str, names: &[&String]) -> String {
+    let mut code: String = chunk.split_inclusive('\n').filter(|l| !l.starts_with("//")).collect();
+    for (i, k) in names.iter().enumerate() {
+        code = code.replace(k.as_str(), &format!("KERNEL{i}"));
+    }
+    if code.contains("attn_") {
+        code
+    } else {
+        structure(&code)
+    }
+}
+
 /// Each model in train and eval mode, at a batch that exercises the batch-dependent
-/// constants, generated and compiled as one module per program.
+/// constants, generated and compiled to cubins; each kernel of a new [`kernel_key`] once.
 #[test]
 fn every_generated_kernel_compiles_with_nvrtc_for_sm90() {
     if !nvrtc_or_skip() {
@@ -52,7 +132,8 @@ fn every_generated_kernel_compiles_with_nvrtc_for_sm90() {
     }
     let files = cvnn_files();
     assert!(!files.is_empty(), "no .cvnn files found under examples/ or tests/fixtures/ok/");
-    let mut compiled = 0;
+    let mut seen = HashSet::new();
+    let (mut programs, mut compiled) = (0, 0);
     for path in &files {
         let src = std::fs::read_to_string(path).expect("readable .cvnn");
         let name = path.display().to_string();
@@ -69,42 +150,48 @@ fn every_generated_kernel_compiles_with_nvrtc_for_sm90() {
             let module = cuda::generate(&program, &CudaTarget::h200())
                 .unwrap_or_else(|e| panic!("{name} ({mode:?}): {e}"));
             assert!(!module.kernels.is_empty(), "{name}: no kernels generated");
-            let cubin = cvc_runtime::cuda::compile_cubin(&module.source, "sm_90")
-                .unwrap_or_else(|e| panic!("{name} ({mode:?}): {e}"));
-            assert!(cubin.starts_with(b"\x7fELF"), "{name}: NVRTC's cubin is not an ELF image");
-            for k in &module.kernels {
-                let needle = format!("{k}\0");
-                assert!(
-                    cubin.windows(needle.len()).any(|w| w == needle.as_bytes()),
-                    "{name}: kernel {k} missing from the cubin"
-                );
-            }
-            eprintln!("{name} ({mode:?}): {} kernels, {} bytes of cubin", module.kernels.len(), cubin.len());
-            compiled += 1;
+            let n = compile_new_kernels(&format!("{name} ({mode:?})"), &module, &mut seen, Output::Cubin);
+            eprintln!("{name} ({mode:?}): {} kernels, {n} of a new structure compiled", module.kernels.len());
+            programs += 1;
+            compiled += n;
         }
     }
-    assert!(compiled >= files.len(), "every file compiles at least one program");
+    assert!(programs >= files.len(), "every file compiles at least one program");
+    eprintln!("{programs} programs, {compiled} kernels compiled");
 }
 
-/// The TF32 tensor-core contraction kernels of every example compile too.
+/// The TF32 tensor-core contraction kernels of every example compile too: the kernels that
+/// differ from the same program's fp32 module (the fp32 ones are compiled above).
 #[test]
 fn tf32_kernels_compile_with_nvrtc_for_sm90() {
     if !nvrtc_or_skip() {
         return;
     }
+    let mut compiled = 0;
     for path in cvnn_files().iter().filter(|p| p.parent().is_some_and(|d| d.ends_with("examples"))) {
         let src = std::fs::read_to_string(path).expect("readable .cvnn");
         let name = path.display().to_string();
         let checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
         let opts = Options { batch: 5, optimizer: checked.train.optimizer.clone(), ..Options::default() };
         let program = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let fp32 = cuda::generate(&program, &CudaTarget::h200()).unwrap_or_else(|e| panic!("{name}: {e}"));
         let module = cuda::generate(&program, &CudaTarget::h200().with_precision(Precision::Tf32))
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(module.source.contains("mma.sync"), "{name}: no tensor-core kernel generated");
-        let cubin = cvc_runtime::cuda::compile_cubin(&module.source, "sm_90")
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(cubin.starts_with(b"\x7fELF"), "{name}: NVRTC's cubin is not an ELF image");
+        // The fp32 module's kernels count as seen: only what TF32 changes is compiled here.
+        let mut seen = HashSet::new();
+        let (_, chunks) = kernel_chunks(&fp32.source);
+        for chunk in chunks {
+            let chunk = chunk.replace(cuda::ATTENTION_LIB, "");
+            let mine: Vec<&String> =
+                fp32.kernels.iter().filter(|k| chunk.contains(&format!(" {k}("))).collect();
+            seen.insert(kernel_key(&chunk, &mine));
+        }
+        let n = compile_new_kernels(&format!("{name} (tf32)"), &module, &mut seen, Output::Cubin);
+        assert!(n > 0, "{name}: TF32 changed no kernel");
+        compiled += n;
     }
+    eprintln!("{compiled} TF32 kernels compiled");
 }
 
 /// The unfused baseline (one kernel per node) also compiles: every op's kernel on its own.
@@ -113,6 +200,8 @@ fn unfused_kernels_compile_with_nvrtc() {
     if !nvrtc_or_skip() {
         return;
     }
+    let mut seen = HashSet::new();
+    let mut compiled = 0;
     for path in cvnn_files() {
         let src = std::fs::read_to_string(&path).expect("readable .cvnn");
         let name = path.display().to_string();
@@ -127,10 +216,10 @@ fn unfused_kernels_compile_with_nvrtc() {
             ..Options::default()
         };
         let program = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let source =
-            cuda::emit_source(&program, &CudaTarget::h200()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        cvc_runtime::cuda::compile_ptx(&source, "sm_90").unwrap_or_else(|e| panic!("{name}: {e}"));
+        let module = cuda::generate(&program, &CudaTarget::h200()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        compiled += compile_new_kernels(&format!("{name} (unfused)"), &module, &mut seen, Output::Ptx);
     }
+    eprintln!("{compiled} unfused kernels compiled");
 }
 
 /// Every batched-matmul form (the batch on grid.z, folded into M or K, summed with a split
@@ -257,22 +346,36 @@ fn kernel_chunks(source: &str) -> (String, Vec<String>) {
 }
 
 /// A kernel's code with its integer constants zeroed except array sizes (shapes, offsets,
-/// splits and trip counts are constants; `[N]` sizes the shared and register arrays): kernels
-/// that differ only in constants have the same structure (loops, tiles, shared arrays,
-/// atomics, branches), so NVRTC accepts both or neither, and compiling one of them is enough.
+/// splits and trip counts are constants; `[N]` sizes the shared and register arrays) and its
+/// values (`v123`, named after graph nodes) renumbered in order of first use: kernels that
+/// differ only in constants and node numbers (the layers of a `repeat`) have the same
+/// structure (loops, tiles, shared arrays, atomics, branches), so NVRTC accepts both or
+/// neither, and compiling one of them is enough.
 fn structure(chunk: &str) -> String {
     let b = chunk.as_bytes();
+    let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut values: std::collections::HashMap<&[u8], usize> = std::collections::HashMap::new();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        let starts_number =
-            b[i].is_ascii_digit() && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_'));
-        if !starts_number {
+        let word_start = i == 0 || !ident(b[i - 1]);
+        let digits_from = |j: usize| (j..b.len()).find(|&k| !b[k].is_ascii_digit()).unwrap_or(b.len());
+        if word_start && b[i] == b'v' && b.get(i + 1).is_some_and(|c| c.is_ascii_digit()) {
+            let end = digits_from(i + 1);
+            if b.get(end).is_none_or(|&c| !ident(c)) {
+                let next = values.len();
+                let n = *values.entry(&b[i..end]).or_insert(next);
+                out.extend_from_slice(format!("v{n}").as_bytes());
+                i = end;
+                continue;
+            }
+        }
+        if !(word_start && b[i].is_ascii_digit()) {
             out.push(b[i]);
             i += 1;
             continue;
         }
-        let end = (i..b.len()).find(|&j| !b[j].is_ascii_digit()).unwrap_or(b.len());
+        let end = digits_from(i);
         if i > 0 && b[i - 1] == b'[' {
             out.extend_from_slice(&b[i..end]); // an array size: shared memory and registers
         } else {

@@ -213,7 +213,7 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
 }
 
 /// The attention templates, emitted once per module before the first attention kernel.
-pub(crate) const LIB: &str = r#"// Fused complex attention (back/cuda/attention.rs): 256 threads, a 16 x 16 thread grid, a
+pub const LIB: &str = r#"// Fused complex attention (back/cuda/attention.rs): 256 threads, a 16 x 16 thread grid, a
 // score tile of BM = 16 RM queries x BN = 16 RN keys.
 // Rows [r0, r0 + R) x columns [c0, c0 + 16) of a row-major N x W matrix into dst (zero outside).
 template <int R, int N, int W>

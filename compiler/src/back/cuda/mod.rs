@@ -55,6 +55,10 @@ mod gemm;
 mod kernels;
 mod wgrad;
 
+/// The fused-attention templates a module carries before its first attention kernel (tests
+/// that compile kernels one at a time put it back with them).
+pub use attention::LIB as ATTENTION_LIB;
+
 use crate::config::Precision;
 use crate::error::CompileResult;
 use crate::ir::*;
