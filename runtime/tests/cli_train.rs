@@ -231,8 +231,20 @@ train P {
     let metrics = std::fs::read_to_string(dir.join("run/metrics.jsonl")).unwrap();
     assert!(metrics.contains("val_miou"), "{metrics}");
     let args = [
-        "data", "polsar", "--out", "p.npz", "--size", "16", "--classes", "3", "--count", "6", "--regions", "4",
-        "--ignore-index", "255",
+        "data",
+        "polsar",
+        "--out",
+        "p.npz",
+        "--size",
+        "16",
+        "--classes",
+        "3",
+        "--count",
+        "6",
+        "--regions",
+        "4",
+        "--ignore-index",
+        "255",
     ];
     let o = cvc(&dir, &args);
     assert!(o.status.success(), "{}", text(&o));
@@ -245,7 +257,8 @@ train P {
     let t = text(&o);
     assert!(t.contains("pixel accuracy") && t.contains("label 255 ignored") && t.contains("surface"), "{t}");
     // A file whose unlabelled pixels carry another label than the model's ignore_index.
-    let o = cvc(&dir, &["data", "polsar", "--out", "q.npz", "--size", "16", "--classes", "3", "--count", "2"]);
+    let o =
+        cvc(&dir, &["data", "polsar", "--out", "q.npz", "--size", "16", "--classes", "3", "--count", "2"]);
     assert!(o.status.success(), "{}", text(&o));
     let o = cvc(
         &dir,

@@ -49,7 +49,10 @@ fn synthetic_polsar_is_deterministic_and_shaped_with_unlabelled_borders() {
         for y in 0..s {
             for x in 0..s - 1 {
                 let (p, q) = (scene[y * s + x], scene[y * s + x + 1]);
-                assert!(p == q || p == -100 || q == -100, "scene {i}: labels {p} and {q} touch at ({x}, {y})");
+                assert!(
+                    p == q || p == -100 || q == -100,
+                    "scene {i}: labels {p} and {q} touch at ({x}, {y})"
+                );
             }
         }
     }
@@ -175,7 +178,12 @@ fn local_covariance_separates_the_classes_and_one_pixel_does_not() {
         }
         let tr = t[0][0].0 + t[1][1].0 + t[2][2].0;
         let dist = |w: &[[(f64, f64); 3]; 3]| {
-            (0..9).map(|e| (t[e / 3][e % 3].0 / tr - w[e / 3][e % 3].0).powi(2) + (t[e / 3][e % 3].1 / tr - w[e / 3][e % 3].1).powi(2)).sum::<f64>()
+            (0..9)
+                .map(|e| {
+                    (t[e / 3][e % 3].0 / tr - w[e / 3][e % 3].0).powi(2)
+                        + (t[e / 3][e % 3].1 / tr - w[e / 3][e % 3].1).powi(2)
+                })
+                .sum::<f64>()
         };
         let best = (0..5).min_by(|&a, &b| dist(&want[a]).total_cmp(&dist(&want[b]))).unwrap();
         window_ok += (best == lab as usize) as usize;

@@ -367,7 +367,8 @@ fn apply(
 }
 
 fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource, Diagnostic> {
-    const SOURCES: [&str; 5] = ["synthetic.rf", "synthetic.sar", "synthetic.polsar", "synthetic.random", "npz"];
+    const SOURCES: [&str; 5] =
+        ["synthetic.rf", "synthetic.sar", "synthetic.polsar", "synthetic.random", "npz"];
     let Some((name, args)) = call_parts(v) else {
         return Err(Diagnostic::error(
             format!("`data` names a data source, got {}", describe(v)),
@@ -477,7 +478,8 @@ fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource
             let classes = get_usize("classes", 5)?;
             let regions = get_usize("regions", 8)?;
             let gain_db = a.get("gain_db").map_or(Ok(3.0), |(v, s)| real_in(v, *s, "gain_db", 0.0, 20.0))?;
-            let contrast = a.get("contrast").map_or(Ok(1.0), |(v, s)| real_in(v, *s, "contrast", 0.0, 1.0))?;
+            let contrast =
+                a.get("contrast").map_or(Ok(1.0), |(v, s)| real_in(v, *s, "contrast", 0.0, 1.0))?;
             let seed = a.get("seed").map_or(Ok(0), |(v, s)| int_at_least(v, *s, "seed", 0))? as u64;
             // The generator's limits (runtime/src/data/synthetic_polsar.rs): five classes,
             // scenes of at least 8 pixels, 1 to 256 regions, a contrast above 0.
@@ -724,7 +726,10 @@ fn check_polsar_inputs(
             "unlabelled pixels need an ignore_index",
         )
         .with_label(label.span, "declared here")
-        .with_help(format!("add `loss cross_entropy(logits, {}, ignore_index = 255)` (any index outside the classes)", label.name)));
+        .with_help(format!(
+            "add `loss cross_entropy(logits, {}, ignore_index = 255)` (any index outside the classes)",
+            label.name
+        )));
     }
     if let Some(k) = label.ignore_index.filter(|&k| (0..classes as i64).contains(&k)) {
         return Err(Diagnostic::error(

@@ -63,7 +63,9 @@ pub fn run(args: &EvalArgs) -> CliResult {
         outln!("loss      {l:.6}")?;
     }
     match (cm, &classifier) {
-        (Some(cm), Some(c)) if data.array(&c.label).is_some() && c.segments => print_segmentation(&cm, &model, c),
+        (Some(cm), Some(c)) if data.array(&c.label).is_some() && c.segments => {
+            print_segmentation(&cm, &model, c)
+        }
         (Some(cm), Some(c)) if data.array(&c.label).is_some() => print_confusion(&cm, &model, c.classes),
         _ => outln!("(no class labels: accuracy needs a `class[B] of N` input and a [B, N] real output)"),
     }
@@ -81,11 +83,10 @@ fn print_segmentation(cm: &Confusion, model: &crate::session::Model, c: &Classif
     )?;
     outln!("mean IoU        {:.2}%", 100.0 * cm.mean_iou())?;
     // synthetic.polsar's classes have names (the scattering mechanisms).
-    let polsar =
-        matches!(model.config().data, DataSource::SyntheticPolsar { .. }) && c.classes <= POLSAR_CLASSES.len();
-    let names: Vec<String> = (0..c.classes)
-        .map(|i| if polsar { POLSAR_CLASSES[i].to_string() } else { i.to_string() })
-        .collect();
+    let polsar = matches!(model.config().data, DataSource::SyntheticPolsar { .. })
+        && c.classes <= POLSAR_CLASSES.len();
+    let names: Vec<String> =
+        (0..c.classes).map(|i| if polsar { POLSAR_CLASSES[i].to_string() } else { i.to_string() }).collect();
     out!("{}", cm.render(&names))
 }
 

@@ -283,7 +283,8 @@ fn scene(cfg: &PolsarConfig, factors: &[Cov], rng: &mut SplitMix64) -> (Vec<f64>
         for px in 0..s {
             let (x, y) = (px as f64 + 0.5, py as f64 + 0.5);
             let d2 = |c: &(f64, f64, usize, f64)| (c.0 - x).powi(2) + (c.1 - y).powi(2);
-            let near = (0..cells.len()).min_by(|&a, &b| d2(&cells[a]).total_cmp(&d2(&cells[b]))).expect("a cell");
+            let near =
+                (0..cells.len()).min_by(|&a, &b| d2(&cells[a]).total_cmp(&d2(&cells[b]))).expect("a cell");
             let (cx, cy, class, gain) = cells[near];
             // Distance to the nearest bisector with a cell of another class: the pixel is on
             // a boundary when it is within BOUNDARY_HALF_WIDTH of it.
@@ -297,7 +298,8 @@ fn scene(cfg: &PolsarConfig, factors: &[Cov], rng: &mut SplitMix64) -> (Vec<f64>
             let frame = px == 0 || py == 0 || px == s - 1 || py == s - 1;
             lab[py * s + px] = if on_boundary || frame { cfg.ignore_index } else { class as i32 };
             // k = √gain · L·n, n ~ CN(0, I): E[k·kᴴ] = gain · C.
-            let nz: [C; 3] = std::array::from_fn(|_| (rng.normal() * FRAC_1_SQRT_2, rng.normal() * FRAC_1_SQRT_2));
+            let nz: [C; 3] =
+                std::array::from_fn(|_| (rng.normal() * FRAC_1_SQRT_2, rng.normal() * FRAC_1_SQRT_2));
             let l = &factors[class];
             let g = gain.sqrt();
             for (ch, row) in l.iter().enumerate() {
