@@ -215,8 +215,9 @@ fn cholesky(m: &Cov) -> Cov {
     for i in 0..3 {
         for j in 0..=i {
             let mut s = m[i][j];
-            for k in 0..j {
-                let p = cmul(l[i][k], conj(l[j][k]));
+            let (ri, rj) = (l[i], l[j]);
+            for (a, b) in ri.iter().zip(&rj).take(j) {
+                let p = cmul(*a, conj(*b));
                 s.0 -= p.0;
                 s.1 -= p.1;
             }
