@@ -654,7 +654,7 @@ fn example_networks() {
 
 /// Examples too large for finite differences on the interpreter, each with a test-size twin
 /// among the fixtures.
-const HEAVY_EXAMPLES: [&str; 1] = ["vit_sar.cvnn"];
+const HEAVY_EXAMPLES: [&str; 2] = ["vit_sar.cvnn", "polsar_unet.cvnn"];
 
 /// Every passing front-end fixture (every layer of the language, dropout, losses, blocks),
 /// except copies of an example (checked above).

@@ -483,6 +483,7 @@ fn network_program(path: &std::path::Path, batch: usize) -> Program {
 const NETWORKS: &[&str] = &[
     "examples/complex_resnet.cvnn",
     "examples/mri_recon.cvnn",
+    "examples/polsar_unet.cvnn",
     "examples/rf_modulation.cvnn",
     "examples/seed_cnn.cvnn",
     "examples/vit_sar.cvnn",
@@ -492,6 +493,7 @@ const NETWORKS: &[&str] = &[
     "tests/fixtures/ok/l1_real_linear.cvnn",
     "tests/fixtures/ok/multi_model.cvnn",
     "tests/fixtures/ok/norms.cvnn",
+    "tests/fixtures/ok/polsar_unet_tiny.cvnn",
     "tests/fixtures/ok/residual.cvnn",
     "tests/fixtures/ok/rf_classifier.cvnn",
     "tests/fixtures/ok/seed_cnn.cvnn",
@@ -621,6 +623,7 @@ network_tests! {
     net_fixture_tuples => "tests/fixtures/ok/tuples.cvnn",
     net_fixture_unused_head => "tests/fixtures/ok/unused_head.cvnn",
     net_fixture_vit_tiny => "tests/fixtures/ok/vit_tiny.cvnn",
+    net_fixture_polsar_unet_tiny => "tests/fixtures/ok/polsar_unet_tiny.cvnn",
 }
 
 /// The full-size ViT (12 layers, 256 tokens, dimension 192) takes minutes on the f64
@@ -629,4 +632,12 @@ network_tests! {
 #[ignore = "minutes on the interpreter; vit_tiny covers the same operators"]
 fn net_vit_sar() {
     check_network_file("examples/vit_sar.cvnn");
+}
+
+/// The full-size U-Net (64×64 scenes, widths 8 to 64) is slow on the debug-build f64
+/// interpreter; polsar_unet_tiny covers the same layers in CI. Run with `--ignored` to check it.
+#[test]
+#[ignore = "slow on the interpreter; polsar_unet_tiny covers the same operators"]
+fn net_polsar_unet() {
+    check_network_file("examples/polsar_unet.cvnn");
 }

@@ -36,6 +36,26 @@ pub enum DataSource {
         /// Generator seed.
         seed: u64,
     },
+    /// The built-in synthetic PolSAR segmentation dataset (`synthetic.polsar(...)`): scenes of
+    /// 3-channel complex scattering vectors in random regions of `classes` scattering
+    /// classes, with per-pixel labels (boundary and frame pixels unlabelled).
+    SyntheticPolsar {
+        /// Number of scattering classes (first `classes` of surface, double_bounce, volume,
+        /// oriented, helix).
+        classes: usize,
+        /// Scene side in pixels.
+        size: usize,
+        /// Voronoi regions per scene.
+        regions: usize,
+        /// Per-region gain range in dB (±).
+        gain_db: f64,
+        /// Distance of the class covariances from their mean, in (0, 1].
+        contrast: f64,
+        /// Number of scenes.
+        count: usize,
+        /// Generator seed.
+        seed: u64,
+    },
     /// Synthetic random data shaped like the declared inputs (`synthetic.random(count = N)`),
     /// for benchmarks and smoke tests.
     SyntheticRandom {

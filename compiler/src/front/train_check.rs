@@ -367,14 +367,15 @@ fn apply(
 }
 
 fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource, Diagnostic> {
-    const SOURCES: [&str; 4] = ["synthetic.rf", "synthetic.sar", "synthetic.random", "npz"];
+    const SOURCES: [&str; 5] =
+        ["synthetic.rf", "synthetic.sar", "synthetic.polsar", "synthetic.random", "npz"];
     let Some((name, args)) = call_parts(v) else {
         return Err(Diagnostic::error(
             format!("`data` names a data source, got {}", describe(v)),
             span,
             "not a data source",
         )
-        .with_help("write `synthetic.rf(...)`, `synthetic.sar(...)`, `synthetic.random(count = 1024)` or `npz(\"data.npz\")`"));
+        .with_help("write `synthetic.rf(...)`, `synthetic.sar(...)`, `synthetic.polsar(...)`, `synthetic.random(count = 1024)` or `npz(\"data.npz\")`"));
     };
     match name {
         "synthetic.rf" => {
@@ -463,6 +464,60 @@ fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource
             let per_sample = (size as u64).saturating_mul(size as u64).saturating_mul(8).saturating_add(4);
             check_data_size(name, count, per_sample, at("count"))?;
             Ok(DataSource::SyntheticSar { classes, size, scr_db, looks, count, seed })
+        }
+        "synthetic.polsar" => {
+            let a = bind(
+                name,
+                &["count", "size", "classes", "regions", "gain_db", "contrast", "seed"],
+                args,
+                span,
+            )?;
+            let get_usize = |k: &str, d: usize| a.get(k).map_or(Ok(d), |(v, s)| positive(v, *s, k));
+            let count = get_usize("count", 2000)?;
+            let size = get_usize("size", 64)?;
+            let classes = get_usize("classes", 5)?;
+            let regions = get_usize("regions", 8)?;
+            let gain_db = a.get("gain_db").map_or(Ok(3.0), |(v, s)| real_in(v, *s, "gain_db", 0.0, 20.0))?;
+            let contrast =
+                a.get("contrast").map_or(Ok(1.0), |(v, s)| real_in(v, *s, "contrast", 0.0, 1.0))?;
+            let seed = a.get("seed").map_or(Ok(0), |(v, s)| int_at_least(v, *s, "seed", 0))? as u64;
+            // The generator's limits (runtime/src/data/synthetic_polsar.rs): five classes,
+            // scenes of at least 8 pixels, 1 to 256 regions, a contrast above 0.
+            const MAX_CLASSES: usize = 5;
+            let at = |k: &str| a.get(k).map_or(span, |(_, s)| *s);
+            if !(2..=MAX_CLASSES).contains(&classes) {
+                return Err(Diagnostic::error(
+                    format!("synthetic.polsar has 2 to {MAX_CLASSES} scattering classes (surface, double_bounce, volume, oriented, helix), got {classes}"),
+                    at("classes"),
+                    "out of range",
+                ));
+            }
+            if size < 8 {
+                return Err(Diagnostic::error(
+                    format!("synthetic.polsar scenes are at least 8 pixels wide, got size = {size}"),
+                    at("size"),
+                    "too small",
+                ));
+            }
+            if regions > 256 {
+                return Err(Diagnostic::error(
+                    format!("synthetic.polsar has 1 to 256 regions per scene, got {regions}"),
+                    at("regions"),
+                    "out of range",
+                ));
+            }
+            if contrast == 0.0 {
+                return Err(Diagnostic::error(
+                    "synthetic.polsar needs a contrast above 0 (at 0 every class has the same covariance)",
+                    at("contrast"),
+                    "no contrast",
+                ));
+            }
+            check_polsar_inputs(inputs, classes, size, span)?;
+            // A scene is 3·size² c64 values plus size² i32 labels.
+            let per_sample = (size as u64).saturating_mul(size as u64).saturating_mul(3 * 8 + 4);
+            check_data_size(name, count, per_sample, at("count"))?;
+            Ok(DataSource::SyntheticPolsar { classes, size, regions, gain_db, contrast, count, seed })
         }
         "synthetic.random" => {
             let a = bind(name, &["count", "seed"], args, span)?;
@@ -625,6 +680,86 @@ fn check_sar_inputs(
         )
         .with_label(img.span, "this input")
         .with_help(format!("declare `input {}: c64[B, 1, {size}, {size}]`, or set `size` to match", img.name)));
+    }
+    Ok(())
+}
+
+/// synthetic.polsar yields `c64[B, 3, size, size]` scenes and per-pixel labels
+/// `class[B, size, size] of classes` whose unlabelled pixels carry the loss's `ignore_index`:
+/// the model needs one complex input and one label input of exactly those shapes, and a loss
+/// that reads the labels (so that an ignore index exists).
+fn check_polsar_inputs(
+    inputs: &[ModelInput],
+    classes: usize,
+    size: usize,
+    span: Span,
+) -> Result<(), Diagnostic> {
+    let labels: Vec<&ModelInput> = inputs.iter().filter(|i| i.ty.dtype == DType::I32).collect();
+    let images: Vec<&ModelInput> = inputs.iter().filter(|i| i.ty.dtype != DType::I32).collect();
+    let Some(label) = labels.first() else {
+        return Err(Diagnostic::error(
+            "synthetic.polsar provides per-pixel class labels, but the model has no label input",
+            span,
+            "labels have nowhere to go",
+        )
+        .with_help(format!("declare `input label: class[B, {size}, {size}] of {classes}` in the model")));
+    };
+    let want_label = [Dim::Batch, Dim::Fixed(size), Dim::Fixed(size)];
+    if label.classes != Some(classes) || label.ty.shape.0[..] != want_label[..] {
+        return Err(Diagnostic::error(
+            format!(
+                "synthetic.polsar makes per-pixel labels of {classes} classes (`class[B, {size}, {size}] of {classes}`), but input `{}` is class{} of {}",
+                label.name,
+                label.ty.shape,
+                label.classes.unwrap_or(0)
+            ),
+            span,
+            format!("{size}×{size} labels of {classes} classes"),
+        )
+        .with_label(label.span, "declared here")
+        .with_help(format!("declare `input {}: class[B, {size}, {size}] of {classes}`, or change `size`/`classes` to match", label.name)));
+    }
+    if label.ignore_index.is_none() {
+        return Err(Diagnostic::error(
+            format!("synthetic.polsar leaves boundary pixels unlabelled, but no loss reads `{}`", label.name),
+            span,
+            "unlabelled pixels need an ignore_index",
+        )
+        .with_label(label.span, "declared here")
+        .with_help(format!(
+            "add `loss cross_entropy(logits, {}, ignore_index = 255)` (any index outside the classes)",
+            label.name
+        )));
+    }
+    if let Some(k) = label.ignore_index.filter(|&k| (0..classes as i64).contains(&k)) {
+        return Err(Diagnostic::error(
+            format!("synthetic.polsar marks unlabelled pixels with the loss's ignore_index {k}, which is one of its classes 0..{classes}"),
+            span,
+            "the ignore label would hide a class",
+        )
+        .with_label(label.span, "declared here")
+        .with_help("use an ignore_index outside the classes, e.g. the default -100 or 255"));
+    }
+    let Some(img) = images.first() else {
+        return Err(Diagnostic::error(
+            "synthetic.polsar provides complex scattering vectors, but the model has no complex input",
+            span,
+            "no input to feed",
+        )
+        .with_help(format!("declare `input image: c64[B, 3, {size}, {size}]` in the model")));
+    };
+    let want = [Dim::Batch, Dim::Fixed(3), Dim::Fixed(size), Dim::Fixed(size)];
+    if img.ty.dtype != DType::C64 || img.ty.shape.0[..] != want[..] || images.len() != 1 {
+        return Err(Diagnostic::error(
+            format!(
+                "synthetic.polsar feeds one c64 input of 3-channel {size}×{size} scenes (`c64[B, 3, {size}, {size}]`: HH, HV, VV), but input `{}` is {}",
+                img.name, img.ty
+            ),
+            span,
+            format!("3×{size}×{size} scenes"),
+        )
+        .with_label(img.span, "this input")
+        .with_help(format!("declare `input {}: c64[B, 3, {size}, {size}]`, or set `size` to match", img.name)));
     }
     Ok(())
 }

@@ -155,6 +155,9 @@ fn train_text(t: &train::TrainConfig) -> String {
         train::DataSource::SyntheticSar { classes, size, scr_db, looks, count, seed } => {
             format!("synthetic.sar(count = {count}, size = {size}, classes = {classes}, scr_db = {}..{}, looks = {looks}, seed = {seed})", scr_db.0, scr_db.1)
         }
+        train::DataSource::SyntheticPolsar { classes, size, regions, gain_db, contrast, count, seed } => {
+            format!("synthetic.polsar(count = {count}, size = {size}, classes = {classes}, regions = {regions}, gain_db = {gain_db}, contrast = {contrast}, seed = {seed})")
+        }
         train::DataSource::SyntheticRandom { count, seed } => {
             format!("synthetic.random(count = {count}, seed = {seed})")
         }

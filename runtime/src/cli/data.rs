@@ -5,9 +5,15 @@
 //! `cvc data sar --out FILE.npz [--count N] [--size N] [--classes N] [--scr-db LO..HI]
 //! [--looks N] [--seed N]`: writes the synthetic SAR dataset with arrays `image` (complex64
 //! `[N, 1, S, S]`) and `label` (int32 `[N]`).
+//!
+//! `cvc data polsar --out FILE.npz [--count N] [--size N] [--classes N] [--regions N]
+//! [--gain-db X] [--contrast X] [--ignore-index K] [--seed N]`: writes the synthetic PolSAR
+//! segmentation dataset with arrays `image` (complex64 `[N, 3, S, S]`) and `label` (int32
+//! `[N, S, S]`, unlabelled pixels `K`).
 
 use super::{CliError, CliResult};
 use crate::data::npy;
+use crate::data::synthetic_polsar::{self, PolsarConfig, CLASSES};
 use crate::data::synthetic_rf::{self, RfConfig, MODULATIONS};
 use crate::data::synthetic_sar::{self, SarConfig, SHAPES};
 use std::path::PathBuf;
@@ -28,6 +34,10 @@ pub enum Dataset {
     /// Synthetic SAR images: point-scatterer targets (line, cross, ell, ring, tee, grid) on
     /// clutter with speckle.
     Sar(SarArgs),
+    /// Synthetic PolSAR scenes for segmentation: HH, HV, VV scattering vectors in random
+    /// regions of scattering classes (surface, double_bounce, volume, oriented, helix), with
+    /// per-pixel labels.
+    Polsar(PolsarArgs),
 }
 
 /// Arguments of `cvc data rf`.
@@ -74,6 +84,38 @@ pub struct SarArgs {
     /// Looks of the multiplicative speckle.
     #[arg(long, default_value_t = 4)]
     pub looks: usize,
+    /// Generator seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// Arguments of `cvc data polsar` (defaults as `synthetic.polsar(...)` in a train section).
+#[derive(clap::Args, Debug)]
+pub struct PolsarArgs {
+    /// Output `.npz` file.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Number of scenes.
+    #[arg(long, default_value_t = 2000)]
+    pub count: usize,
+    /// Scene side in pixels.
+    #[arg(long, default_value_t = 64)]
+    pub size: usize,
+    /// Number of classes (the first N scattering classes).
+    #[arg(long, default_value_t = 5)]
+    pub classes: usize,
+    /// Voronoi regions per scene.
+    #[arg(long, default_value_t = 8)]
+    pub regions: usize,
+    /// Per-region gain range in dB (±).
+    #[arg(long, default_value_t = 3.0)]
+    pub gain_db: f64,
+    /// Distance of the class covariances from their mean, in (0, 1].
+    #[arg(long, default_value_t = 1.0)]
+    pub contrast: f64,
+    /// Label of unlabelled pixels (the model's `ignore_index`).
+    #[arg(long, default_value_t = -100, allow_negative_numbers = true)]
+    pub ignore_index: i32,
     /// Generator seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -132,6 +174,32 @@ pub fn run(args: &DataArgs) -> CliResult {
                 a.size,
                 a.count,
                 SHAPES[..a.classes].join(", ")
+            )
+        }
+        Dataset::Polsar(a) => {
+            let cfg = PolsarConfig {
+                classes: a.classes,
+                size: a.size,
+                regions: a.regions,
+                gain_db: a.gain_db,
+                contrast: a.contrast,
+                count: a.count,
+                seed: a.seed,
+                ignore_index: a.ignore_index,
+            };
+            let d = synthetic_polsar::generate(&cfg).map_err(CliError::Message)?;
+            npy::save_npz(&a.out, &[("image", &d.image), ("label", &d.label)]).map_err(CliError::Message)?;
+            outln!(
+                "wrote {}: image complex64 [{}, 3, {}, {}], label int32 [{}, {}, {}] (unlabelled {}); classes {}",
+                a.out.display(),
+                a.count,
+                a.size,
+                a.size,
+                a.count,
+                a.size,
+                a.size,
+                a.ignore_index,
+                CLASSES[..a.classes].join(", ")
             )
         }
     }

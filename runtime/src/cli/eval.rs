@@ -4,6 +4,7 @@
 
 use super::train::{load_model, DeviceArg};
 use super::{CliError, CliResult};
+use crate::data::synthetic_polsar::CLASSES as POLSAR_CLASSES;
 use crate::data::synthetic_rf::MODULATIONS;
 use crate::data::synthetic_sar::SHAPES;
 use crate::data::Dataset;
@@ -62,7 +63,9 @@ pub fn run(args: &EvalArgs) -> CliResult {
         outln!("loss      {l:.6}")?;
     }
     match (cm, &classifier) {
-        (Some(cm), Some(c)) if data.array(&c.label).is_some() && c.segments => print_segmentation(&cm, c),
+        (Some(cm), Some(c)) if data.array(&c.label).is_some() && c.segments => {
+            print_segmentation(&cm, &model, c)
+        }
         (Some(cm), Some(c)) if data.array(&c.label).is_some() => print_confusion(&cm, &model, c.classes),
         _ => outln!("(no class labels: accuracy needs a `class[B] of N` input and a [B, N] real output)"),
     }
@@ -70,7 +73,7 @@ pub fn run(args: &EvalArgs) -> CliResult {
 
 /// Pixel accuracy and mean IoU of a segmentation model (labels with spatial axes), then the
 /// per-pixel confusion matrix.
-fn print_segmentation(cm: &Confusion, c: &Classifier) -> CliResult {
+fn print_segmentation(cm: &Confusion, model: &crate::session::Model, c: &Classifier) -> CliResult {
     let skipped = c.ignore_index.map(|k| format!(", label {k} ignored")).unwrap_or_default();
     outln!(
         "pixel accuracy  {:.2}%  ({} of {} pixels{skipped})",
@@ -79,7 +82,11 @@ fn print_segmentation(cm: &Confusion, c: &Classifier) -> CliResult {
         cm.total()
     )?;
     outln!("mean IoU        {:.2}%", 100.0 * cm.mean_iou())?;
-    let names: Vec<String> = (0..c.classes).map(|i| i.to_string()).collect();
+    // synthetic.polsar's classes have names (the scattering mechanisms).
+    let polsar = matches!(model.config().data, DataSource::SyntheticPolsar { .. })
+        && c.classes <= POLSAR_CLASSES.len();
+    let names: Vec<String> =
+        (0..c.classes).map(|i| if polsar { POLSAR_CLASSES[i].to_string() } else { i.to_string() }).collect();
     out!("{}", cm.render(&names))
 }
 

@@ -2,6 +2,7 @@
 //! the model's declared inputs, split into train and validation sets and batched.
 
 pub mod npy;
+pub mod synthetic_polsar;
 pub mod synthetic_rf;
 pub mod synthetic_sar;
 
@@ -199,6 +200,39 @@ impl Dataset {
         Dataset::from_arrays(found, inputs, "synthetic.sar")
     }
 
+    /// The synthetic PolSAR dataset, validated against the inputs: the scenes feed the
+    /// model's complex input and the per-pixel classes its label input, whatever their names
+    /// (`cvc data polsar` names the arrays `image` and `label`). Unlabelled pixels get the
+    /// label input's `ignore_index` (the loss's), whatever `cfg.ignore_index` says.
+    pub fn synthetic_polsar(
+        cfg: &synthetic_polsar::PolsarConfig,
+        inputs: &[InputSpec],
+    ) -> Result<Dataset, String> {
+        let label = inputs.iter().find(|i| i.classes.is_some());
+        let mut cfg = cfg.clone();
+        if let Some(k) = label.and_then(|l| l.ignore_index) {
+            cfg.ignore_index = i32::try_from(k).map_err(|_| {
+                format!("synthetic.polsar: the labels' ignore_index {k} does not fit an int32 label")
+            })?;
+        } else if let Some(l) = label {
+            return Err(format!(
+                "synthetic.polsar leaves boundary pixels unlabelled, but no loss reads input '{}' with an ignore_index; use cross_entropy or dice on it",
+                l.name
+            ));
+        }
+        let d = synthetic_polsar::generate(&cfg)?;
+        let named = |pick: &dyn Fn(&InputSpec) -> bool, default: &str| {
+            inputs.iter().find(|i| pick(i)).map_or(default.to_string(), |i| i.name.clone())
+        };
+        let image_name = named(&|i| i.ty.dtype == DType::C64, "image");
+        let label_name = named(&|i| i.classes.is_some(), "label");
+        let found = vec![
+            (image_name, npy::NpyArray { numpy_dtype: "complex64".into(), tensor: d.image }),
+            (label_name, npy::NpyArray { numpy_dtype: "int32".into(), tensor: d.label }),
+        ];
+        Dataset::from_arrays(found, inputs, "synthetic.polsar")
+    }
+
     /// Random data shaped like the inputs: normal reals and complex numbers, uniform labels.
     pub fn synthetic_random(count: usize, seed: u64, inputs: &[InputSpec]) -> Result<Dataset, String> {
         if count == 0 {
@@ -263,6 +297,19 @@ impl Dataset {
                     seed: *seed,
                 };
                 Dataset::synthetic_sar(&cfg, inputs)
+            }
+            DataSource::SyntheticPolsar { classes, size, regions, gain_db, contrast, count, seed } => {
+                let cfg = synthetic_polsar::PolsarConfig {
+                    classes: *classes,
+                    size: *size,
+                    regions: *regions,
+                    gain_db: *gain_db,
+                    contrast: *contrast,
+                    count: *count,
+                    seed: *seed,
+                    ignore_index: -100,
+                };
+                Dataset::synthetic_polsar(&cfg, inputs)
             }
             DataSource::SyntheticRandom { count, seed } => Dataset::synthetic_random(*count, *seed, inputs),
             DataSource::Npz { path } => Dataset::load_npz(&base.join(path), inputs),
