@@ -608,17 +608,33 @@ fn index_width_is_chosen_per_kernel_from_the_plan() {
             match l.index.width {
                 IndexWidth::U64 => {
                     wide += 1;
-                    assert!(chunk.contains("typedef u64 ix;") && chunk.contains("// index: 64-bit"), "{chunk}");
+                    assert!(
+                        chunk.contains("typedef u64 ix;") && chunk.contains("// index: 64-bit"),
+                        "{chunk}"
+                    );
                 }
                 IndexWidth::U32 => {
                     narrow += 1;
-                    assert!(chunk.contains("typedef u32 ix;") && chunk.contains("// index: 32-bit"), "{chunk}");
+                    assert!(
+                        chunk.contains("typedef u32 ix;") && chunk.contains("// index: 32-bit"),
+                        "{chunk}"
+                    );
                 }
             }
             if largest >= INDEX32_LIMIT {
-                assert_eq!(l.index.width, IndexWidth::U64, "{} touches {largest} floats at batch {batch}", l.name);
+                assert_eq!(
+                    l.index.width,
+                    IndexWidth::U64,
+                    "{} touches {largest} floats at batch {batch}",
+                    l.name
+                );
             } else if largest < INDEX32_LIMIT / 4 {
-                assert_eq!(l.index.width, IndexWidth::U32, "{} touches {largest} floats at batch {batch}", l.name);
+                assert_eq!(
+                    l.index.width,
+                    IndexWidth::U32,
+                    "{} touches {largest} floats at batch {batch}",
+                    l.name
+                );
             }
         }
         eprintln!("batch {batch}: {wide} kernels with 64-bit indices, {narrow} with 32-bit");
@@ -668,9 +684,11 @@ fn every_model_at_a_huge_batch_generates_64_bit_kernels_that_compile() {
         }
         let batch = batch_for_floats(&checked, 1 << 33);
         let opts = Options { batch, optimizer: checked.train.optimizer.clone(), ..Options::default() };
-        let program = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name} at batch {batch}: {e}"));
+        let program =
+            compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name} at batch {batch}: {e}"));
         let example = path.parent().is_some_and(|d| d.ends_with("examples"));
-        let precisions: &[Precision] = if example { &[Precision::Fp32, Precision::Tf32] } else { &[Precision::Fp32] };
+        let precisions: &[Precision] =
+            if example { &[Precision::Fp32, Precision::Tf32] } else { &[Precision::Fp32] };
         for &precision in precisions {
             let target = CudaTarget::h200().with_precision(precision);
             let module = cuda::generate(&program, &target)
@@ -683,10 +701,18 @@ fn every_model_at_a_huge_batch_generates_64_bit_kernels_that_compile() {
                 }
                 wide += usize::from(l.index.width == IndexWidth::U64);
                 let max = target.device.max_grid;
-                assert!(l.grid.iter().zip(&max).all(|(&g, &m)| g as usize <= m), "{name}: {} grid {:?}", l.name, l.grid);
+                assert!(
+                    l.grid.iter().zip(&max).all(|(&g, &m)| g as usize <= m),
+                    "{name}: {} grid {:?}",
+                    l.name,
+                    l.grid
+                );
             }
             assert!(wide > 0, "{name} at batch {batch}: no 64-bit kernel");
-            eprintln!("{name} at batch {batch} ({precision:?}): {wide} of {} kernels 64-bit", module.kernels.len());
+            eprintln!(
+                "{name} at batch {batch} ({precision:?}): {wide} of {} kernels 64-bit",
+                module.kernels.len()
+            );
             let (p, chunks) = kernel_chunks(&module.source);
             prelude = p;
             for c in chunks {
@@ -742,7 +768,11 @@ fn compile_chunks(prelude: &str, todo: &[(String, String)]) {
             let name = chunk.split("(char* A)").next().and_then(|s| s.rsplit(' ').next());
             let name = name.unwrap_or_else(|| panic!("{what}: a kernel without a name"));
             let renamed = format!("h{n}_{i}_{name}");
-            module.push_str(&chunk.replacen(&format!(" {name}(char* A)"), &format!(" {renamed}(char* A)"), 1));
+            module.push_str(&chunk.replacen(
+                &format!(" {name}(char* A)"),
+                &format!(" {renamed}(char* A)"),
+                1,
+            ));
             names.push((what, renamed));
         }
         let ptx = cvc_runtime::cuda::compile_ptx(&module, "sm_90").unwrap_or_else(|e| {

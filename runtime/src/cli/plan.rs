@@ -119,7 +119,9 @@ impl Backend {
     pub fn describe(&self) -> String {
         match self {
             Backend::Cpu => "CPU".into(),
-            Backend::Cuda { target, queried: true } => format!("CUDA ({}, this machine's GPU)", target.device.arch()),
+            Backend::Cuda { target, queried: true } => {
+                format!("CUDA ({}, this machine's GPU)", target.device.arch())
+            }
             Backend::Cuda { target, queried: false } => {
                 format!("CUDA ({}, planned for an H200: no usable GPU here)", target.device.arch())
             }
@@ -200,7 +202,7 @@ pub fn run(args: &PlanArgs) -> CliResult {
     program.facts.set_lines(&checked.src);
     let module = backend.generate(&program).map_err(|e| {
         CliError::Message(format!(
-            "the {} back end cannot run this plan at batch {}: {}",
+            "the back end {} cannot run this plan at batch {}: {}",
             backend.describe(),
             program.plan.batch,
             e.message()

@@ -216,7 +216,14 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
     let index = super::Indexing::template(largest.unwrap_or(0));
     let code =
         format!("extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}(char* A) {{\n  {call}\n}}\n");
-    Ok(Kernel { code, grid: [blocks as u32, 1, 1], block: [BLOCK, 1, 1], zero: Vec::new(), scratch: 0, index })
+    Ok(Kernel {
+        code,
+        grid: [blocks as u32, 1, 1],
+        block: [BLOCK, 1, 1],
+        zero: Vec::new(),
+        scratch: 0,
+        index,
+    })
 }
 
 /// The attention templates, emitted once per module before the first attention kernel.

@@ -362,6 +362,16 @@ fn indexing(ctx: &Ctx, gm: &Gemm, v: Value, [bm, bn, bk]: [usize; 3], k_end: usi
     )
 }
 
+/// `the matmul kernel of y/linear`: the op and its layer, for messages.
+fn kernel_name(ctx: &Ctx, v: Value) -> String {
+    let n = ctx.g.node(v);
+    if n.origin.label.is_empty() {
+        format!("the {} kernel", n.op.mnemonic())
+    } else {
+        format!("the {} kernel of {}", n.op.mnemonic(), n.origin.label)
+    }
+}
+
 /// The block coordinates of a contraction's grid as C declarations: `g` (the channel group),
 /// `split` (of K), and the tile origins `m0`, `n0`.
 fn block_coords(grid: &Grid, groups: usize, bm: usize, bn: usize) -> String {
@@ -417,7 +427,7 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
     let gy = gm.m.div_ceil(bm);
     let tiles = gx * gy * gm.groups;
     let (splits, chunk) = split_k(ctx, gm, tiles, bk);
-    let grid = Grid::new(ctx, [gx, gy, gm.groups * splits], &format!("the contraction {v}"))?;
+    let grid = Grid::new(ctx, [gx, gy, gm.groups * splits], &kernel_name(ctx, v))?;
     let index = indexing(ctx, gm, v, [bm, bn, bk], splits * chunk);
     let (ta, tb, tc) = (ctype(gm.ta), ctype(gm.tb), ctype(gm.tc));
     let mut c = String::new();
@@ -500,7 +510,7 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
     let gy = gm.m.div_ceil(bm);
     let tiles = gx * gy * gm.groups;
     let (splits, chunk) = split_k(ctx, gm, tiles, BK);
-    let grid = Grid::new(ctx, [gx, gy, gm.groups * splits], &format!("the contraction {v}"))?;
+    let grid = Grid::new(ctx, [gx, gy, gm.groups * splits], &kernel_name(ctx, v))?;
     let index = indexing(ctx, gm, v, [bm, bn, BK], splits * chunk);
     let (ca, cb, cc) = (gm.ta == DType::C64, gm.tb == DType::C64, gm.tc == DType::C64);
     let (ta, tb) = (ctype(gm.ta), ctype(gm.tb));

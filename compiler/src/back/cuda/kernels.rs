@@ -421,10 +421,8 @@ pub(crate) fn reduce(
     let buffers: Vec<Value> = inputs.iter().copied().chain(reds.iter().map(|r| r.0)).collect();
     // Besides the buffers: the domain, the threads of the grid-stride loop over outputs, the
     // split reduced range and the partial sums in scratch memory.
-    let index = ctx.indexing(
-        &buffers,
-        &[dn, grid_x as usize * BLOCK as usize, splits * chunk, splits * o_n * parts],
-    );
+    let index =
+        ctx.indexing(&buffers, &[dn, grid_x as usize * BLOCK as usize, splits * chunk, splits * o_n * parts]);
     let mut code = open_kernel(name, &index);
     let _ = writeln!(code, "  const u32 lane = threadIdx.x % {lanes}u;");
     let _ = writeln!(code, "  const ix first = ((ix)blockIdx.x * blockDim.x + threadIdx.x) / {lanes}u;");
