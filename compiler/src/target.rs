@@ -139,6 +139,17 @@ impl Default for WgradKernel {
     }
 }
 
+/// The integer type the kernels index elements with (`back/cuda`'s module doc).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IndexChoice {
+    /// Chosen per kernel from the plan's shapes: 64-bit where an index the kernel forms can
+    /// reach 2³¹, else 32-bit (fewer registers, cheaper division by constants).
+    #[default]
+    Auto,
+    /// 64-bit in every kernel: tests the 64-bit code on small shapes.
+    Wide,
+}
+
 /// The kernel choices of CUDA code generation. The defaults are the fastest measured on an
 /// H200; the alternatives exist to be measured against them (`bench/gpu-variants.sh`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -161,6 +172,12 @@ pub struct KernelConfig {
     /// beyond this, more blocks only add scheduling work while each thread still has
     /// several elements.
     pub grid_stride_blocks: usize,
+    /// The integer type of element indices: per kernel from its extents, or 64-bit everywhere.
+    pub index: IndexChoice,
+    /// The most blocks an implicit-GEMM contraction's grid may have along y and z, below the
+    /// device's limit: a grid that needs more is folded into x. `None`: the device's limit
+    /// (65535); a small value tests the folded grids on small shapes.
+    pub grid_yz: Option<usize>,
 }
 
 impl Default for KernelConfig {
@@ -172,13 +189,15 @@ impl Default for KernelConfig {
             deep_k_tiles: false,
             conv_chunk: None,
             grid_stride_blocks: 16384,
+            index: IndexChoice::Auto,
+            grid_yz: None,
         }
     }
 }
 
 /// The keys of a kernel spec, with their values, for messages and `--help`.
 pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|gemm|ot2|ot4|pf|ot2pf|ot4pf, \
-                                    fill=BLOCKS, bk=16|32, ck=CHANNELS, grid=BLOCKS";
+                                    fill=BLOCKS, bk=16|32, ck=CHANNELS, grid=BLOCKS, index=auto|64, yz=BLOCKS";
 
 impl KernelConfig {
     /// Reads a kernel spec: comma-separated `key=value` pairs over the defaults, e.g.
@@ -189,7 +208,10 @@ impl KernelConfig {
     /// - `fill`: blocks a split-K contraction fills ([`KernelConfig::fill`]);
     /// - `bk`: `16` (default) or `32`, the fp32 GEMM's K tile depth;
     /// - `ck`: input channels per chunk of the direct convolution;
-    /// - `grid`: the most blocks of a grid-stride kernel.
+    /// - `grid`: the most blocks of a grid-stride kernel;
+    /// - `index`: `auto` (default: 32- or 64-bit indices per kernel, from its extents) or `64`
+    ///   (64-bit in every kernel; `CVC_KERNELS=index=64` runs the GPU tests on that code);
+    /// - `yz`: the most blocks of an implicit-GEMM grid along y and z ([`KernelConfig::grid_yz`]).
     ///
     /// ```
     /// use cvc_compiler::target::{ConvKernel, KernelConfig};
@@ -231,6 +253,14 @@ impl KernelConfig {
                 }
                 "ck" => k.conv_chunk = Some(count()?),
                 "grid" => k.grid_stride_blocks = count()?,
+                "yz" => k.grid_yz = Some(count()?),
+                "index" => {
+                    k.index = match value {
+                        "auto" => IndexChoice::Auto,
+                        "64" => IndexChoice::Wide,
+                        _ => return Err(bad()),
+                    }
+                }
                 _ => return Err(format!("unknown kernel choice `{key}` (keys: {KERNEL_SPEC_KEYS})")),
             }
         }
@@ -242,6 +272,7 @@ impl KernelConfig {
             "conv" => "direct32, direct64 or gemm",
             "wgrad" => "direct, gemm, ot2, ot4, pf, ot2pf or ot4pf",
             "bk" => "16 or 32",
+            "index" => "auto or 64",
             _ => "a positive number",
         }
     }
@@ -307,6 +338,12 @@ impl fmt::Display for KernelConfig {
         if self.grid_stride_blocks != d.grid_stride_blocks {
             parts.push(format!("grid={}", self.grid_stride_blocks));
         }
+        if self.index == IndexChoice::Wide {
+            parts.push("index=64".into());
+        }
+        if let Some(n) = self.grid_yz {
+            parts.push(format!("yz={n}"));
+        }
         if parts.is_empty() {
             f.write_str("default")
         } else {
@@ -350,6 +387,16 @@ impl CudaTarget {
         CudaTarget { kernels, ..self }
     }
 
+    /// The most blocks of an implicit-GEMM grid along x, y and z: the device's, with y and z
+    /// lowered to the kernel choice [`KernelConfig::grid_yz`] where it is set.
+    pub fn max_grid(&self) -> [usize; 3] {
+        let [x, y, z] = self.device.max_grid;
+        match self.kernels.grid_yz {
+            Some(c) => [x, y.min(c), z.min(c)],
+            None => [x, y, z],
+        }
+    }
+
     /// Blocks a contraction fills before it stops splitting K: the kernel choice, else the
     /// device's [`CudaDevice::fill_blocks`].
     pub fn contraction_fill(&self) -> usize {
@@ -377,13 +424,16 @@ mod tests {
             "bk=32",
             "ck=6",
             "grid=4096",
-            "conv=gemm,wgrad=ot4pf,fill=264,bk=32,ck=9,grid=100",
+            "index=64",
+            "yz=2",
+            "conv=gemm,wgrad=ot4pf,fill=264,bk=32,ck=9,grid=100,index=64,yz=3",
         ] {
             let k = KernelConfig::parse(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
             assert_eq!(k.to_string(), spec);
             assert_eq!(KernelConfig::parse(&k.to_string()), Ok(k));
         }
         assert_eq!(KernelConfig::parse("conv=direct32,wgrad=direct,bk=16").unwrap(), KernelConfig::default());
+        assert_eq!(KernelConfig::parse("index=auto").unwrap(), KernelConfig::default());
     }
 
     #[test]
@@ -396,6 +446,7 @@ mod tests {
             ("fill=0", "fill takes a positive number"),
             ("ck=x", "ck takes a positive number"),
             ("bk=8", "bk takes 16 or 32"),
+            ("index=32", "index takes auto or 64"),
             ("tile=3", "unknown kernel choice `tile`"),
             ("gemm", "is not `key=value`"),
         ] {

@@ -276,3 +276,51 @@ fn bad_byte_counts_say_why() {
         assert!(text(&out.stderr).contains(why), "{flag} {value}: {}", text(&out.stderr));
     }
 }
+
+/// `plan --max-batch --device cuda` offers only a batch the CUDA back end can generate: a
+/// linear layer of 2²⁴ outputs has 2¹⁸ column tiles of 64, and one row of tiles per 64
+/// samples; past 65535 rows (the grid's limit along y) the grid is folded into x, where
+/// 2¹⁸ · 65536 blocks pass the 2³¹ − 1 a CUDA grid holds. Plan only, nothing allocated: the
+/// CUDA search is capped at 65535 · 64 samples and says why; the CPU back end, with no such
+/// limit, offers a larger batch for the same budget; and the plan at the capped batch lists
+/// 64-bit kernels, while one sample more is refused.
+#[test]
+fn max_batch_is_capped_by_the_cuda_back_end_and_says_why() {
+    let dir = std::env::temp_dir().join(format!("cvc-capped-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("wide.cvnn");
+    std::fs::write(
+        &file,
+        "model W {\n    input x: c64[B, 1]\n    y = x |> linear(16777216, bias = false)\n    output y\n}\n",
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    let batch_of = |out: &Output| -> usize {
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        v["max_batch"].as_u64().expect("max_batch") as usize
+    };
+    let cuda = run(&["plan", "--max-batch", "1000TiB", "--device", "cuda", "--eval", "--json", f]);
+    assert_eq!(cuda.status.code(), Some(0), "{}", text(&cuda.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&cuda.stdout).expect("JSON");
+    let capped = &v["capped_by_backend"];
+    let why = capped["reason"].as_str().unwrap_or_default();
+    assert!(why.contains("2147483647") && why.contains("lower the batch"), "{v}");
+    let batch = batch_of(&cuda);
+    assert_eq!(capped["refused_batch"].as_u64(), Some(batch as u64 + 1), "{v}");
+    assert_eq!(batch, 65535 * 64, "{v}");
+    let human = run(&["plan", "--max-batch", "1000TiB", "--device", "cuda", "--eval", f]);
+    let out = text(&human.stdout);
+    assert!(out.contains(&format!(": {batch} (")) && out.contains("capped by the back end: batch"), "{out}");
+    let cpu = run(&["plan", "--max-batch", "1000TiB", "--device", "cpu", "--eval", "--json", f]);
+    assert_eq!(cpu.status.code(), Some(0), "{}", text(&cpu.stderr));
+    assert!(batch_of(&cpu) > batch, "the CPU back end has no grid limit");
+    let at = batch.to_string();
+    let plan = run(&["plan", "--batch", &at, "--device", "cuda", "--eval", f]);
+    assert_eq!(plan.status.code(), Some(0), "{}", text(&plan.stderr));
+    assert!(text(&plan.stdout).contains("with 64-bit indices"), "{}", text(&plan.stdout));
+    let over = (batch + 1).to_string();
+    let refused = run(&["plan", "--batch", &over, "--device", "cuda", "--eval", f]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(text(&refused.stderr).contains("cannot run this plan"), "{}", text(&refused.stderr));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -10,7 +10,7 @@ use cvc_compiler::interp::{Session, SplitMix64, Tensor, TensorData};
 use cvc_compiler::ir::{DType, Graph, Mode, Op, Value};
 use cvc_compiler::passes::pipeline::{compile, Options};
 use cvc_compiler::passes::Program;
-use cvc_compiler::target::KernelConfig;
+use cvc_compiler::target::{IndexChoice, KernelConfig};
 use cvc_runtime::backend::{Backend, HostData, HostTensor};
 use cvc_runtime::cuda::CudaBackend;
 use cvc_tests::differential::{check_training_steps, from_host, to_host};
@@ -266,10 +266,59 @@ fn cuda(p: &Program) -> Result<Box<dyn Backend>, String> {
 
 /// One step of one file from `rng`'s draws, SGD at lr 1; the mismatches found.
 fn forward_backward(path: &Path, rng: &mut SplitMix64) -> Vec<String> {
+    forward_backward_on(path, rng, &cuda)
+}
+
+/// [`forward_backward`] on the back end `make` builds.
+fn forward_backward_on(
+    path: &Path,
+    rng: &mut SplitMix64,
+    make: cvc_tests::differential::MakeBackend,
+) -> Vec<String> {
     let sgd =
         Optimizer { kind: OptimizerKind::Sgd { momentum: 0.0, nesterov: false }, lr: 1.0, weight_decay: 0.0 };
     let ex = load(path, batch_for(path), Some(sgd));
-    check_training_steps(&ex.program, &cuda, 1, PLAN_TOL, rng).unwrap_or_else(|e| panic!("{}: {e}", ex.name))
+    check_training_steps(&ex.program, make, 1, PLAN_TOL, rng).unwrap_or_else(|e| panic!("{}: {e}", ex.name))
+}
+
+/// This run's kernel choices with 64-bit indices in every kernel (`index=64`) and contraction
+/// grids folded into x past 2 blocks along y and z (`yz=2`): the code that batches past 2³¹
+/// elements and grids past 65535 blocks run, on shapes the interpreter checks quickly.
+fn wide_kernels() -> KernelConfig {
+    KernelConfig { index: IndexChoice::Wide, grid_yz: Some(2), ..kernels() }
+}
+
+/// The CUDA back end for a program with [`wide_kernels`], in fp32.
+fn cuda_wide(p: &Program) -> Result<Box<dyn Backend>, String> {
+    let be = CudaBackend::new(p, Precision::Fp32, &wide_kernels()).map_err(|e| e.0)?;
+    eprintln!("{} (index=64, yz=2): {}", p.graph.name, be.compile_info());
+    Ok(Box::new(be))
+}
+
+/// Every example and fixture (elementwise, reductions, batchnorm, pooling, convolutions and
+/// their gradients, direct and implicit-GEMM, matmuls, FFTs, gathers and scatters, pads,
+/// concatenations, losses, optimizers) and every batched-matmul form, one SGD step with
+/// 64-bit indices everywhere and folded contraction grids, against the interpreter group by
+/// group: the 64-bit code path checked numerically at sizes where 32-bit would do.
+#[test]
+fn sixty_four_bit_indexed_kernels_match_the_interpreter() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let mut files = examples();
+    files.extend(cvnn_files("tests/fixtures/ok"));
+    let mut failures = Vec::new();
+    for path in &files {
+        let mut rng = SplitMix64::new(seed_for(&format!("gpu::wide::{}", path.display())));
+        let fails = forward_backward_on(path, &mut rng, &cuda_wide);
+        eprintln!("{}: {}", path.display(), if fails.is_empty() { "checked" } else { "FAILS" });
+        failures.extend(fails.into_iter().map(|f| format!("{}: {f}", path.display())));
+    }
+    let program = cvc_tests::matmul_forms::program(3).expect("compiles");
+    let mut rng = SplitMix64::new(seed_for("gpu::wide::matmul_forms"));
+    let fails = check_training_steps(&program, &cuda_wide, 1, PLAN_TOL, &mut rng).expect("runs");
+    failures.extend(fails.into_iter().map(|f| format!("matmul forms: {f}")));
+    assert!(failures.is_empty(), "64-bit GPU kernels vs interpreter mismatches:\n{}", failures.join("\n"));
 }
 
 /// Two training steps of every example with SGD + momentum: each checked group by group, and

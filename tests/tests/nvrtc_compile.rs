@@ -234,7 +234,7 @@ fn batched_matmul_kernels_compile_with_nvrtc() {
         let module = cuda::generate(&program, &CudaTarget::h200().with_precision(precision))
             .unwrap_or_else(|e| panic!("{precision:?}: {e}"));
         // Batched loads index the batch by the group `g`; summed ones split K into (q, r).
-        for needle in ["g * 35u + m * 7u + k", "const u32 q = k / ", "[g * "] {
+        for needle in ["g * 35u + m * 7u + k", "const ix q = k / ", "[g * "] {
             assert!(module.source.contains(needle), "{precision:?}: no `{needle}` in the source");
         }
         let cubin = cvc_runtime::cuda::compile_cubin(&module.source, "sm_90")
@@ -445,6 +445,9 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
         ("fill=66", Some),
         ("bk=32", SomeOf(" As[")),
         ("grid=64", LaunchesOnly),
+        // (`index=64` changes every kernel: the 64-bit code of every kernel compiles in
+        // `every_model_at_a_huge_batch_generates_64_bit_kernels_that_compile`.)
+        ("yz=2", Some),
     ];
     // Kernels that differ from the default module, by architecture, each kind once.
     let mut changed_kernels: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
@@ -658,4 +661,241 @@ fn attention_heads_wider_than_128_are_a_user_error() {
     let e = cuda::generate(&program, &CudaTarget::h200()).expect_err("too wide").to_string();
     assert!(e.contains("dimension 130") && e.contains("at most 128"), "{e}");
     assert!(!e.to_lowercase().contains("internal"), "{e}");
+}
+
+/// The buffers a launch's kernel group reads and writes, and the largest of them and of its
+/// domain in floats (a complex element counts two): what its index type depends on, read
+/// from the graph independently of the code generator.
+fn largest_touched(program: &cvc_compiler::passes::Program, gi: usize) -> usize {
+    let g = &program.graph;
+    let batch = program.plan.batch;
+    let k = &program.groups[gi];
+    let floats = |v: cvc_compiler::ir::Value| {
+        let t = g.ty(v);
+        t.shape.numel(batch) * if t.dtype == cvc_compiler::ir::DType::C64 { 2 } else { 1 }
+    };
+    let buffers = k.inputs.iter().chain(&k.outputs).map(|&v| floats(v));
+    buffers.chain([k.domain.numel(batch)]).max().unwrap_or(0)
+}
+
+/// The kernel chunk of `name` in a module's source (its `// group`, `// index` lines and code).
+fn chunk_of<'a>(chunks: &'a [String], name: &str) -> &'a str {
+    chunks
+        .iter()
+        .find(|c| c.contains(&format!(" {name}(char* A)")))
+        .unwrap_or_else(|| panic!("no kernel {name} in the source"))
+}
+
+/// The seed network at batch 95,000 (about what fills 120 GiB on an H200) and at batch 1024:
+/// the index type is chosen per kernel. At 95,000 every kernel touching a buffer of 2³¹
+/// floats or more (activations and their gradients, from the graph) indexes with 64 bits,
+/// and kernels over small buffers (the parameters' updates) keep 32-bit indices; at 1024
+/// every kernel is 32-bit. Each choice shows in the source (`typedef u64 ix;` and the
+/// `// index:` line) and in the launch list.
+#[test]
+fn index_width_is_chosen_per_kernel_from_the_plan() {
+    use cvc_compiler::back::cuda::{CudaStep, IndexWidth, INDEX32_LIMIT};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/seed_cnn.cvnn");
+    let src = std::fs::read_to_string(&path).expect("readable example");
+    for batch in [95_000, 1024] {
+        let checked = check_source("seed_cnn.cvnn", &src, Mode::Train).expect("checks");
+        let opts = Options { batch, optimizer: checked.train.optimizer.clone(), ..Options::default() };
+        let program = compile(checked.graph, &opts).expect("compiles");
+        let module = cuda::generate(&program, &CudaTarget::h200()).expect("generates");
+        let (_, chunks) = kernel_chunks(&module.source);
+        let (mut wide, mut narrow) = (0, 0);
+        for step in &module.steps {
+            let CudaStep::Launch(l) = step else { continue };
+            let largest = largest_touched(&program, l.group);
+            assert!(l.index.largest >= largest, "{}: largest extent {} < {largest}", l.name, l.index.largest);
+            let chunk = chunk_of(&chunks, &l.name);
+            match l.index.width {
+                IndexWidth::U64 => {
+                    wide += 1;
+                    assert!(
+                        chunk.contains("typedef u64 ix;") && chunk.contains("// index: 64-bit"),
+                        "{chunk}"
+                    );
+                }
+                IndexWidth::U32 => {
+                    narrow += 1;
+                    assert!(
+                        chunk.contains("typedef u32 ix;") && chunk.contains("// index: 32-bit"),
+                        "{chunk}"
+                    );
+                }
+            }
+            if largest >= INDEX32_LIMIT {
+                assert_eq!(
+                    l.index.width,
+                    IndexWidth::U64,
+                    "{} touches {largest} floats at batch {batch}",
+                    l.name
+                );
+            } else if largest < INDEX32_LIMIT / 4 {
+                assert_eq!(
+                    l.index.width,
+                    IndexWidth::U32,
+                    "{} touches {largest} floats at batch {batch}",
+                    l.name
+                );
+            }
+        }
+        eprintln!("batch {batch}: {wide} kernels with 64-bit indices, {narrow} with 32-bit");
+        if batch == 1024 {
+            assert_eq!(wide, 0, "batch 1024 needs no 64-bit index");
+        } else {
+            assert!(wide >= 10, "the convolutions, batchnorms and activations of batch 95,000: {wide}");
+            assert!(narrow >= 3, "the parameter updates keep 32-bit indices: {narrow}");
+        }
+    }
+}
+
+/// The batch at which `checked`'s largest value holds about `floats` floats.
+fn batch_for_floats(checked: &cvc_compiler::front::Checked, floats: usize) -> usize {
+    let per_sample = checked
+        .graph
+        .nodes
+        .iter()
+        .map(|(_, n)| {
+            let f = if n.ty.dtype == cvc_compiler::ir::DType::C64 { 2 } else { 1 };
+            (n.ty.shape.numel(2) - n.ty.shape.numel(1)) * f
+        })
+        .max()
+        .unwrap_or(1);
+    floats.div_ceil(per_sample.max(1)).max(2)
+}
+
+/// Every example and fixture at a batch where its largest value holds 2³³ floats — past
+/// what 32-bit indices reach — plan only, nothing allocated: code generation succeeds (no
+/// 32-bit refusal; contraction grids within the device's limits or folded), every kernel
+/// touching a buffer of 2³¹ floats or more indexes with 64 bits, and with NVRTC every kernel
+/// compiles for sm_90 (each kernel structure once, as the variant test does; fp32, and TF32
+/// for the examples).
+#[test]
+fn every_model_at_a_huge_batch_generates_64_bit_kernels_that_compile() {
+    use cvc_compiler::back::cuda::{CudaStep, IndexWidth, INDEX32_LIMIT};
+    let nvrtc = nvrtc_or_skip();
+    let mut seen = HashSet::new();
+    let mut todo: Vec<(String, String)> = Vec::new();
+    let mut prelude = String::new();
+    let mut attention_lib = String::new();
+    for path in cvnn_files() {
+        let src = std::fs::read_to_string(&path).expect("readable .cvnn");
+        let name = path.file_name().expect("file name").to_string_lossy().into_owned();
+        let mut checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+        if checked.graph.loss.is_none() {
+            checked = check_source(&name, &src, Mode::Eval).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+        }
+        let batch = batch_for_floats(&checked, 1 << 33);
+        let opts = Options { batch, optimizer: checked.train.optimizer.clone(), ..Options::default() };
+        let program =
+            compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name} at batch {batch}: {e}"));
+        let example = path.parent().is_some_and(|d| d.ends_with("examples"));
+        let precisions: &[Precision] =
+            if example { &[Precision::Fp32, Precision::Tf32] } else { &[Precision::Fp32] };
+        for &precision in precisions {
+            let target = CudaTarget::h200().with_precision(precision);
+            let module = cuda::generate(&program, &target)
+                .unwrap_or_else(|e| panic!("{name} at batch {batch} ({precision:?}): {e}"));
+            let mut wide = 0;
+            for step in &module.steps {
+                let CudaStep::Launch(l) = step else { continue };
+                if largest_touched(&program, l.group) >= INDEX32_LIMIT {
+                    assert_eq!(l.index.width, IndexWidth::U64, "{name}: {}", l.name);
+                }
+                wide += usize::from(l.index.width == IndexWidth::U64);
+                let max = target.device.max_grid;
+                assert!(
+                    l.grid.iter().zip(&max).all(|(&g, &m)| g as usize <= m),
+                    "{name}: {} grid {:?}",
+                    l.name,
+                    l.grid
+                );
+            }
+            assert!(wide > 0 || !example, "{name} at batch {batch}: no 64-bit kernel");
+            eprintln!(
+                "{name} at batch {batch} ({precision:?}): {wide} of {} kernels 64-bit",
+                module.kernels.len()
+            );
+            // The attention templates (emitted once, before the first attention kernel) go
+            // to the prelude, so every attention kernel compiles in any module.
+            let lib = module.source.find("// Fused complex attention").map(|at| {
+                let rest = &module.source[at..];
+                rest[..rest.find("// group ").unwrap_or(rest.len())].to_string()
+            });
+            let source = lib.as_ref().map_or(module.source.clone(), |l| module.source.replacen(l, "", 1));
+            let (p, chunks) = kernel_chunks(&source);
+            prelude = p;
+            if let Some(l) = lib {
+                attention_lib = l;
+            }
+            for c in chunks {
+                if seen.insert(structure(&c)) {
+                    todo.push((format!("{name} ({precision:?})"), c));
+                }
+            }
+        }
+    }
+    if !nvrtc {
+        return;
+    }
+    compile_chunks(&format!("{prelude}{attention_lib}"), &todo);
+}
+
+/// A linear layer at a batch of 5 million samples: its matmul's tiles need more than 65535
+/// blocks along y, so the implicit GEMM folds its grid into x; the folded grid covers every
+/// tile once, and the module compiles with NVRTC.
+#[test]
+fn contraction_grids_past_65535_blocks_fold_into_x() {
+    use cvc_compiler::back::cuda::CudaStep;
+    let src = "model Wide {\n  input x: c64[B, 10]\n  input t: c64[B, 4]\n  y = x |> linear(4, bias = false)\n  output y\n  loss l1(y, t)\n}\n";
+    let checked = check_source("wide.cvnn", src, Mode::Train).expect("checks");
+    let opts = Options { batch: 5_000_000, optimizer: checked.train.optimizer.clone(), ..Options::default() };
+    let program = compile(checked.graph, &opts).expect("compiles");
+    let module = cuda::generate(&program, &CudaTarget::h200()).expect("generates");
+    let (prelude, chunks) = kernel_chunks(&module.source);
+    let mut folded = 0;
+    for step in &module.steps {
+        let CudaStep::Launch(l) = step else { continue };
+        // The folded tile row: `(((ix)blockIdx.x / X) % Y)`; X·Y·Z blocks on x alone, at
+        // least one per 64-row tile of the 5 million rows.
+        if chunk_of(&chunks, &l.name).contains("(((ix)blockIdx.x / ") {
+            assert_eq!(l.grid[1..], [1, 1], "{}", l.name);
+            assert!(l.grid[0] as usize >= 5_000_000 / 64, "{}: {:?}", l.name, l.grid);
+            folded += 1;
+        }
+    }
+    assert!(folded >= 1, "no folded contraction grid:\n{}", module.source);
+    if nvrtc_or_skip() {
+        let todo: Vec<(String, String)> = chunks.into_iter().map(|c| ("wide".to_string(), c)).collect();
+        compile_chunks(&prelude, &todo);
+    }
+}
+
+/// Compiles kernel chunks to PTX for sm_90, 16 to a module with the prelude, each renamed
+/// after its place in the list (kernels of different programs share names).
+fn compile_chunks(prelude: &str, todo: &[(String, String)]) {
+    for (n, batch) in todo.chunks(16).enumerate() {
+        let mut module = prelude.to_string();
+        let mut names = Vec::new();
+        for (i, (what, chunk)) in batch.iter().enumerate() {
+            let name = chunk.split("(char* A)").next().and_then(|s| s.rsplit(' ').next());
+            let name = name.unwrap_or_else(|| panic!("{what}: a kernel without a name"));
+            let renamed = format!("h{n}_{i}_{name}");
+            module.push_str(&chunk.replacen(
+                &format!(" {name}(char* A)"),
+                &format!(" {renamed}(char* A)"),
+                1,
+            ));
+            names.push((what, renamed));
+        }
+        let ptx = cvc_runtime::cuda::compile_ptx(&module, "sm_90").unwrap_or_else(|e| {
+            panic!("kernels of {:?}: {e}", names.iter().map(|n| n.0).collect::<Vec<_>>())
+        });
+        for (what, name) in names {
+            assert!(ptx.contains(&format!(".entry {name}(")), "{what}: {name} missing from the PTX");
+        }
+    }
+    eprintln!("{} kernels compiled", todo.len());
 }

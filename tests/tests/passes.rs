@@ -203,8 +203,11 @@ fn largest_batch_is_the_last_that_fits() {
     let budget =
         cvc_compiler::passes::pipeline::compile(c.graph.clone(), &opts).expect("compiles").plan.arena_bytes
             as u64;
-    let (batch, p) =
-        cvc_runtime::cli::plan::largest_batch(&c, budget, true).expect("plans").expect("batch 1 fits");
+    let cvc_runtime::cli::plan::LargestBatch { batch, program: p, capped } =
+        cvc_runtime::cli::plan::largest_batch(&c, budget, true, &cvc_runtime::cli::plan::Backend::Cpu)
+            .expect("plans")
+            .expect("batch 1 fits");
+    assert_eq!(capped, None, "the CPU back end has no limit besides memory");
     assert!(batch >= 6, "batch {batch}");
     assert!(p.plan.arena_bytes as u64 <= budget);
     let next = cvc_runtime::cli::plan::options(&c, Some(batch + 1), Some(budget), true);

@@ -1,15 +1,26 @@
 //! `cvc plan`: compile a model and print its static plan — passes, kernels, casts, combines,
 //! recomputed values, arena size against the lower bound, the tensors alive at the peak —
 //! the largest batch for a memory budget, and a timeline picture of the arena.
+//!
+//! The plan is for the back end `cvc train` would use (`--device`, else the train section's,
+//! else a GPU when one is usable): for CUDA the kernels are generated too (for the GPU, or
+//! without one for the H200 of ahead-of-time emission), so the plan lists which kernels index
+//! with 64 bits, and `--max-batch` offers only a batch whose kernels the back end can
+//! generate (capping by any limit that remains, and saying which).
 
+use super::train::DeviceArg;
 use super::{CliError, CliResult};
 use crate::buffers::{line_of, BufferKind};
+use cvc_compiler::back::cuda::{CudaModule, CudaStep, IndexWidth};
+use cvc_compiler::front::train::DeviceChoice;
 use cvc_compiler::front::{check_file, render_all, Checked};
 use cvc_compiler::ir::{Mode, Value};
 use cvc_compiler::passes::fusion::GroupKind;
 use cvc_compiler::passes::pipeline::{compile, Options};
 use cvc_compiler::passes::Program;
+use cvc_compiler::target::CudaTarget;
 use cvc_compiler::units::human_bytes;
+use cvc_compiler::CompileError;
 use cvc_grammar::LineIndex;
 use std::fmt::Write as _;
 use std::io::IsTerminal;
@@ -45,6 +56,77 @@ pub struct PlanArgs {
     /// summary that fits a screen).
     #[arg(long, short)]
     pub verbose: bool,
+    /// The back end to plan for, as `cvc train --device` (default: the train section's
+    /// `device`, else auto: CUDA when a GPU is usable, else the CPU). For CUDA the kernels are
+    /// generated as well (for the GPU found, else for an H200).
+    #[arg(long, value_enum)]
+    pub device: Option<DeviceArg>,
+}
+
+/// The back end a plan is for: what `--max-batch` must be able to run.
+#[derive(Clone, Debug)]
+pub enum Backend {
+    /// The CPU back end: no limit besides memory (its kernels index with `usize`).
+    Cpu,
+    /// The CUDA back end for `target`.
+    Cuda {
+        /// The device, kernel choices and numerics the kernels are generated for.
+        target: CudaTarget,
+        /// Whether `target`'s device is the GPU of this machine (else the H200 defaults).
+        queried: bool,
+    },
+}
+
+impl Backend {
+    /// The back end for `device` (else the train section's device): CUDA for `cuda`, and for
+    /// `auto` when a GPU is usable; the CPU otherwise (the interpreter has no limits either).
+    /// The CUDA target is the GPU's when there is one, else the H200 of ahead-of-time
+    /// emission (`cvc emit --cuda`), with the train section's precision.
+    pub fn resolve(device: Option<DeviceArg>, c: &Checked) -> Backend {
+        let gpu = || crate::cuda::device_facts();
+        let want_cuda = match device {
+            Some(DeviceArg::Cuda) => true,
+            Some(DeviceArg::Cpu | DeviceArg::Interp) => false,
+            Some(DeviceArg::Auto) => gpu().is_ok(),
+            None => match c.train.device {
+                DeviceChoice::Cuda => true,
+                DeviceChoice::Cpu => false,
+                DeviceChoice::Auto => gpu().is_ok(),
+            },
+        };
+        if !want_cuda {
+            return Backend::Cpu;
+        }
+        let (device, queried) = match gpu() {
+            Ok(d) => (d, true),
+            Err(_) => (cvc_compiler::target::CudaDevice::h200(), false),
+        };
+        let target = CudaTarget { device, ..CudaTarget::h200() }.with_precision(c.train.precision);
+        Backend::Cuda { target, queried }
+    }
+
+    /// The kernels of `p` on this back end: the CUDA module (`None` on the CPU), or the
+    /// back end's error when it cannot generate them (a user error: a limit of the back end
+    /// at this batch; an internal error: a bug).
+    pub fn generate(&self, p: &Program) -> Result<Option<CudaModule>, CompileError> {
+        match self {
+            Backend::Cpu => Ok(None),
+            Backend::Cuda { target, .. } => cvc_compiler::back::cuda::generate(p, target).map(Some),
+        }
+    }
+
+    /// `CUDA (sm_90, this machine's GPU)`, `CUDA (sm_90, an H200: no GPU here)` or `CPU`.
+    pub fn describe(&self) -> String {
+        match self {
+            Backend::Cpu => "CPU".into(),
+            Backend::Cuda { target, queried: true } => {
+                format!("CUDA ({}, this machine's GPU)", target.device.arch())
+            }
+            Backend::Cuda { target, queried: false } => {
+                format!("CUDA ({}, planned for an H200: no usable GPU here)", target.device.arch())
+            }
+        }
+    }
 }
 
 /// Parses a memory budget (`--memory-budget`, `--max-batch`): a byte size in the forms of
@@ -110,26 +192,38 @@ pub fn run(args: &PlanArgs) -> CliResult {
     }
     let checked = load(&args.file, args.eval)?;
     let fuse = !args.no_fuse;
+    let backend = Backend::resolve(args.device, &checked);
     if let Some(budget) = args.max_batch {
-        return max_batch(&checked, budget, fuse, args.json);
+        return max_batch(&checked, budget, fuse, args.json, &backend);
     }
     let opts = options(&checked, args.batch, args.memory_budget, fuse);
     let mut program =
         compile(checked.graph.clone(), &opts).map_err(|e| super::compile_failed(&checked, &e))?;
     program.facts.set_lines(&checked.src);
+    let module = backend.generate(&program).map_err(|e| {
+        CliError::Message(format!(
+            "the back end {} cannot run this plan at batch {}: {}",
+            backend.describe(),
+            program.plan.batch,
+            e.message()
+        ))
+    })?;
     if let Some(path) = &args.timeline {
         let svg = crate::timeline::render_svg(&program, &checked.src);
         std::fs::write(path, svg).map_err(|e| format!("cannot write `{}`: {e}", path.display()))?;
     }
     if args.json {
-        print_out(&format!(
-            "{}\n",
-            serde_json::to_string_pretty(&json(&program, &checked.src)).expect("plan serialises")
-        ))?;
-    } else if args.verbose {
-        print_out(&summary(&program, &checked.src, &checked.model))?;
+        let mut j = json(&program, &checked.src);
+        j["backend"] = backend_json(&backend, module.as_ref(), &program);
+        print_out(&format!("{}\n", serde_json::to_string_pretty(&j).expect("plan serialises")))?;
     } else {
-        print_out(&brief(&program, &checked.src, &checked.model))?;
+        let text = if args.verbose {
+            summary(&program, &checked.src, &checked.model)
+        } else {
+            brief(&program, &checked.src, &checked.model)
+        };
+        print_out(&text)?;
+        print_out(&backend_text(&backend, module.as_ref(), &program, args.verbose))?;
     }
     if let Some(m) = budget_error(program.plan.arena_bytes as u64, opts.memory_budget) {
         return Err(CliError::Message(m));
@@ -137,45 +231,82 @@ pub fn run(args: &PlanArgs) -> CliResult {
     Ok(())
 }
 
-/// The largest batch whose plan fits `budget` (with checkpointing allowed), by doubling
-/// then bisection over plans.
+/// The largest batch `cvc plan --max-batch` offers.
+#[derive(Debug)]
+pub struct LargestBatch {
+    /// The batch.
+    pub batch: usize,
+    /// Its program.
+    pub program: Program,
+    /// When a larger batch fits the budget but the back end cannot run it: the batch that
+    /// fits and the back end's reason (the limit, and what to do).
+    pub capped: Option<(usize, String)>,
+}
+
+/// The largest batch whose plan fits `budget` (with checkpointing allowed) and whose kernels
+/// `backend` can generate, by doubling then bisection over plans (both conditions only get
+/// harder as the batch grows). `None` when batch 1 does not fit the budget.
 pub fn largest_batch(
     c: &Checked,
     budget: u64,
     fuse: bool,
-) -> Result<Option<(usize, Program)>, cvc_compiler::CompileError> {
-    let fits = |b: usize| -> Result<Option<Program>, cvc_compiler::CompileError> {
+    backend: &Backend,
+) -> Result<Option<LargestBatch>, CompileError> {
+    // The program at `b` when it fits and runs; else why not (`Err` of the back end's
+    // limit when only the back end refuses it).
+    let fits = |b: usize| -> Result<Result<Program, Option<String>>, CompileError> {
         if cvc_compiler::passes::pipeline::check_size(&c.graph, b).is_err() {
-            return Ok(None);
+            return Ok(Err(None));
         }
         let p = compile(c.graph.clone(), &options(c, Some(b), Some(budget), fuse))?;
-        Ok((p.plan.arena_bytes as u64 <= budget).then_some(p))
-    };
-    let Some(mut best) = fits(1)? else { return Ok(None) };
-    let (mut lo, mut hi) = (1usize, 2usize);
-    while let Some(p) = fits(hi)? {
-        best = p;
-        lo = hi;
-        if hi >= 1 << 24 {
-            return Ok(Some((lo, best)));
+        if p.plan.arena_bytes as u64 > budget {
+            return Ok(Err(None));
         }
-        hi *= 2;
-    }
+        match backend.generate(&p) {
+            Ok(_) => Ok(Ok(p)),
+            Err(e) if e.is_internal() => Err(e),
+            Err(e) => Ok(Err(Some(e.message()))),
+        }
+    };
+    let mut best = match fits(1)? {
+        Ok(p) => p,
+        Err(Some(why)) => return Err(CompileError::user(format!("even batch 1 cannot run: {why}"))),
+        Err(None) => return Ok(None),
+    };
+    // `hi` is always refused; `why` is the back end's reason for refusing it, if it was the
+    // back end (not the budget) that did.
+    let (mut lo, mut hi) = (1usize, 2usize);
+    let mut why = loop {
+        match fits(hi)? {
+            Ok(p) => {
+                best = p;
+                lo = hi;
+                if hi >= 1 << 24 {
+                    return Ok(Some(LargestBatch { batch: lo, program: best, capped: None }));
+                }
+                hi *= 2;
+            }
+            Err(why) => break why,
+        }
+    };
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         match fits(mid)? {
-            Some(p) => {
+            Ok(p) => {
                 best = p;
                 lo = mid;
             }
-            None => hi = mid,
+            Err(w) => {
+                hi = mid;
+                why = w;
+            }
         }
     }
-    Ok(Some((lo, best)))
+    Ok(Some(LargestBatch { batch: lo, program: best, capped: why.map(|w| (hi, w)) }))
 }
 
-fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool) -> CliResult {
-    match largest_batch(c, budget, fuse).map_err(|e| super::compile_failed(c, &e))? {
+fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool, backend: &Backend) -> CliResult {
+    match largest_batch(c, budget, fuse, backend).map_err(|e| super::compile_failed(c, &e))? {
         None => {
             cvc_compiler::passes::pipeline::check_size(&c.graph, 1)
                 .map_err(|e| super::compile_failed(c, &e))?;
@@ -189,24 +320,35 @@ fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool) -> CliResult {
                 )
             )))
         }
-        Some((batch, p)) => {
+        Some(LargestBatch { batch, program: p, capped }) => {
             if as_json {
                 let v = serde_json::json!({
                     "budget_bytes": budget,
                     "max_batch": batch,
                     "arena_bytes": p.plan.arena_bytes,
                     "lower_bound_bytes": p.plan.lower_bound_bytes,
+                    "backend": backend.describe(),
+                    "capped_by_backend": capped.as_ref().map(|(b, why)| serde_json::json!({
+                        "refused_batch": b,
+                        "reason": why,
+                    })),
                 });
                 print_out(&format!("{}\n", serde_json::to_string_pretty(&v).expect("serialises")))?;
             } else {
                 // The search stops doubling at 2^24: a larger batch may fit too.
                 let at_least = if batch >= 1 << 24 { "at least " } else { "" };
                 print_out(&format!(
-                    "largest batch that fits in {}: {at_least}{batch} (arena {}, lower bound {})\n",
+                    "largest batch that fits in {}: {at_least}{batch} (arena {}, lower bound {}; back end {})\n",
                     human_bytes(budget),
                     human_bytes(p.plan.arena_bytes as u64),
-                    human_bytes(p.plan.lower_bound_bytes as u64)
+                    human_bytes(p.plan.lower_bound_bytes as u64),
+                    backend.describe(),
                 ))?;
+                if let Some((refused, why)) = &capped {
+                    print_out(&format!(
+                        "capped by the back end: batch {refused} fits in memory, but {why}\n"
+                    ))?;
+                }
             }
             Ok(())
         }
@@ -534,4 +676,66 @@ pub fn json(p: &Program, src: &str) -> serde_json::Value {
         "steps": plan.steps,
         "live_at_peak": live,
     })
+}
+
+/// The CUDA kernels of a plan by index type: `(launches, 64-bit launches)` and the 64-bit
+/// ones as `(kernel name, group label, largest extent)`.
+fn wide_kernels(module: &CudaModule, p: &Program) -> (usize, Vec<(String, String, usize)>) {
+    let mut launches = 0;
+    let mut wide = Vec::new();
+    for step in &module.steps {
+        if let CudaStep::Launch(l) = step {
+            launches += 1;
+            if l.index.width == IndexWidth::U64 {
+                wide.push((l.name.clone(), kernel_label(p, l.group), l.index.largest));
+            }
+        }
+    }
+    (launches, wide)
+}
+
+/// The back end's part of the plan: for CUDA, how many kernels index with 64 bits (and
+/// with `verbose`, which, with the extent that makes them).
+fn backend_text(backend: &Backend, module: Option<&CudaModule>, p: &Program, verbose: bool) -> String {
+    let Some(module) = module else {
+        return format!("\nback end: {} (usize indices)\n", backend.describe());
+    };
+    let (launches, wide) = wide_kernels(module, p);
+    let mut s = format!(
+        "\nback end: {}: {launches} launches, {} with 64-bit indices, {} with 32-bit\n",
+        backend.describe(),
+        wide.len(),
+        launches - wide.len()
+    );
+    if verbose {
+        for (name, label, largest) in &wide {
+            let _ = writeln!(s, "  {name:<12} 64-bit  largest extent {largest:>14}  {label}");
+        }
+    } else if let Some(max) = wide.iter().map(|w| w.2).max() {
+        let _ = writeln!(s, "  (largest extent {max}; --verbose lists the 64-bit kernels)");
+    }
+    s
+}
+
+/// The back end's part of the JSON plan: its name and, for CUDA, every launch's kernel,
+/// group, index bits and largest extent.
+fn backend_json(backend: &Backend, module: Option<&CudaModule>, p: &Program) -> serde_json::Value {
+    let kernels: Vec<serde_json::Value> = module
+        .map(|m| {
+            m.steps
+                .iter()
+                .filter_map(|s| match s {
+                    CudaStep::Launch(l) => Some(serde_json::json!({
+                        "name": l.name,
+                        "group": l.group,
+                        "label": kernel_label(p, l.group),
+                        "index_bits": l.index.width.bits(),
+                        "largest_extent": l.index.largest,
+                    })),
+                    CudaStep::Zero { .. } => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    serde_json::json!({ "name": backend.describe(), "kernels": kernels })
 }

@@ -45,6 +45,15 @@ pub fn available() -> Result<String, String> {
     .unwrap_or_else(|_| Err("the CUDA driver library is unusable".into()))
 }
 
+/// The facts of CUDA device 0 that code generation reads (SM count, compute capability,
+/// shared memory, grid limits), without creating a context or allocating; or why the GPU
+/// cannot be used.
+pub fn device_facts() -> Result<CudaDevice, String> {
+    available()?;
+    let dev = result::device::get(0).map_err(|e| format!("cannot open CUDA device 0: {e}"))?;
+    query_device(dev).map_err(|e| e.0)
+}
+
 /// NVRTC's version `(major, minor)`, or why NVRTC cannot be loaded.
 pub fn nvrtc_version() -> Result<(i32, i32), String> {
     use cudarc::nvrtc::sys as nv;

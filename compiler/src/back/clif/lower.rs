@@ -277,6 +277,18 @@ impl Emitter<'_, '_> {
         Ok(())
     }
 
+    /// The address of lane `l` of a strided vector access at `ptr`: `ptr` and the lane's byte
+    /// offset as the load's immediate when it fits an `i32` (with room for a complex value's
+    /// imaginary part), else `ptr + l·stride` computed in 64 bits and offset 0 (strides of
+    /// hundreds of MiB, which only tensors past 2³¹ bytes have).
+    fn lane_address(&mut self, ptr: ir::Value, l: usize, stride: i64) -> (ir::Value, i32) {
+        let off = l as i64 * stride;
+        match i32::try_from(off) {
+            Ok(o) if o.checked_add(4).is_some() => (ptr, o),
+            _ => (self.b.ins().iadd_imm_s(ptr, off), 0),
+        }
+    }
+
     fn load_scalar(&mut self, dtype: DType, ptr: ir::Value, off: i32) -> V {
         let fl = MemFlagsData::trusted();
         match dtype {
@@ -323,8 +335,12 @@ impl Emitter<'_, '_> {
                 }
             };
         }
-        let lanes: Vec<V> =
-            (0..LANES).map(|l| self.load_scalar(dtype, ptr, (l as i64 * stride) as i32)).collect();
+        let lanes: Vec<V> = (0..LANES)
+            .map(|l| {
+                let (p, off) = self.lane_address(ptr, l, stride);
+                self.load_scalar(dtype, p, off)
+            })
+            .collect();
         let re: Vec<ir::Value> = lanes
             .iter()
             .map(|v| match v {
@@ -401,7 +417,8 @@ impl Emitter<'_, '_> {
                 Some(i) => V::C(r, self.b.ins().extractlane(i, l as u8)),
                 None => V::R(r),
             };
-            self.store_scalar(dtype, lane, ptr, (l as i64 * stride) as i32)?;
+            let (p, off) = self.lane_address(ptr, l, stride);
+            self.store_scalar(dtype, lane, p, off)?;
         }
         Ok(())
     }

@@ -201,15 +201,29 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
         other => return Err(internal!("{v}: {} is not an attention op", other.mnemonic())),
     };
     let blocks = b * h * tiles;
-    if blocks > ctx.target.device.max_grid[0] || b * h * t.max(s) * d.max(dv) >= 1 << 62 {
+    let max = ctx.target.device.max_grid[0];
+    if blocks > max || b * h * t.max(s) * d.max(dv) >= 1 << 62 {
         return Err(user!(
-            "attention over {} heads of {t} queries is too large for one grid of the device",
-            b * h
+            "attention over {} heads of {t} queries needs {blocks} blocks of {} rows, more than the \
+             {max} blocks a CUDA grid holds along x: lower the batch",
+            b * h,
+            16 * if matches!(node.op, Op::AttentionGrad { wrt: AttnWrt::KV, .. }) { tl.rn } else { tl.rm }
         ));
     }
+    // The templates index with `size_t` offsets (64-bit) at every size: they form them once
+    // per tile, not per element.
+    let largest = ins.iter().chain([&v]).map(|&x| ctx.g.ty(x).shape.numel(ctx.batch).saturating_mul(2)).max();
+    let index = super::Indexing::template(largest.unwrap_or(0));
     let code =
         format!("extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}(char* A) {{\n  {call}\n}}\n");
-    Ok(Kernel { code, grid: [blocks as u32, 1, 1], block: [BLOCK, 1, 1], zero: Vec::new(), scratch: 0 })
+    Ok(Kernel {
+        code,
+        grid: [blocks as u32, 1, 1],
+        block: [BLOCK, 1, 1],
+        zero: Vec::new(),
+        scratch: 0,
+        index,
+    })
 }
 
 /// The attention templates, emitted once per module before the first attention kernel.

@@ -127,9 +127,8 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
     {
         return Ok(None);
     }
-    for (t, what) in [(x, "input"), (w, "weight"), (v, "output")] {
-        check_size(ctx.shape(t).iter().product(), &format!("a convolution's {what}"))?;
-    }
+    // Every index is one of the three tensors' (the image `b` multiplies the strides).
+    let index = ctx.indexing(&[x, w, v], &[]);
     let (tw_, tx_, tc_) = (ctx.dtype(w), ctx.dtype(x), ctx.dtype(v));
     let (ta, tb, tc) = (ctype(tw_), ctype(tx_), ctype(tc_));
     let (px, pw, po) = (ctx.ptr(x)?, ctx.ptr(w)?, ctx.ptr(v)?);
@@ -167,11 +166,12 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
     let per_x = (ck * hr * hc).div_ceil(256);
     let mut c = String::new();
     let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__(256) {name}(char* A) {{");
+    c.push_str(index.typedef());
     let _ = writeln!(c, "  const u32 tid = threadIdx.x, tx = tid % 16u, ty = tid / 16u;");
-    let _ = writeln!(c, "  const u32 g = blockIdx.z, m0 = blockIdx.y * {bm}u;");
+    let _ = writeln!(c, "  const ix g = blockIdx.z;\n  const u32 m0 = blockIdx.y * {bm}u;");
     let _ = writeln!(
         c,
-        "  const u32 b = blockIdx.x / {t}u, tile = blockIdx.x % {t}u, y0 = (tile / {tiles_x}u) * {th}u, x0 = (tile % {tiles_x}u) * {TW}u;",
+        "  const ix b = blockIdx.x / {t}u;\n  const u32 tile = blockIdx.x % {t}u, y0 = (tile / {tiles_x}u) * {th}u, x0 = (tile % {tiles_x}u) * {TW}u;",
         t = tiles_y * tiles_x
     );
     let _ = writeln!(c, "  __shared__ {ta} Ws[{taps}][{bm}];");
@@ -253,5 +253,6 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
         block: [256, 1, 1],
         zero: Vec::new(),
         scratch: 0,
+        index,
     }))
 }

@@ -64,9 +64,6 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
     let (x0, x1) = (node.inputs[0], node.inputs[1]);
     let (t0, t1) = (ctx.dtype(x0), ctx.dtype(x1));
     let (p0, p1, out) = (ctx.ptr(x0)?, ctx.ptr(x1)?, ctx.ptr(v)?);
-    for (x, what) in [(x0, "first operand"), (x1, "second operand"), (v, "output")] {
-        check_size(ctx.shape(x).iter().product(), &format!("a contraction's {what}"))?;
-    }
     let gemm = match &node.op {
         Op::MatMul { trans, conj, sum_batch } => {
             let mm = MatMulShape::new(&ctx.shape(x0), &ctx.shape(x1), *trans, *sum_batch);
@@ -127,12 +124,12 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                 tb: t0,
                 tc,
                 load_a: format!(
-                    "const u32 oc = k / {khw}u, r = k % {khw}u;\n      return {};",
+                    "const ix oc = k / {khw}u, r = k % {khw}u;\n      return {};",
                     conj_if(conj[1], format!("{p1}[((g * {og}u + oc) * {cg}u + m) * {khw}u + r]"))
                 ),
                 load_b: format!(
-                    "const u32 oc = k / {khw}u, r = k % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
-                     const u32 b = n / {hw}u, q = n % {hw}u, y = q / {w}u, x = q % {w}u;\n      \
+                    "const ix oc = k / {khw}u, r = k % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
+                     const ix b = n / {hw}u, q = n % {hw}u, y = q / {w}u, x = q % {w}u;\n      \
                      const int sy = (int)(y + {pd0}u) - (int)(i * {d0}u), sx = (int)(x + {pd1}u) - (int)(j * {d1}u);\n      \
                      if (sy < 0 || sx < 0 || sy % {s0} != 0 || sx % {s1} != 0) return {z};\n      \
                      const int oy = sy / {s0}, ox = sx / {s1};\n      \
@@ -283,7 +280,7 @@ impl MatMulShape {
                 k,
             )
         } else if sum_batch {
-            let split = format!("const u32 q = k / {k}u, r = k % {k}u;\n      ");
+            let split = format!("const ix q = k / {k}u, r = k % {k}u;\n      ");
             (
                 format!(
                     "{split}return {};",
@@ -334,8 +331,8 @@ struct Patch<'a> {
 fn patch_gather(p: &Patch) -> String {
     let Patch { tap, pixel, x, c, cg, h, w, ho, wo, kh, kw, geom, conj, dt } = *p;
     format!(
-        "const u32 ci = {tap} / {khw}u, r = {tap} % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
-         const u32 b = {pixel} / {hwo}u, q = {pixel} % {hwo}u, oh = q / {wo}u, ow = q % {wo}u;\n      \
+        "const ix ci = {tap} / {khw}u, r = {tap} % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
+         const ix b = {pixel} / {hwo}u, q = {pixel} % {hwo}u, oh = q / {wo}u, ow = q % {wo}u;\n      \
          const int y = (int)(oh * {s0}u + i * {d0}u) - {pd0}, x = (int)(ow * {s1}u + j * {d1}u) - {pd1};\n      \
          if (y < 0 || y >= {h} || x < 0 || x >= {w}) return {z};\n      \
          return {ld};",
@@ -352,21 +349,36 @@ fn patch_gather(p: &Patch) -> String {
     )
 }
 
-/// Checks that a contraction's grid fits the target device.
-fn grid_fits(ctx: &Ctx, v: Value, grid: [usize; 3]) -> CompileResult<()> {
-    let max = ctx.target.device.max_grid;
-    if grid.iter().zip(&max).any(|(g, m)| g > m) {
-        return Err(user!(
-            "{v}: contraction grid too large ({} × {} × {} blocks; the device allows {} × {} × {})",
-            grid[0],
-            grid[1],
-            grid[2],
-            max[0],
-            max[1],
-            max[2]
-        ));
+/// The index type of a contraction: its operands and output, the products of its extents
+/// over all groups (the gathers combine in-range `m`, `n`, `k`), and the tile origins, which
+/// pass the extents by up to a tile (`m0 + BM`, `n0 + BN`, `k0 + BK`), and the end of the
+/// last K split before it is clamped (`splits · chunk`).
+fn indexing(ctx: &Ctx, gm: &Gemm, v: Value, [bm, bn, bk]: [usize; 3], k_end: usize) -> Indexing {
+    let node = ctx.g.node(v);
+    let (m, n, k, g) = (gm.m, gm.n, gm.k, gm.groups);
+    ctx.indexing(
+        &[node.inputs[0], node.inputs[1], v],
+        &[g * m * n, g * m * k, g * k * n, g * (m + bm), n + bn, k + bk, k_end],
+    )
+}
+
+/// `the matmul kernel of y/linear`: the op and its layer, for messages.
+fn kernel_name(ctx: &Ctx, v: Value) -> String {
+    let n = ctx.g.node(v);
+    if n.origin.label.is_empty() {
+        format!("the {} kernel", n.op.mnemonic())
+    } else {
+        format!("the {} kernel of {}", n.op.mnemonic(), n.origin.label)
     }
-    Ok(())
+}
+
+/// The block coordinates of a contraction's grid as C declarations: `g` (the channel group),
+/// `split` (of K), and the tile origins `m0`, `n0`.
+fn block_coords(grid: &Grid, groups: usize, bm: usize, bn: usize) -> String {
+    let [x, y, z] = &grid.coords;
+    format!(
+        "  const ix g = {z} % {groups}u, split = {z} / {groups}u;\n  const ix m0 = {y} * {bm}u, n0 = {x} * {bn}u;\n"
+    )
 }
 
 /// Checks that a contraction's shared-memory tiles fit the target device.
@@ -415,18 +427,19 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
     let gy = gm.m.div_ceil(bm);
     let tiles = gx * gy * gm.groups;
     let (splits, chunk) = split_k(ctx, gm, tiles, bk);
-    grid_fits(ctx, v, [gx, gy, gm.groups * splits])?;
+    let grid = Grid::new(ctx, [gx, gy, gm.groups * splits], &kernel_name(ctx, v))?;
+    let index = indexing(ctx, gm, v, [bm, bn, bk], splits * chunk);
     let (ta, tb, tc) = (ctype(gm.ta), ctype(gm.tb), ctype(gm.tc));
     let mut c = String::new();
     let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__(256) {name}(char* A) {{");
+    c.push_str(index.typedef());
     let _ = writeln!(c, "  const u32 tid = threadIdx.x, tx = tid % 16u, ty = tid / 16u;");
-    let _ = writeln!(c, "  const u32 g = blockIdx.z % {}u, split = blockIdx.z / {}u;", gm.groups, gm.groups);
-    let _ = writeln!(c, "  const u32 m0 = blockIdx.y * {bm}u, n0 = blockIdx.x * {bn}u;");
-    let _ = writeln!(c, "  const u32 kb = split * {chunk}u, ke = min(kb + {chunk}u, {}u);", gm.k);
+    c.push_str(&block_coords(&grid, gm.groups, bm, bn));
+    let _ = writeln!(c, "  const ix kb = split * {chunk}u, ke = min(kb + (ix){chunk}u, (ix){}u);", gm.k);
     let _ = writeln!(c, "  __shared__ {ta} As[{bk}][{}];", bm + 1);
     let _ = writeln!(c, "  __shared__ {tb} Bs[{bk}][{}];", bn + 1);
-    let _ = writeln!(c, "  auto LA = [&](u32 m, u32 k) -> {ta} {{\n      {}\n  }};", gm.load_a);
-    let _ = writeln!(c, "  auto LB = [&](u32 k, u32 n) -> {tb} {{\n      {}\n  }};", gm.load_b);
+    let _ = writeln!(c, "  auto LA = [&](ix m, ix k) -> {ta} {{\n      {}\n  }};", gm.load_a);
+    let _ = writeln!(c, "  auto LB = [&](ix k, ix n) -> {tb} {{\n      {}\n  }};", gm.load_b);
     let _ = writeln!(c, "  {tc} acc[{tm}][{tn}];");
     let _ = writeln!(c, "  #pragma unroll\n  for (int i = 0; i < {tm}; ++i)\n    #pragma unroll\n    for (int j = 0; j < {tn}; ++j) acc[i][j] = {};", czero(gm.tc));
     // The tile loads: each thread gathers `per` elements of A and of B per K step, into
@@ -448,20 +461,20 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
         let _ = writeln!(
             fetch,
             "    #pragma unroll\n    for (u32 r = 0; r < {per}u; ++r) {{\n      const u32 e = tid + r * 256u, kk = {kk}, xx = {xx};\n      \
-             const u32 k = k0 + kk, x = {len}0 + xx;\n      {reg}[r] = (x < {ext}u && k < ke) ? {lname}({args}) : {z};\n    }}"
+             const ix k = k0 + kk, x = {len}0 + xx;\n      {reg}[r] = (x < {ext}u && k < ke) ? {lname}({args}) : {z};\n    }}"
         );
         let _ = writeln!(
             store,
             "    #pragma unroll\n    for (u32 r = 0; r < {per}u; ++r) {{\n      const u32 e = tid + r * 256u;\n      {mat}[{kk}][{xx}] = {reg}[r];\n    }}"
         );
     }
-    let _ = writeln!(c, "  {{\n    const u32 k0 = kb;\n{fetch}  }}");
-    let _ = writeln!(c, "  for (u32 k0 = kb; k0 < ke; k0 += {bk}u) {{");
+    let _ = writeln!(c, "  {{\n    const ix k0 = kb;\n{fetch}  }}");
+    let _ = writeln!(c, "  for (ix k0 = kb; k0 < ke; k0 += {bk}u) {{");
     c.push_str(&store);
     c.push_str("    __syncthreads();\n");
     // The next tile's loads are issued before this tile's products, so their latency is
     // hidden behind the arithmetic (measured: 1% of the seed step, bench/GPU-NOTES.md).
-    let _ = writeln!(c, "    if (k0 + {bk}u < ke) {{\n      const u32 k0n = k0 + {bk}u;\n      {{\n        const u32 k0 = k0n;\n{fetch}      }}\n    }}");
+    let _ = writeln!(c, "    if (k0 + {bk}u < ke) {{\n      const ix k0n = k0 + {bk}u;\n      {{\n        const ix k0 = k0n;\n{fetch}      }}\n    }}");
     let body = format!("      #pragma unroll\n      for (int i = 0; i < {tm}; ++i)\n        #pragma unroll\n        for (int j = 0; j < {tn}; ++j) mac(acc[i][j], a[i], b[j]);");
     let _ = writeln!(
         c,
@@ -478,17 +491,11 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
     let _ = writeln!(
         c,
         "  #pragma unroll\n  for (int i = 0; i < {tm}; ++i)\n    #pragma unroll\n    for (int j = 0; j < {tn}; ++j) {{\n      \
-         const u32 m = m0 + ty + i * 16, n = n0 + tx + j * 16;\n      if (m < {}u && n < {}u) {store}\n    }}\n}}",
+         const ix m = m0 + ty + i * 16, n = n0 + tx + j * 16;\n      if (m < {}u && n < {}u) {store}\n    }}\n}}",
         gm.m, gm.n
     );
     let zero = if splits > 1 { vec![(ctx.offset(v)?, ctx.bytes(v))] } else { Vec::new() };
-    Ok(Kernel {
-        code: c,
-        grid: [gx as u32, gy as u32, (gm.groups * splits) as u32],
-        block: [256, 1, 1],
-        zero,
-        scratch: 0,
-    })
+    Ok(Kernel { code: c, grid: grid.launch, block: [256, 1, 1], zero, scratch: 0, index })
 }
 
 /// The tensor-core variant (`Precision::Tf32`): the same tiles and gathers, with each warp
@@ -503,7 +510,8 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
     let gy = gm.m.div_ceil(bm);
     let tiles = gx * gy * gm.groups;
     let (splits, chunk) = split_k(ctx, gm, tiles, BK);
-    grid_fits(ctx, v, [gx, gy, gm.groups * splits])?;
+    let grid = Grid::new(ctx, [gx, gy, gm.groups * splits], &kernel_name(ctx, v))?;
+    let index = indexing(ctx, gm, v, [bm, bn, BK], splits * chunk);
     let (ca, cb, cc) = (gm.ta == DType::C64, gm.tb == DType::C64, gm.tc == DType::C64);
     let (ta, tb) = (ctype(gm.ta), ctype(gm.tb));
     let pad = 8;
@@ -512,12 +520,12 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
     shared_fits(ctx, v, planes(bm, ca) + planes(bn, cb))?;
     let mut c = String::new();
     let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__(256) {name}(char* A) {{");
+    c.push_str(index.typedef());
     let _ = writeln!(c, "  const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;");
     let _ =
         writeln!(c, "  const u32 wmi = warp % {wm}u, wni = warp / {wm}u, gr = lane >> 2, gc = lane & 3u;");
-    let _ = writeln!(c, "  const u32 g = blockIdx.z % {}u, split = blockIdx.z / {}u;", gm.groups, gm.groups);
-    let _ = writeln!(c, "  const u32 m0 = blockIdx.y * {bm}u, n0 = blockIdx.x * {bn}u;");
-    let _ = writeln!(c, "  const u32 kb = split * {chunk}u, ke = min(kb + {chunk}u, {}u);", gm.k);
+    c.push_str(&block_coords(&grid, gm.groups, bm, bn));
+    let _ = writeln!(c, "  const ix kb = split * {chunk}u, ke = min(kb + (ix){chunk}u, (ix){}u);", gm.k);
     let _ = writeln!(c, "  __shared__ float Ar[{BK}][{}];", bm + pad);
     if ca {
         let _ = writeln!(c, "  __shared__ float Ai[{BK}][{}];", bm + pad);
@@ -526,13 +534,13 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
     if cb {
         let _ = writeln!(c, "  __shared__ float Bi[{BK}][{}];", bn + pad);
     }
-    let _ = writeln!(c, "  auto LA = [&](u32 m, u32 k) -> {ta} {{\n      {}\n  }};", gm.load_a);
-    let _ = writeln!(c, "  auto LB = [&](u32 k, u32 n) -> {tb} {{\n      {}\n  }};", gm.load_b);
+    let _ = writeln!(c, "  auto LA = [&](ix m, ix k) -> {ta} {{\n      {}\n  }};", gm.load_a);
+    let _ = writeln!(c, "  auto LB = [&](ix k, ix n) -> {tb} {{\n      {}\n  }};", gm.load_b);
     let _ = writeln!(c, "  float cr[2][2][4] = {{}};");
     if cc {
         let _ = writeln!(c, "  float ci[2][2][4] = {{}};");
     }
-    let _ = writeln!(c, "  for (u32 k0 = kb; k0 < ke; k0 += {BK}u) {{");
+    let _ = writeln!(c, "  for (ix k0 = kb; k0 < ke; k0 += {BK}u) {{");
     for (plane, ext, bx, k_fast, len, lname, cx, ty) in
         [("A", gm.m, bm, gm.a_k_fast, "m", "LA", ca, ta), ("B", gm.n, bn, gm.b_k_fast, "n", "LB", cb, tb)]
     {
@@ -551,7 +559,7 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
         let _ = writeln!(
             c,
             "    #pragma unroll\n    for (u32 r = 0; r < {per}u; ++r) {{\n      const u32 e = tid + r * 256u, kk = {kk}, xx = {xx};\n      \
-             const u32 k = k0 + kk, x = {len}0 + xx;\n      const {ty} val = (x < {ext}u && k < ke) ? {lname}({args}) : {z};\n      {store}\n    }}",
+             const ix k = k0 + kk, x = {len}0 + xx;\n      const {ty} val = (x < {ext}u && k < ke) ? {lname}({args}) : {z};\n      {store}\n    }}",
             z = czero(if cx { DType::C64 } else { DType::F32 }),
         );
     }
@@ -610,16 +618,10 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
     let _ = writeln!(
         c,
         "  #pragma unroll\n  for (int i = 0; i < 2; ++i)\n    #pragma unroll\n    for (int j = 0; j < 2; ++j)\n      #pragma unroll\n      for (int q = 0; q < 4; ++q) {{\n        \
-         const u32 m = m0 + wmi * 32u + i * 16u + gr + (q >= 2 ? 8u : 0u), n = n0 + wni * 16u + j * 8u + 2u * gc + (q & 1);\n        \
+         const ix m = m0 + wmi * 32u + i * 16u + gr + (q >= 2 ? 8u : 0u), n = n0 + wni * 16u + j * 8u + 2u * gc + (q & 1);\n        \
          if (m < {}u && n < {}u) {store}\n      }}\n}}",
         gm.m, gm.n
     );
     let zero = if splits > 1 { vec![(ctx.offset(v)?, ctx.bytes(v))] } else { Vec::new() };
-    Ok(Kernel {
-        code: c,
-        grid: [gx as u32, gy as u32, (gm.groups * splits) as u32],
-        block: [256, 1, 1],
-        zero,
-        scratch: 0,
-    })
+    Ok(Kernel { code: c, grid: grid.launch, block: [256, 1, 1], zero, scratch: 0, index })
 }

@@ -188,7 +188,7 @@ fn emit_coords(domain: &[usize], linear: &str, out: &mut String) -> Vec<String> 
         } else {
             format!("({linear} / {}u) % {}u", st[a], domain[a])
         };
-        let _ = writeln!(out, "    const u32 {name} = {e};");
+        let _ = writeln!(out, "    const ix {name} = {e};");
         names.push(name);
     }
     names
@@ -197,16 +197,23 @@ fn emit_coords(domain: &[usize], linear: &str, out: &mut String) -> Vec<String> 
 fn grid_stride_open(n: usize, out: &mut String) {
     let _ = writeln!(
         out,
-        "  for (u32 i = blockIdx.x * blockDim.x + threadIdx.x; i < {n}u; i += blockDim.x * gridDim.x) {{"
+        "  for (ix i = (ix)blockIdx.x * blockDim.x + threadIdx.x; i < {n}u; i += (ix)blockDim.x * gridDim.x) {{"
     );
+}
+
+/// The opening of a kernel with 256 threads per block: its signature and the `ix` typedef.
+fn open_kernel(name: &str, index: &Indexing) -> String {
+    format!("extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}(char* A) {{\n{}", index.typedef())
 }
 
 /// An elementwise group: one loop over the domain, storing every output.
 pub(crate) fn elementwise(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResult<Kernel> {
     let domain = group.domain.resolve(ctx.batch);
     let n: usize = domain.iter().product();
-    check_size(n, "an elementwise kernel's domain")?;
-    let mut code = format!("extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}(char* A) {{\n");
+    let grid = ctx.grid_for(n, BLOCK as usize);
+    let buffers: Vec<Value> = group.inputs.iter().chain(&group.outputs).copied().collect();
+    let index = ctx.indexing(&buffers, &[n, grid as usize * BLOCK as usize]);
+    let mut code = open_kernel(name, &index);
     grid_stride_open(n, &mut code);
     let coords = emit_coords(&domain, "i", &mut code);
     let vars = emit_values(ctx, &group.nodes, &group.inputs, &domain, &coords, "i", &mut code)?;
@@ -225,13 +232,7 @@ pub(crate) fn elementwise(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
         }
     }
     code.push_str("  }\n}\n");
-    Ok(Kernel {
-        code,
-        grid: [ctx.grid_for(n, BLOCK as usize), 1, 1],
-        block: [BLOCK, 1, 1],
-        zero: Vec::new(),
-        scratch: 0,
-    })
+    Ok(Kernel { code, grid: [grid, 1, 1], block: [BLOCK, 1, 1], zero: Vec::new(), scratch: 0, index })
 }
 
 /// Accumulator of a reduction: its scalar parts, and the code that folds values into it.
@@ -252,11 +253,11 @@ impl Acc {
                     p("float", "x", "0.0f"),
                     p("float", "y", "0.0f"),
                     p("float", "m", "-1.0f"),
-                    p("u32", "i", "0xffffffffu"),
+                    p("ix", "i", "~(ix)0"),
                 ]
             }
             (ReduceOp::MaxMag, _) => {
-                vec![p("float", "x", "0.0f"), p("float", "m", "-1.0f"), p("u32", "i", "0xffffffffu")]
+                vec![p("float", "x", "0.0f"), p("float", "m", "-1.0f"), p("ix", "i", "~(ix)0")]
             }
         };
         Acc { parts }
@@ -385,7 +386,6 @@ pub(crate) fn reduce(
     let red = reds[0].0;
     let domain = group.domain.resolve(ctx.batch);
     let dn: usize = domain.iter().product();
-    check_size(dn, "a reduction's input")?;
     let out_shape = ctx.shape(red);
     let o_n: usize = out_shape.iter().product();
     let r_n: usize = axes.iter().map(|&a| domain[a]).product();
@@ -416,10 +416,17 @@ pub(crate) fn reduce(
         rstr[a] = s;
         s *= domain[a];
     }
-    let mut code = format!("extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}(char* A) {{\n");
+    let grid_x = if lanes == 256 { ctx.grid_for(o_n, 1) } else { ctx.grid_for(o_n * lanes, BLOCK as usize) };
+    let parts: usize = accs.iter().map(|a| a.parts.len()).sum();
+    let buffers: Vec<Value> = inputs.iter().copied().chain(reds.iter().map(|r| r.0)).collect();
+    // Besides the buffers: the domain, the threads of the grid-stride loop over outputs, the
+    // split reduced range and the partial sums in scratch memory.
+    let index =
+        ctx.indexing(&buffers, &[dn, grid_x as usize * BLOCK as usize, splits * chunk, splits * o_n * parts]);
+    let mut code = open_kernel(name, &index);
     let _ = writeln!(code, "  const u32 lane = threadIdx.x % {lanes}u;");
-    let _ = writeln!(code, "  const u32 first = (blockIdx.x * blockDim.x + threadIdx.x) / {lanes}u;");
-    let _ = writeln!(code, "  const u32 stride = (gridDim.x * blockDim.x) / {lanes}u;");
+    let _ = writeln!(code, "  const ix first = ((ix)blockIdx.x * blockDim.x + threadIdx.x) / {lanes}u;");
+    let _ = writeln!(code, "  const ix stride = ((ix)gridDim.x * blockDim.x) / {lanes}u;");
     if lanes == 256 {
         for (j, acc) in accs.iter().enumerate() {
             for (t, s, _) in &acc.parts {
@@ -427,18 +434,18 @@ pub(crate) fn reduce(
             }
         }
     }
-    let _ = writeln!(code, "  for (u32 o = first; o < {o_n}u; o += stride) {{");
+    let _ = writeln!(code, "  for (ix o = first; o < {o_n}u; o += stride) {{");
     for (j, acc) in accs.iter().enumerate() {
         acc.decl(&mut code, &format!("a{j}"));
     }
     let _ = writeln!(
         code,
-        "    const u32 rb = {}u;",
-        if splits > 1 { format!("blockIdx.y * {chunk}") } else { "0".into() }
+        "    const ix rb = {};",
+        if splits > 1 { format!("(ix)blockIdx.y * {chunk}u") } else { "0u".into() }
     );
-    let _ = writeln!(code, "    const u32 re_ = min(rb + {chunk}u, {r_n}u);");
+    let _ = writeln!(code, "    const ix re_ = min(rb + (ix){chunk}u, (ix){r_n}u);");
     // Unrolled so that the loads of several points are in flight at once (no stores inside).
-    let _ = writeln!(code, "    #pragma unroll 4\n    for (u32 r = rb + lane; r < re_; r += {lanes}u) {{");
+    let _ = writeln!(code, "    #pragma unroll 4\n    for (ix r = rb + lane; r < re_; r += {lanes}u) {{");
     let mut coords = Vec::new();
     for a in 0..domain.len() {
         let e = if kept.contains(&a) {
@@ -446,7 +453,7 @@ pub(crate) fn reduce(
         } else {
             format!("(r / {}u) % {}u", rstr[a], domain[a])
         };
-        let _ = writeln!(code, "    const u32 c{a} = {e};");
+        let _ = writeln!(code, "    const ix c{a} = {e};");
         coords.push(format!("c{a}"));
     }
     // The linear index from runs of adjacent axes that are all kept or all reduced: one
@@ -467,7 +474,7 @@ pub(crate) fn reduce(
         a = b + 1;
     }
     let linear = if lin.is_empty() { "0u".to_string() } else { lin.join(" + ") };
-    let _ = writeln!(code, "    const u32 li = {linear};");
+    let _ = writeln!(code, "    const ix li = {linear};");
     let vars = emit_values(ctx, &prologue, &inputs, &domain, &coords, "li", &mut code)?;
     for (j, &(red, x, op, _, dt)) in reds.iter().enumerate() {
         let xv =
@@ -507,13 +514,12 @@ pub(crate) fn reduce(
     if splits > 1 {
         // Partials: double [splits][o_n][parts]; then one u32 counter per output, which the
         // last block puts back to 0 for the next step (the runtime zeroes scratch once).
-        let parts: usize = accs.iter().map(|a| a.parts.len()).sum();
         let counters = scratch + splits * o_n * parts * 8;
         scratch_bytes = counters + 4 * o_n - scratch;
         code.push_str("    if (lane == 0u) {\n");
         let _ = writeln!(
             code,
-            "      double* part = (double*)(A + {scratch}ull) + (blockIdx.y * {o_n}u + o) * {parts}u;"
+            "      double* part = (double*)(A + {scratch}ull) + ((ix)blockIdx.y * {o_n}u + o) * {parts}u;"
         );
         let mut k = 0;
         for (j, acc) in accs.iter().enumerate() {
@@ -534,7 +540,7 @@ pub(crate) fn reduce(
         let _ = writeln!(code, "        for (u32 s = 0; s < {splits}u; ++s) {{");
         let _ = writeln!(
             code,
-            "          volatile double* q = (volatile double*)(A + {scratch}ull) + (s * {o_n}u + o) * {parts}u;"
+            "          volatile double* q = (volatile double*)(A + {scratch}ull) + ((ix)s * {o_n}u + o) * {parts}u;"
         );
         let mut k = 0;
         for (j, acc) in accs.iter().enumerate() {
@@ -556,13 +562,13 @@ pub(crate) fn reduce(
         }
     }
     code.push_str("  }\n}\n");
-    let grid_x = if lanes == 256 { ctx.grid_for(o_n, 1) } else { ctx.grid_for(o_n * lanes, BLOCK as usize) };
     Ok(Kernel {
         code,
         grid: [grid_x, splits as u32, 1],
         block: [BLOCK, 1, 1],
         zero: Vec::new(),
         scratch: scratch_bytes,
+        index,
     })
 }
 
@@ -575,10 +581,12 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileRes
     }
     let oshape = ctx.shape(v);
     let on: usize = oshape.iter().product();
-    check_size(on, "a data-movement kernel's output")?;
     let odt = n.ty.dtype;
     let out = ctx.ptr(v)?;
-    let mut code = format!("extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}(char* A) {{\n");
+    let grid = ctx.grid_for(on, BLOCK as usize);
+    let buffers: Vec<Value> = n.inputs.iter().copied().chain([v]).collect();
+    let index = ctx.indexing(&buffers, &[on, grid as usize * BLOCK as usize]);
+    let mut code = open_kernel(name, &index);
     if let Op::DropoutMask { .. } = n.op {
         let _ = writeln!(code, "  const u32 step = (u32)(*{});", ctx.ptr(n.inputs[0])?);
     }
@@ -660,9 +668,9 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileRes
             let scale = norm.scale(len, *inverse);
             let sign = if *inverse { "" } else { "-" };
             format!(
-                "const u32 k = {c};\n    const float2* row = {p} + (i - k * {inner}u);\n    \
-                 double sx = 0.0, sy = 0.0;\n    u32 m = 0u;\n    \
-                 for (u32 j = 0; j < {len}u; ++j) {{\n      float s, c; sincospif({sign}2.0f * (float)m / {len}.0f, &s, &c);\n      \
+                "const ix k = {c};\n    const float2* row = {p} + (i - k * {inner}u);\n    \
+                 double sx = 0.0, sy = 0.0;\n    ix m = 0u;\n    \
+                 for (ix j = 0; j < {len}u; ++j) {{\n      float s, c; sincospif({sign}2.0f * (float)m / {len}.0f, &s, &c);\n      \
                  const float2 z = row[j * {inner}u];\n      sx += (double)z.x * c - (double)z.y * s;\n      sy += (double)z.x * s + (double)z.y * c;\n      \
                  m += k; if (m >= {len}u) m -= {len}u;\n    }}\n    \
                  {out}[i] = make_float2((float)(sx * {scale:e}), (float)(sy * {scale:e}));",
@@ -681,7 +689,7 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileRes
             };
             format!(
                 "const int r = {ix}[i / {width}u];\n    \
-                 {out}[i] = (r >= 0 && r < {rows}) ? {t}[(u32)r * {width}u + i % {width}u] : {z};",
+                 {out}[i] = (r >= 0 && r < {rows}) ? {t}[(ix)r * {width}u + i % {width}u] : {z};",
                 ix = ctx.ptr(idx)?,
                 t = ctx.ptr(table)?,
                 z = czero(odt),
@@ -690,7 +698,8 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileRes
         Op::DropoutMask { p, salt } => {
             let threshold = ((1.0 - p) * 16_777_216.0) as u32;
             let keep = flit(1.0 / (1.0 - p));
-            format!("{out}[i] = ((dropout_hash({salt}u, step, i) >> 8) < {threshold}u) ? {keep} : 0.0f;")
+            // The hash's index is the element index wrapped to 32 bits, as `ir::dropout_keep`'s.
+            format!("{out}[i] = ((dropout_hash({salt}u, step, (u32)i) >> 8) < {threshold}u) ? {keep} : 0.0f;")
         }
         other @ (Op::Input { .. }
         | Op::Param { .. }
@@ -713,13 +722,7 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileRes
     };
     let _ = writeln!(code, "    {body}");
     code.push_str("  }\n}\n");
-    Ok(Kernel {
-        code,
-        grid: [ctx.grid_for(on, BLOCK as usize), 1, 1],
-        block: [BLOCK, 1, 1],
-        zero: Vec::new(),
-        scratch: 0,
-    })
+    Ok(Kernel { code, grid: [grid, 1, 1], block: [BLOCK, 1, 1], zero: Vec::new(), scratch: 0, index })
 }
 
 /// `ScatterAdd`: one thread per source element adds it into its row of the zeroed output with
@@ -730,15 +733,15 @@ fn scatter_add(ctx: &Ctx, v: Value, rows: usize, name: &str) -> CompileResult<Ke
     let n = ctx.g.node(v);
     let (src, idx) = (n.inputs[0], n.inputs[1]);
     let sn: usize = ctx.shape(src).iter().product();
-    check_size(sn, "a scatter-add kernel's source")?;
-    check_size(ctx.g.ty(v).shape.numel(ctx.batch), "a scatter-add kernel's output")?;
     let width = *ctx.shape(v).last().ok_or_else(|| internal!("{v}: scatter_add output is a scalar"))?;
-    let mut code = format!("extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}(char* A) {{\n");
+    let grid = ctx.grid_for(sn, BLOCK as usize);
+    let index = ctx.indexing(&[src, idx, v], &[sn, grid as usize * BLOCK as usize]);
+    let mut code = open_kernel(name, &index);
     grid_stride_open(sn, &mut code);
     let _ = writeln!(
         code,
         "    const int r = {ix}[i / {width}u];\n    \
-         if (r >= 0 && r < {rows}) atomic_acc(&{out}[(u32)r * {width}u + i % {width}u], {s}[i]);",
+         if (r >= 0 && r < {rows}) atomic_acc(&{out}[(ix)r * {width}u + i % {width}u], {s}[i]);",
         ix = ctx.ptr(idx)?,
         out = ctx.ptr(v)?,
         s = ctx.ptr(src)?,
@@ -746,9 +749,10 @@ fn scatter_add(ctx: &Ctx, v: Value, rows: usize, name: &str) -> CompileResult<Ke
     code.push_str("  }\n}\n");
     Ok(Kernel {
         code,
-        grid: [ctx.grid_for(sn, BLOCK as usize), 1, 1],
+        grid: [grid, 1, 1],
         block: [BLOCK, 1, 1],
         zero: vec![(ctx.offset(v)?, ctx.bytes(v))],
         scratch: 0,
+        index,
     })
 }

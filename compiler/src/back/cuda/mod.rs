@@ -9,8 +9,24 @@
 //!   complex operands use overloaded helpers (`add(float2, float)`, ...) so a real operand is
 //!   read as `x + 0i` without a materialised cast, and a real × complex product is two real
 //!   multiplies;
-//! - elementwise, reduction and data-movement kernels use grid-stride loops over 32-bit
-//!   indices (a tensor of 2³¹ elements or more is refused with an error);
+//! - every kernel indexes elements with the integer type `ix`, a `typedef` at the top of its
+//!   body chosen per kernel from the plan's shapes ([`Ctx::indexing`]): `u32` when every
+//!   index it can form stays below 2³¹ — the elements of every buffer it touches, counted in
+//!   floats (a complex element is two), its iteration domain, the threads of a grid-stride
+//!   loop, the products of a contraction's extents — and `u64` otherwise (the kernel choice
+//!   `index=64` forces `u64` everywhere, to test that code on small shapes). 32-bit indices
+//!   are kept where they suffice: fewer registers, and a division by a constant is a 32-bit
+//!   multiply-high instead of a 64-bit one. A generator writes every index that can grow
+//!   with the batch (linear indices, coordinates multiplied by strides, tile origins,
+//!   `blockIdx` products: `(ix)blockIdx.x * blockDim.x`) in `ix`; thread-local offsets inside
+//!   a tile stay `u32`. A new kernel calls `ctx.indexing(values, extents)` with every
+//!   buffer it reads or writes and any extent not bounded by them, emits
+//!   `Indexing::typedef` first, and returns the [`Indexing`] in its [`Kernel`]; the
+//!   launch list records it ([`KernelLaunch::index`]);
+//! - elementwise, reduction and data-movement kernels use grid-stride loops over `ix`;
+//! - grids: x up to the device's 2³¹ − 1 blocks, y and z up to 65535; grid-stride kernels
+//!   clamp their grid, and a contraction whose tiles need more than 65535 blocks along y or
+//!   z folds its grid into x (`Grid`);
 //! - contractions (`MatMul`, `Conv2d`, `ConvTranspose2d`, `Conv2dWeightGrad`) are one tiled
 //!   implicit-GEMM template (shared-memory tiles of 16 × BM and 16 × BN, a 16 × 16 thread
 //!   grid with a register micro-tile, the next K tile loaded into registers while the current
@@ -65,7 +81,7 @@ use crate::ir::*;
 use crate::passes::fusion::{GroupKind, KernelGroup};
 use crate::passes::memplan::ArenaPlan;
 use crate::passes::Program;
-use crate::target::CudaTarget;
+use crate::target::{CudaTarget, IndexChoice};
 use std::fmt::Write;
 
 /// Threads per block of the generated kernels.
@@ -84,6 +100,8 @@ pub struct KernelLaunch {
     pub shared_bytes: u32,
     /// Index of the kernel group (into `Program::groups`) this launch computes.
     pub group: usize,
+    /// The integer type of the kernel's element indices, and why.
+    pub index: Indexing,
 }
 
 /// One action of a step, in order.
@@ -190,6 +208,7 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
         for (id, k) in ids.iter().zip(&run) {
             let _ = writeln!(source, "// group {id}: {}", describe(&ctx, k));
         }
+        let _ = writeln!(source, "// index: {}", out.index);
         source.push_str(&out.code);
         source.push('\n');
         scratch_end = (scratch_end + out.scratch).next_multiple_of(256);
@@ -200,6 +219,7 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
             block: out.block,
             shared_bytes: 0,
             group: gi,
+            index: out.index,
         }));
         kernels.push(name);
     }
@@ -238,6 +258,135 @@ pub(crate) struct Kernel {
     pub zero: Vec<(usize, usize)>,
     /// Bytes of scratch memory the kernel uses (at the offset it was given).
     pub scratch: usize,
+    /// The integer type of its element indices ([`Ctx::indexing`]).
+    pub index: Indexing,
+}
+
+/// The integer type of a kernel's element indices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum IndexWidth {
+    /// `u32`: every index the kernel forms stays below 2³¹.
+    U32,
+    /// `u64`.
+    U64,
+}
+
+impl IndexWidth {
+    /// Bits of the type (32 or 64).
+    pub fn bits(self) -> u32 {
+        match self {
+            IndexWidth::U32 => 32,
+            IndexWidth::U64 => 64,
+        }
+    }
+}
+
+/// The largest extent a kernel with 32-bit indices may touch: every index it forms, and a
+/// grid-stride index plus the grid's stride, stays below 2³².
+pub const INDEX32_LIMIT: usize = 1 << 31;
+
+/// Why a kernel has the index type it has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IndexReason {
+    /// Chosen from the extents the kernel touches ([`Ctx::indexing`]).
+    Extents,
+    /// 64-bit because the kernel choice `index=64` asks for it.
+    Forced,
+    /// The kernel's code always indexes with 64 bits (the attention templates' `size_t`
+    /// offsets, formed once per tile).
+    Template,
+}
+
+/// How one kernel indexes elements and why: its [`IndexWidth`] and the largest extent it
+/// touches (in floats for complex buffers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Indexing {
+    /// The integer type.
+    pub width: IndexWidth,
+    /// The largest extent the kernel touches: elements of a buffer (a complex element counts
+    /// two floats), its domain, the threads of its grid-stride loop or a product of its
+    /// contraction's extents.
+    pub largest: usize,
+    /// Why the type is what it is.
+    pub reason: IndexReason,
+}
+
+impl Indexing {
+    /// 64-bit indices of a kernel whose code always uses them ([`IndexReason::Template`]).
+    pub(crate) fn template(largest: usize) -> Indexing {
+        Indexing { width: IndexWidth::U64, largest, reason: IndexReason::Template }
+    }
+
+    /// The `typedef` of `ix` that opens a kernel's body (the `// index:` line above the
+    /// kernel says why).
+    pub(crate) fn typedef(&self) -> &'static str {
+        match self.width {
+            IndexWidth::U32 => "  typedef u32 ix;\n",
+            IndexWidth::U64 => "  typedef u64 ix;\n",
+        }
+    }
+}
+
+impl std::fmt::Display for Indexing {
+    /// `64-bit (largest extent 12451840000 ≥ 2^31)`, `32-bit (largest extent 4096 < 2^31)`,
+    /// `64-bit (forced by index=64; largest extent 4096)`, or `64-bit (size_t offsets of the
+    /// kernel's template; largest extent 4096)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (bits, n) = (self.width.bits(), self.largest);
+        match (self.reason, self.width) {
+            (IndexReason::Extents, IndexWidth::U64) => write!(f, "{bits}-bit (largest extent {n} ≥ 2^31)"),
+            (IndexReason::Extents, IndexWidth::U32) => write!(f, "{bits}-bit (largest extent {n} < 2^31)"),
+            (IndexReason::Forced, _) => write!(f, "{bits}-bit (forced by index=64; largest extent {n})"),
+            (IndexReason::Template, _) => {
+                write!(f, "{bits}-bit (size_t offsets of the kernel's template; largest extent {n})")
+            }
+        }
+    }
+}
+
+/// A launch grid of `[x, y, z]` blocks and the C expressions of each block coordinate. Grids
+/// within the device's limits use `blockIdx` as it is; a grid with more than the device
+/// allows along y or z is folded into x (`blockIdx.x` = x + X·(y + Y·z), at most 2³¹ − 1
+/// blocks), so a contraction's extents are limited only by the total number of blocks.
+pub(crate) struct Grid {
+    /// The launch grid.
+    pub launch: [u32; 3],
+    /// C expressions (of type `ix`) of the block's x, y and z coordinates.
+    pub coords: [String; 3],
+}
+
+impl Grid {
+    /// The grid of `blocks`, folded when y or z exceed the device (an error naming `what`
+    /// when even the folded grid does not fit).
+    pub fn new(ctx: &Ctx, blocks: [usize; 3], what: &str) -> CompileResult<Grid> {
+        let max = ctx.target.max_grid();
+        if blocks.iter().zip(&max).all(|(b, m)| b <= m) {
+            return Ok(Grid {
+                launch: blocks.map(|b| b as u32),
+                coords: ["(ix)blockIdx.x".into(), "(ix)blockIdx.y".into(), "(ix)blockIdx.z".into()],
+            });
+        }
+        let total = blocks.iter().try_fold(1usize, |a, &b| a.checked_mul(b)).unwrap_or(usize::MAX);
+        if total > max[0] {
+            return Err(user!(
+                "{what} needs {} × {} × {} = {total} blocks; a CUDA grid holds at most {} \
+                 (the device's limit along x): lower the batch",
+                blocks[0],
+                blocks[1],
+                blocks[2],
+                max[0]
+            ));
+        }
+        let [x, y, _] = blocks;
+        Ok(Grid {
+            launch: [total as u32, 1, 1],
+            coords: [
+                format!("((ix)blockIdx.x % {x}u)"),
+                format!("(((ix)blockIdx.x / {x}u) % {y}u)"),
+                format!("((ix)blockIdx.x / {}u)", x * y),
+            ],
+        })
+    }
 }
 
 /// What kernel generators read: the graph, the memory plan, the batch size, the target.
@@ -258,6 +407,29 @@ impl Ctx<'_> {
     pub fn grid_for(&self, n: usize, per_block: usize) -> u32 {
         let cap = self.target.kernels.grid_stride_blocks.min(self.target.device.max_grid[0]).max(1);
         n.div_ceil(per_block.max(1)).clamp(1, cap) as u32
+    }
+    /// The index type of a kernel that reads or writes the buffers `values` and forms
+    /// indices up to `extents` besides (its domain, the threads of a grid-stride loop,
+    /// products of a contraction's extents): 64-bit when any of them, counted in floats for
+    /// complex buffers, reaches [`INDEX32_LIMIT`], or when the target's kernel choices force
+    /// it; 32-bit otherwise.
+    pub fn indexing(&self, values: &[Value], extents: &[usize]) -> Indexing {
+        let floats = |v: Value| {
+            let n = self.g.ty(v).shape.numel(self.batch);
+            if self.dtype(v) == DType::C64 {
+                n.saturating_mul(2)
+            } else {
+                n
+            }
+        };
+        let largest = values.iter().map(|&v| floats(v)).chain(extents.iter().copied()).max().unwrap_or(0);
+        if largest >= INDEX32_LIMIT {
+            Indexing { width: IndexWidth::U64, largest, reason: IndexReason::Extents }
+        } else if self.target.kernels.index == IndexChoice::Wide {
+            Indexing { width: IndexWidth::U64, largest, reason: IndexReason::Forced }
+        } else {
+            Indexing { width: IndexWidth::U32, largest, reason: IndexReason::Extents }
+        }
     }
     /// Concrete shape of `v`.
     pub fn shape(&self, v: Value) -> Vec<usize> {
@@ -318,14 +490,6 @@ pub(crate) fn flit(x: f64) -> String {
     } else {
         format!("{f:?}f")
     }
-}
-
-/// Checks that 32-bit indexing covers `n` elements (complex: `2n` floats).
-pub(crate) fn check_size(n: usize, what: &str) -> CompileResult<()> {
-    if n.saturating_mul(2) >= (1usize << 31) {
-        return Err(user!("{what} has {n} elements: too many for the CUDA back end's 32-bit indexing"));
-    }
-    Ok(())
 }
 
 /// Row-major strides of a shape.

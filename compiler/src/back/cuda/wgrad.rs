@@ -112,9 +112,8 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
     {
         return Ok(None);
     }
-    for (t, what) in [(x, "input"), (dy, "output gradient"), (v, "weight gradient")] {
-        check_size(ctx.shape(t).iter().product(), &format!("a convolution's {what}"))?;
-    }
+    // Every index is one of the three tensors' (the image `b` multiplies the strides).
+    let index = ctx.indexing(&[x, dy, v], &[]);
     let (cchunks, ochunks) = (cg.div_ceil(cl), og.div_ceil(bo));
     let base_blocks = cchunks * ochunks * groups;
     let max_grid = ctx.target.device.max_grid;
@@ -133,13 +132,14 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
     let min_blocks = if var.prefetch { 1 } else { 2 };
     let _ =
         writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256, {min_blocks}) {name}(char* A) {{");
+    s.push_str(index.typedef());
     let _ = writeln!(
         s,
         "  const u32 tid = threadIdx.x, ci = tid % {cl}u, pli = (tid % {nc}u) / {cl}u, oi = tid / {nc}u;"
     );
     let _ = writeln!(
         s,
-        "  const u32 c0 = blockIdx.y * {cl}u, g = blockIdx.z % {groups}u, o0 = (blockIdx.z / {groups}u) * {bo}u;"
+        "  const u32 c0 = blockIdx.y * {cl}u, o0 = (blockIdx.z / {groups}u) * {bo}u;\n  const ix g = blockIdx.z % {groups}u;"
     );
     let _ = writeln!(
         s,
@@ -158,7 +158,7 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
     );
     // Global loads of pixel tile `tl` into registers (zero outside the tensors).
     let fetch = format!(
-        "    {{\n      const u32 b = tl / {tyx}u, tt = tl % {tyx}u, y0 = (tt / {tiles_x}u) * {th}u, x0 = (tt % {tiles_x}u) * {tw}u;\n      \
+        "    {{\n      const ix b = tl / {tyx}u;\n      const u32 tt = tl % {tyx}u, y0 = (tt / {tiles_x}u) * {th}u, x0 = (tt % {tiles_x}u) * {tw}u;\n      \
          #pragma unroll\n      for (u32 r = 0; r < {per_d}u; ++r) {{\n        const u32 e = tid + r * 256u, ol = e / {p}u, p = e % {p}u;\n        \
          const u32 oc = o0 + ol, y = y0 + p / {tw}u, x = x0 + p % {tw}u;\n        \
          rd[r] = (e < {tot_d}u && oc < {og}u && y < {ho}u && x < {wo}u) ? {ld_d} : {zd};\n      }}\n      \
@@ -263,5 +263,6 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
         block: [256, 1, 1],
         zero: vec![(ctx.offset(v)?, ctx.bytes(v))],
         scratch: 0,
+        index,
     }))
 }
