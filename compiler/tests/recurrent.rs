@@ -98,7 +98,7 @@ fn interpreter_matches_complextorch_values_and_gradients() {
             int_arg("hidden", c.opts["hidden"].parse().expect("hidden"), 40),
             int_arg("layers", c.opts["layers"].parse().expect("layers"), 41),
             Arg { name: Some("bidirectional".into()), value: ArgValue::Bool(c.opts["bidirectional"] == "1"), span: sp(42) },
-            Arg { name: Some("output".into()), value: ArgValue::Ident(c.opts["output"].clone()), span: sp(43) },
+            Arg { name: Some("returns".into()), value: ArgValue::Ident(c.opts["output"].clone()), span: sp(43) },
         ];
         let (mut g, x, out, params) =
             lower(&c.opts["cell"], ty, &args).unwrap_or_else(|d| panic!("{}: {d:?}", c.name));
@@ -177,9 +177,9 @@ fn bad_arguments_and_inputs_are_diagnosed() {
     assert!(m.contains("hidden"), "{m}");
     let m = msg("gru", &seq, &[int_arg("hidden", 2, 1), int_arg("layers", 0, 2)]);
     assert!(m.contains("layers"), "{m}");
-    let bad_output = Arg { name: Some("output".into()), value: ArgValue::Ident("final".into()), span: sp(3) };
+    let bad_output = Arg { name: Some("returns".into()), value: ArgValue::Ident("final".into()), span: sp(3) };
     let m = msg("lstm", &seq, &[int_arg("hidden", 2, 1), bad_output]);
-    assert!(m.contains("`final` is not a valid `output`"), "{m}");
+    assert!(m.contains("`final` is not a valid `returns`"), "{m}");
     let m = msg("gru", &seq, &[]);
     assert!(m.contains("hidden"), "{m}");
 }

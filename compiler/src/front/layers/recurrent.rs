@@ -8,16 +8,16 @@ use super::*;
 pub(crate) const DEFS: &[OpDef] = &[
     OpDef {
         name: "gru",
-        signature: "gru(hidden, layers = 1, bidirectional = false, output = sequence | last)",
-        args: &["hidden", "layers", "bidirectional", "output"],
+        signature: "gru(hidden, layers = 1, bidirectional = false, returns = sequence | last)",
+        args: &["hidden", "layers", "bidirectional", "returns"],
         variadic: false,
         operands: (1, 1),
         lower: gru,
     },
     OpDef {
         name: "lstm",
-        signature: "lstm(hidden, layers = 1, bidirectional = false, output = sequence | last)",
-        args: &["hidden", "layers", "bidirectional", "output"],
+        signature: "lstm(hidden, layers = 1, bidirectional = false, returns = sequence | last)",
+        args: &["hidden", "layers", "bidirectional", "returns"],
         variadic: false,
         operands: (1, 1),
         lower: lstm,
@@ -32,15 +32,15 @@ fn lstm(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Diagn
     recurrent(ctx, site, &ops[0], RnnCell::Lstm)
 }
 
-/// `x: [B, T, F]` (real or complex) → `[B, T, D·H]` (`output = sequence`: every step's `h`
-/// of the last layer, directions concatenated) or `[B, D·H]` (`output = last`: the final
+/// `x: [B, T, F]` (real or complex) → `[B, T, D·H]` (`returns = sequence`: every step's `h`
+/// of the last layer, directions concatenated) or `[B, D·H]` (`returns = last`: the final
 /// state of each direction of the last layer, as PyTorch's `h_n[-D:]` side by side: the
 /// forward direction's `h` at `t = T-1`, the backward direction's at `t = 0`).
 fn recurrent(ctx: &mut LowerCtx, site: &Site, x: &Operand, cell: RnnCell) -> Result<Value, Diagnostic> {
     let hidden = site.args.count("hidden", None, 1)?;
     let layers = site.args.count("layers", Some(1), 1)?;
     let bidirectional = site.args.flag("bidirectional", false)?;
-    let last = site.args.choice("output", "sequence", &["sequence", "last"])? == "last";
+    let last = site.args.choice("returns", "sequence", &["sequence", "last"])? == "last";
     let ty = need_float(ctx, site, x, "input")?;
     if ty.shape.rank() != 3 {
         return Err(site
