@@ -64,12 +64,17 @@ fn int_arg(name: &str, v: i64, at: usize) -> Arg {
 
 /// Lowers `op(x; args)` on an input of type `ty`, returning the graph, input, output,
 /// parameters, or the diagnostic.
-fn lower(op: &str, ty: TensorType, args: &[Arg]) -> Result<(Graph, Value, Value, Vec<ParamInfo>), Diagnostic> {
+fn lower(
+    op: &str,
+    ty: TensorType,
+    args: &[Arg],
+) -> Result<(Graph, Value, Value, Vec<ParamInfo>), Diagnostic> {
     let mut g = Graph::new(op, Mode::Train);
     let (x, out, params) = {
         let mut ctx = LowerCtx::new(&mut g, Mode::Train);
         let x = ctx.b.leaf(Op::Input { name: "x".into() }, ty);
-        let call = LayerCall { op, span: sp(0), args, label: format!("r/{op}"), param_prefix: "r.rnn_0".into() };
+        let call =
+            LayerCall { op, span: sp(0), args, label: format!("r/{op}"), param_prefix: "r.rnn_0".into() };
         let out = lower_layer(&mut ctx, &call, &[Operand { value: x, span: sp(10) }])?;
         (x, out, ctx.params)
     };
@@ -97,8 +102,16 @@ fn interpreter_matches_complextorch_values_and_gradients() {
         let args = vec![
             int_arg("hidden", c.opts["hidden"].parse().expect("hidden"), 40),
             int_arg("layers", c.opts["layers"].parse().expect("layers"), 41),
-            Arg { name: Some("bidirectional".into()), value: ArgValue::Bool(c.opts["bidirectional"] == "1"), span: sp(42) },
-            Arg { name: Some("returns".into()), value: ArgValue::Ident(c.opts["output"].clone()), span: sp(43) },
+            Arg {
+                name: Some("bidirectional".into()),
+                value: ArgValue::Bool(c.opts["bidirectional"] == "1"),
+                span: sp(42),
+            },
+            Arg {
+                name: Some("returns".into()),
+                value: ArgValue::Ident(c.opts["output"].clone()),
+                span: sp(43),
+            },
         ];
         let (mut g, x, out, params) =
             lower(&c.opts["cell"], ty, &args).unwrap_or_else(|d| panic!("{}: {d:?}", c.name));
@@ -127,14 +140,23 @@ fn interpreter_matches_complextorch_values_and_gradients() {
             leaves.insert(p.value, t.clone());
             names.push(short.to_string());
         }
-        assert_eq!(leaves.len(), c.tensors.len() / 2, "{}: every reference parameter is a cvc parameter", c.name);
+        assert_eq!(
+            leaves.len(),
+            c.tensors.len() / 2,
+            "{}: every reference parameter is a cvc parameter",
+            c.name
+        );
         let vals = evaluate(&g, x_ref.shape[0], &leaves).unwrap_or_else(|e| panic!("{}: {e}", c.name));
         let val = |v: Value| vals[v.index()].as_ref().expect("value");
         let e = max_rel(val(out), &c.tensors["y"]);
         assert!(e < 1e-10, "{}: output differs from complextorch by {e:.2e} (relative)", c.name);
         for (name, &dv) in names.iter().zip(&grads) {
             let e = max_rel(val(dv), &c.tensors[&format!("grad.{name}")]);
-            assert!(e < 1e-9, "{}: gradient of {name} differs from complextorch by {e:.2e} (relative)", c.name);
+            assert!(
+                e < 1e-9,
+                "{}: gradient of {name} differs from complextorch by {e:.2e} (relative)",
+                c.name
+            );
         }
     }
 }
@@ -177,7 +199,8 @@ fn bad_arguments_and_inputs_are_diagnosed() {
     assert!(m.contains("hidden"), "{m}");
     let m = msg("gru", &seq, &[int_arg("hidden", 2, 1), int_arg("layers", 0, 2)]);
     assert!(m.contains("layers"), "{m}");
-    let bad_output = Arg { name: Some("returns".into()), value: ArgValue::Ident("final".into()), span: sp(3) };
+    let bad_output =
+        Arg { name: Some("returns".into()), value: ArgValue::Ident("final".into()), span: sp(3) };
     let m = msg("lstm", &seq, &[int_arg("hidden", 2, 1), bad_output]);
     assert!(m.contains("`final` is not a valid `returns`"), "{m}");
     let m = msg("gru", &seq, &[]);

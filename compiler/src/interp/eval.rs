@@ -171,7 +171,9 @@ fn eval_node(
             TensorData::Complex(AttnOperands::new(*spec, &ins, 6)?.grad(o, d_o, lse, *wrt))
         }
         Op::Recurrence { spec } | Op::RecurrenceGrad { spec } => {
-            let c = |i: usize| ins[i].as_complex().ok_or_else(|| format!("recurrence operand {i} is not complex"));
+            let c = |i: usize| {
+                ins[i].as_complex().ok_or_else(|| format!("recurrence operand {i} is not complex"))
+            };
             let rnn = super::recurrence::Rnn {
                 spec: *spec,
                 b: ins[0].shape[0],

@@ -190,7 +190,12 @@ impl Rnn<'_> {
                             let dg = dc * i.conj();
                             let df = dc * prev[h + u].conj();
                             direct[h + u] = dc * f.conj();
-                            let parts = [through(dsig(i), di), through(dsig(f), df), through(dtanh(gg), dg), through(dsig(o), d_o)];
+                            let parts = [
+                                through(dsig(i), di),
+                                through(dsig(f), df),
+                                through(dtanh(gg), dg),
+                                through(dsig(o), d_o),
+                            ];
                             for (k, p) in parts.into_iter().enumerate() {
                                 dx[k * h + u] = p;
                                 dgh[k * h + u] = p;

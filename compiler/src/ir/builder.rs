@@ -467,7 +467,11 @@ fn rnn_operands(spec: &RnnSpec, inputs: &[&TensorType]) -> Result<(Dim, usize), 
     if h == 0 {
         return Err("recurrence hidden size 0".into());
     }
-    for (ty, what) in [(inputs[0], "recurrence input projection"), (inputs[1], "recurrence weight"), (inputs[2], "recurrence bias")] {
+    for (ty, what) in [
+        (inputs[0], "recurrence input projection"),
+        (inputs[1], "recurrence weight"),
+        (inputs[2], "recurrence bias"),
+    ] {
         need(ty.dtype, DType::C64, what)?;
     }
     let xp = &inputs[0].shape;

@@ -374,7 +374,8 @@ impl Reverse<'_> {
                 let (before, after, start) = if spec.reverse { (0, 1, 1) } else { (1, 0, 0) };
                 let padded = self.b.add(Op::Pad { axis: 1, before, after }, &[h])?;
                 let prev = self.b.add(Op::Slice { axis: 1, start, len: t }, &[padded])?;
-                parts[1] = self.matmul([false, true], [false, false], false, prev, ins[1], dgh, &[false, true])?
+                parts[1] = self
+                    .matmul([false, true], [false, false], false, prev, ins[1], dgh, &[false, true])?
                     .swap_remove(1);
             }
         }

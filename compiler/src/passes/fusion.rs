@@ -144,9 +144,7 @@ fn inlines_operands(op: &Op) -> bool {
         | OpClass::Movement
         | OpClass::Contraction
         | OpClass::Attention
-        | OpClass::Recurrence => {
-            false
-        }
+        | OpClass::Recurrence => false,
     }
 }
 

@@ -557,8 +557,11 @@ impl Backend for CpuBackend {
     }
 
     fn host_memory(&self) -> Vec<(String, usize)> {
-        let words: usize =
-            self.scratch.iter().map(|s| s.gemm.len() + s.cols.len() + s.dw.len() + s.attn.len() + s.rnn.len()).sum();
+        let words: usize = self
+            .scratch
+            .iter()
+            .map(|s| s.gemm.len() + s.cols.len() + s.dw.len() + s.attn.len() + s.rnn.len())
+            .sum();
         let fft: usize = self
             .kernels
             .iter()

@@ -70,7 +70,12 @@ unsafe impl Sync for Ptrs {}
 /// # Safety
 /// The offsets of `call` address its operands inside the arena at `base`; `workspace(t)`
 /// points at `call.workspace_words()` f32 owned by thread `t`.
-pub unsafe fn run(pool: &Pool, base: *mut u8, workspace: &(dyn Fn(usize) -> *mut f32 + Sync), call: &RecurrenceCall) {
+pub unsafe fn run(
+    pool: &Pool,
+    base: *mut u8,
+    workspace: &(dyn Fn(usize) -> *mut f32 + Sync),
+    call: &RecurrenceCall,
+) {
     let at = |o: Option<usize>| o.map_or(std::ptr::null(), |o| base.add(o) as *const C);
     let p = Ptrs {
         xp: at(Some(call.xp)),
@@ -82,7 +87,8 @@ pub unsafe fn run(pool: &Pool, base: *mut u8, workspace: &(dyn Fn(usize) -> *mut
     };
     let h = call.spec.hidden;
     let work = call.b * call.t * call.spec.cell.gates() * h * h;
-    let parts = if pool.threads() > 1 && call.b >= 2 && work >= 1 << 14 { pool.threads().min(call.b) } else { 1 };
+    let parts =
+        if pool.threads() > 1 && call.b >= 2 && work >= 1 << 14 { pool.threads().min(call.b) } else { 1 };
     let job = |th: usize| {
         let per = call.b.div_ceil(parts);
         let (lo, hi) = ((th * per).min(call.b), ((th + 1) * per).min(call.b));
@@ -107,7 +113,16 @@ pub unsafe fn run(pool: &Pool, base: *mut u8, workspace: &(dyn Fn(usize) -> *mut
 
 /// `gh = W_hh·prev + b_hh` into `gh` and the activated gates into `act` for step input `x`
 /// (`prev` empty before the first step).
-fn gates(cell: RnnCell, h: usize, x: &[C], w: &[C], bias: &[C], prev: Option<&[C]>, gh: &mut [C], act: &mut [C]) {
+fn gates(
+    cell: RnnCell,
+    h: usize,
+    x: &[C],
+    w: &[C],
+    bias: &[C],
+    prev: Option<&[C]>,
+    gh: &mut [C],
+    act: &mut [C],
+) {
     for (i, g) in gh.iter_mut().enumerate() {
         let mut acc = bias[i];
         if let Some(prev) = prev {
@@ -228,7 +243,12 @@ unsafe fn backward(call: &RecurrenceCall, p: &Ptrs, ws: *mut C, b: usize) {
                     let cp = prev.map_or(C::default(), |p| p[h + u]);
                     let tc = hs[tt * sw + h + u].split(f32::tanh);
                     let dc = dstate[h + u].add(dtanh(tc, dh.mulc(o)));
-                    let parts = [dsig(i, dc.mulc(g)), dsig(f, dc.mulc(cp)), dtanh(g, dc.mulc(i)), dsig(o, dh.mulc(tc))];
+                    let parts = [
+                        dsig(i, dc.mulc(g)),
+                        dsig(f, dc.mulc(cp)),
+                        dtanh(g, dc.mulc(i)),
+                        dsig(o, dh.mulc(tc)),
+                    ];
                     for (k, v) in parts.into_iter().enumerate() {
                         dx[k * h + u] = v;
                         dgh[k * h + u] = v;

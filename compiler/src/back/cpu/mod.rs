@@ -23,8 +23,8 @@ pub use attention::{
     AttentionCall, AttnKind, BLOCK_K, BLOCK_Q, WORKSPACE_WORDS as ATTENTION_WORKSPACE_WORDS,
 };
 pub use contraction::{ConvCall, ConvShape, ConvTypes, MatMulCall, MatOperand};
-pub use recurrence::RecurrenceCall;
 pub use movement::{strides, FftCall, StridedCopy, MAX_RANK};
+pub use recurrence::RecurrenceCall;
 
 use crate::back::clif::helpers::{helpers, Helper};
 use crate::back::clif::lower::{lower_group, Importer};
@@ -237,7 +237,9 @@ impl Workspace {
                 ..self
             },
             CpuCall::Attention(_) => Workspace { attn_words: ATTENTION_WORKSPACE_WORDS, ..self },
-            CpuCall::Recurrence(r) => Workspace { rnn_words: self.rnn_words.max(r.workspace_words()), ..self },
+            CpuCall::Recurrence(r) => {
+                Workspace { rnn_words: self.rnn_words.max(r.workspace_words()), ..self }
+            }
             CpuCall::Loop { .. }
             | CpuCall::MatMul(_)
             | CpuCall::Copy(_)
@@ -373,7 +375,9 @@ fn call_of(program: &Program, v: Value) -> CompileResult<CpuCall> {
         Op::AttnLse { .. } | Op::Attention { .. } | Op::AttentionGrad { .. } => {
             attention::attention(&cx).map(CpuCall::Attention)
         }
-        Op::Recurrence { .. } | Op::RecurrenceGrad { .. } => recurrence::recurrence(&cx).map(CpuCall::Recurrence),
+        Op::Recurrence { .. } | Op::RecurrenceGrad { .. } => {
+            recurrence::recurrence(&cx).map(CpuCall::Recurrence)
+        }
         // Loop-kernel ops and views never end a contraction or movement group: fusion puts
         // them in elementwise/reduce/view groups, which `generate` lowers elsewhere.
         Op::Input { .. }
