@@ -111,18 +111,16 @@ pub unsafe fn run(
     }
 }
 
+/// `W_hh` `[G·H, H]` and `b_hh` `[G·H]`.
+struct Hidden<'a> {
+    w: &'a [C],
+    bias: &'a [C],
+}
+
 /// `gh = W_hh·prev + b_hh` into `gh` and the activated gates into `act` for step input `x`
 /// (`prev` empty before the first step).
-fn gates(
-    cell: RnnCell,
-    h: usize,
-    x: &[C],
-    w: &[C],
-    bias: &[C],
-    prev: Option<&[C]>,
-    gh: &mut [C],
-    act: &mut [C],
-) {
+fn gates(cell: RnnCell, h: usize, x: &[C], hid: &Hidden, prev: Option<&[C]>, gh: &mut [C], act: &mut [C]) {
+    let (w, bias) = (hid.w, hid.bias);
     for (i, g) in gh.iter_mut().enumerate() {
         let mut acc = bias[i];
         if let Some(prev) = prev {
@@ -173,7 +171,7 @@ unsafe fn forward(call: &RecurrenceCall, p: &Ptrs, ws: *mut C, b: usize) {
             }
         };
         let prev: Option<&[C]> = prev.map(|p| &p[..sw]);
-        gates(cell, h, &xp[tt * gw..(tt + 1) * gw], w, bias, prev, gh, act);
+        gates(cell, h, &xp[tt * gw..(tt + 1) * gw], &Hidden { w, bias }, prev, gh, act);
         for u in 0..h {
             let hp = prev.map_or(C::default(), |p| p[u]);
             match cell {
@@ -217,7 +215,7 @@ unsafe fn backward(call: &RecurrenceCall, p: &Ptrs, ws: *mut C, b: usize) {
             let tp = call.spec.time(s - 1, t);
             &hs[tp * sw..(tp + 1) * sw]
         });
-        gates(cell, h, &xp[tt * gw..(tt + 1) * gw], w, bias, prev, gh, act);
+        gates(cell, h, &xp[tt * gw..(tt + 1) * gw], &Hidden { w, bias }, prev, gh, act);
         let row = &mut out[tt * width..(tt + 1) * width];
         let (d, dstate) = row.split_at_mut(2 * gw);
         let (dx, dgh) = d.split_at_mut(gw);

@@ -162,7 +162,7 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
     let [b, t, _] = ctx.shape(ins[0])[..] else {
         return Err(internal!("{v}: the recurrence input projection is not of rank 3"));
     };
-    if b > ctx.target.device.max_grid[0] as usize {
+    if b > ctx.target.device.max_grid[0] {
         return Err(user!("a recurrence over a batch of {b} exceeds the device's grid"));
     }
     super::check_size(b * t * spec.grad_width(), "a recurrence")?;
