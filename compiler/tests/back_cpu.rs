@@ -127,6 +127,15 @@ fn assert_inside(name: &str, m: &CpuModule) {
                 let n: usize = f.shape.iter().product();
                 vec![f.src + n * 8, f.dst + n * 8]
             }
+            CpuCall::Recurrence(r) => {
+                let (h, g, s) = (r.spec.hidden, r.spec.cell.gates(), r.spec.cell.states());
+                let steps = r.b * r.t * 8;
+                let mut ends = vec![r.xp + steps * g * h, r.w + g * h * h * 8, r.bias + g * h * 8];
+                ends.extend(r.hs.map(|o| o + steps * s * h));
+                ends.extend(r.dhs.map(|o| o + steps * s * h));
+                ends.push(r.out + steps * if r.grad { r.spec.grad_width() } else { s * h });
+                ends
+            }
         };
         for e in ends {
             assert!(e <= arena, "{name}: group {} reaches byte {e} of a {arena}-byte arena", l.group);

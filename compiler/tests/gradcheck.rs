@@ -669,3 +669,20 @@ fn fixture_networks() {
         gradcheck_network(&path, Some(4));
     }
 }
+
+/// The fused recurrences: `Recurrence`'s rule (`RecurrenceGrad` and the reductions of `dgh`
+/// for `W_hh` and `b_hh`) against finite differences, GRU and LSTM, both directions.
+#[test]
+fn recurrence_full_derivative() {
+    for cell in [RnnCell::Gru, RnnCell::Lstm] {
+        for reverse in [false, true] {
+            let (h, t) = (2, 4);
+            let gw = cell.gates() * h;
+            let rnn = RnnSpec { cell, hidden: h, reverse };
+            let specs = [spec(C, &[0, t, gw]), spec(C, &[gw, h]), spec(C, &[gw])];
+            check_full(&format!("recurrence_{cell:?}_{reverse}"), &specs, 2, None, &|b, x| {
+                b.add(Op::Recurrence { spec: rnn }, &[x[0], x[1], x[2]])
+            });
+        }
+    }
+}

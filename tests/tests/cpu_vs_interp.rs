@@ -507,6 +507,9 @@ const NETWORKS: &[&str] = &[
     "tests/fixtures/ok/tuples.cvnn",
     "tests/fixtures/ok/unused_head.cvnn",
     "tests/fixtures/ok/vit_tiny.cvnn",
+    "examples/rf_gru.cvnn",
+    "tests/fixtures/ok/gru_tiny.cvnn",
+    "tests/fixtures/ok/recurrent.cvnn",
 ];
 
 #[test]
@@ -624,6 +627,9 @@ network_tests! {
     net_fixture_unused_head => "tests/fixtures/ok/unused_head.cvnn",
     net_fixture_vit_tiny => "tests/fixtures/ok/vit_tiny.cvnn",
     net_fixture_polsar_unet_tiny => "tests/fixtures/ok/polsar_unet_tiny.cvnn",
+    net_rf_gru => "examples/rf_gru.cvnn",
+    net_fixture_gru_tiny => "tests/fixtures/ok/gru_tiny.cvnn",
+    net_fixture_recurrent => "tests/fixtures/ok/recurrent.cvnn",
 }
 
 /// The full-size ViT (12 layers, 256 tokens, dimension 192) takes minutes on the f64

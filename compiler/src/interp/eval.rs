@@ -170,6 +170,23 @@ fn eval_node(
             let lse = ins[5].as_real().ok_or("attention lse is not real")?;
             TensorData::Complex(AttnOperands::new(*spec, &ins, 6)?.grad(o, d_o, lse, *wrt))
         }
+        Op::Recurrence { spec } | Op::RecurrenceGrad { spec } => {
+            let c = |i: usize| {
+                ins[i].as_complex().ok_or_else(|| format!("recurrence operand {i} is not complex"))
+            };
+            let rnn = super::recurrence::Rnn {
+                spec: *spec,
+                b: ins[0].shape[0],
+                t: ins[0].shape[1],
+                xp: c(0)?,
+                w: c(1)?,
+                bias: c(2)?,
+            };
+            TensorData::Complex(match node.op {
+                Op::Recurrence { .. } => rnn.forward(),
+                _ => rnn.grad(c(3)?, c(4)?),
+            })
+        }
         Op::Assign => ins[1].data.clone(),
     })
 }

@@ -11,6 +11,7 @@ mod elementwise;
 mod eval;
 mod init;
 mod layout;
+mod recurrence;
 pub mod replay;
 mod session;
 mod tensor;

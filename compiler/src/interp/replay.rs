@@ -297,13 +297,15 @@ fn rounding_of(op: &Op, ins: &[Operand], out: &Tensor) -> Result<(Vec<f64>, Opti
         | Op::AttnLse { .. }
         | Op::Attention { .. }
         | Op::AttentionGrad { .. }
+        | Op::Recurrence { .. }
+        | Op::RecurrenceGrad { .. }
         | Op::Fft { .. } => {
             if ins.iter().all(|o| o.exact() && o.mask.is_none()) {
                 // Contractions' and transforms' own rounding is relative to the result: the
                 // caller's relative tolerance covers it.
                 exact()
             } else if op.is_contraction()
-                || matches!(op.class(), OpClass::Attention)
+                || matches!(op.class(), OpClass::Attention | OpClass::Recurrence)
                 || matches!(op, Op::Fft { .. })
             {
                 return Err("a contraction of values computed in the same kernel is not modelled".into());

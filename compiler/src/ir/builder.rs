@@ -428,6 +428,24 @@ pub fn infer(op: &Op, inputs: &[&TensorType], requested: Option<&Shape>) -> Resu
                 },
             ))
         }
+        Op::Recurrence { spec } => {
+            arity(3)?;
+            let (b, t) = rnn_operands(spec, inputs)?;
+            let width = spec.cell.states() * spec.hidden;
+            Ok(TensorType::new(DType::C64, Shape(vec![b, Dim::Fixed(t), Dim::Fixed(width)])))
+        }
+        Op::RecurrenceGrad { spec } => {
+            arity(5)?;
+            let (b, t) = rnn_operands(spec, inputs)?;
+            let want = Shape(vec![b, Dim::Fixed(t), Dim::Fixed(spec.cell.states() * spec.hidden)]);
+            for (ty, what) in [(inputs[3], "recurrence states"), (inputs[4], "recurrence state gradient")] {
+                need(ty.dtype, DType::C64, what)?;
+                if ty.shape != want {
+                    return Err(format!("{what} is {}, expected {want}", ty.shape));
+                }
+            }
+            Ok(TensorType::new(DType::C64, Shape(vec![b, Dim::Fixed(t), Dim::Fixed(spec.grad_width())])))
+        }
         Op::Assign => {
             arity(2)?;
             if inputs[0].shape != inputs[1].shape {
@@ -439,6 +457,38 @@ pub fn infer(op: &Op, inputs: &[&TensorType], requested: Option<&Shape>) -> Resu
             Ok(inputs[0].clone())
         }
     }
+}
+
+/// Checks `[xp (c64 [B, T, G·H]), w_hh (c64 [G·H, H]), b_hh (c64 [G·H])]` of a recurrence and
+/// returns `(B, T)`.
+fn rnn_operands(spec: &RnnSpec, inputs: &[&TensorType]) -> Result<(Dim, usize), String> {
+    let h = spec.hidden;
+    let gh = spec.cell.gates() * h;
+    if h == 0 {
+        return Err("recurrence hidden size 0".into());
+    }
+    for (ty, what) in [
+        (inputs[0], "recurrence input projection"),
+        (inputs[1], "recurrence weight"),
+        (inputs[2], "recurrence bias"),
+    ] {
+        need(ty.dtype, DType::C64, what)?;
+    }
+    let xp = &inputs[0].shape;
+    if xp.rank() != 3 || xp.0[2] != Dim::Fixed(gh) {
+        return Err(format!("recurrence input projection is {xp}, expected [B, T, {gh}]"));
+    }
+    let t = fixed(xp.0[1], "the recurrence's time axis")?;
+    if t == 0 {
+        return Err("recurrence over 0 steps".into());
+    }
+    if inputs[1].shape != Shape::fixed(&[gh, h]) {
+        return Err(format!("recurrence weight is {}, expected [{gh}, {h}]", inputs[1].shape));
+    }
+    if inputs[2].shape != Shape::fixed(&[gh]) {
+        return Err(format!("recurrence bias is {}, expected [{gh}]", inputs[2].shape));
+    }
+    Ok((xp.0[0], t))
 }
 
 /// The extents of an attention: q `[B, H, T, D]`, k `[B, H, S, D]`, v `[B, H, S, Dv]`.

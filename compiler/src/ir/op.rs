@@ -238,6 +238,59 @@ pub enum AttnWrt {
     KV,
 }
 
+/// The cell of a fused recurrence ([`Op::Recurrence`], [`Op::RecurrenceGrad`]): complextorch's
+/// `GRUCell` / `LSTMCell` (complex linear maps, split sigmoid and tanh `f(Re z) + i f(Im z)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum RnnCell {
+    /// Gates `r, z, n` (in that order, as `torch.nn.GRU`); state `h`.
+    Gru,
+    /// Gates `i, f, g, o` (in that order, as `torch.nn.LSTM`); state `h ‖ c`.
+    Lstm,
+}
+
+impl RnnCell {
+    /// Gate blocks `G` of the projections (`[G·H, ..]` weights).
+    pub fn gates(self) -> usize {
+        match self {
+            RnnCell::Gru => 3,
+            RnnCell::Lstm => 4,
+        }
+    }
+    /// State blocks `S` per step (`h`, or `h ‖ c`).
+    pub fn states(self) -> usize {
+        match self {
+            RnnCell::Gru => 1,
+            RnnCell::Lstm => 2,
+        }
+    }
+}
+
+/// What a fused recurrence computes: its cell, hidden size `H` and direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct RnnSpec {
+    /// The cell.
+    pub cell: RnnCell,
+    /// Hidden units `H`.
+    pub hidden: usize,
+    /// Runs `t = T-1 … 0` (the backward direction of a bidirectional layer).
+    pub reverse: bool,
+}
+
+impl RnnSpec {
+    /// The time index of the `s`-th step of `t` steps.
+    pub fn time(&self, s: usize, t: usize) -> usize {
+        if self.reverse {
+            t - 1 - s
+        } else {
+            s
+        }
+    }
+    /// Width `2·G·H + S·H` of one step of [`Op::RecurrenceGrad`]'s output.
+    pub fn grad_width(&self) -> usize {
+        (2 * self.cell.gates() + self.cell.states()) * self.hidden
+    }
+}
+
 /// An IR operation. Operand order is given per variant; see the module doc for conventions.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub enum Op {
@@ -327,6 +380,24 @@ pub enum Op {
     /// Operands `[q, k, v, o, d_o, lse, (mask), (step)]`; output `dq` c64 `[B, H, T, D]`
     /// (`wrt = Q`) or `dk ‖ dv` c64 `[B, H, S, D + Dv]` (`wrt = KV`).
     AttentionGrad { spec: AttnSpec, wrt: AttnWrt },
+    /// A recurrence over the time axis (a loop of `T` steps, never unrolled). Operands
+    /// `[xp (c64 [B, T, G·H]), w_hh (c64 [G·H, H]), b_hh (c64 [G·H])]`: `xp` is the input
+    /// projection `x·W_ihᵀ + b_ih` of every step (one batched matmul outside the loop). Step
+    /// `s` at time `t = spec.time(s, T)` forms `gh = W_hh·h_prev + b_hh` from the previous
+    /// step's state (zero before the first), then the cell: GRU `r = σ(x_r + gh_r)`,
+    /// `z = σ(x_z + gh_z)`, `n = tanh(x_n + r·gh_n)`, `h = (1 − z)·n + z·h_prev`; LSTM
+    /// `i, f, o = σ(x + gh)`, `g = tanh(x_g + gh_g)`, `c = f·c_prev + i·g`, `h = o·tanh(c)`;
+    /// `σ`/`tanh` split (`f(Re) + i f(Im)`), products complex. Output c64 `[B, T, S·H]`:
+    /// the state after each step (`h`, or `h ‖ c`). Its gradient is [`Op::RecurrenceGrad`].
+    Recurrence { spec: RnnSpec },
+    /// Back-propagation through time of [`Op::Recurrence`]: the steps in reverse order,
+    /// gates recomputed from the stored states. Operands `[xp, w_hh, b_hh, hs (the forward
+    /// output), dhs (its gradient)]`; output c64 `[B, T, 2·G·H + S·H]`: per step the gradient
+    /// of the input projection `dx` (`G·H`), of the hidden projection `dgh` (`G·H`; differs
+    /// from `dx` only in GRU's `n` block, `dx_n·conj(r)`) and the total gradient of the state
+    /// after the step (`S·H`: `dhs` plus what the later steps carry back). `dW_hh` and `db_hh`
+    /// are ordinary reductions of `dgh` outside the loop (see `passes::autodiff`).
+    RecurrenceGrad { spec: RnnSpec },
     /// Overwrite a persistent buffer (`Param`/`State`) with `value` at the end of its reads.
     /// Operands `[target, value]`; result type is the target's; nothing may read the result.
     Assign,
@@ -353,6 +424,9 @@ pub enum OpClass {
     /// Fused attention (`AttnLse`, `Attention`, `AttentionGrad`): a contraction of its own
     /// kind, each one kernel that never stores the `[T, S]` weights; never fused with others.
     Attention,
+    /// A fused recurrence (`Recurrence`, `RecurrenceGrad`): a loop over the time axis in one
+    /// kernel; never fused with others.
+    Recurrence,
     /// The overwrite of a persistent buffer.
     Assign,
 }
@@ -399,6 +473,8 @@ impl Op {
             | Op::AttnLse { .. }
             | Op::Attention { .. }
             | Op::AttentionGrad { .. }
+            | Op::Recurrence { .. }
+            | Op::RecurrenceGrad { .. }
             | Op::Assign => false,
         }
     }
@@ -425,6 +501,7 @@ impl Op {
             | Op::ConvTranspose2d { .. }
             | Op::Conv2dWeightGrad { .. } => OpClass::Contraction,
             Op::AttnLse { .. } | Op::Attention { .. } | Op::AttentionGrad { .. } => OpClass::Attention,
+            Op::Recurrence { .. } | Op::RecurrenceGrad { .. } => OpClass::Recurrence,
             Op::Assign => OpClass::Assign,
         }
     }
@@ -457,6 +534,8 @@ impl Op {
             Op::AttnLse { .. } => "attn_lse".into(),
             Op::Attention { .. } => "attention".into(),
             Op::AttentionGrad { .. } => "attention_grad".into(),
+            Op::Recurrence { .. } => "recurrence".into(),
+            Op::RecurrenceGrad { .. } => "recurrence_grad".into(),
             Op::Assign => "assign".into(),
         }
     }

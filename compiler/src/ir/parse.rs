@@ -488,6 +488,8 @@ fn expected_arity(op: &Op) -> Option<usize> {
         Op::AttnLse { spec } => 2 + usize::from(spec.key_mask),
         Op::Attention { spec } => 4 + spec.extra_operands(),
         Op::AttentionGrad { spec, .. } => 6 + spec.extra_operands(),
+        Op::Recurrence { .. } => 3,
+        Op::RecurrenceGrad { .. } => 5,
         Op::Concat { .. } => return None,
     })
 }
@@ -506,7 +508,7 @@ fn tensor_type(c: &mut Cursor) -> Res<TensorType> {
 }
 
 /// Mnemonics of the ops with bracketed attributes besides leaves and reductions.
-const WITH_ATTRS: [&str; 16] = [
+const WITH_ATTRS: [&str; 18] = [
     "permute",
     "slice",
     "pad",
@@ -523,6 +525,8 @@ const WITH_ATTRS: [&str; 16] = [
     "attention",
     "attention_grad",
     "scatter_add",
+    "recurrence",
+    "recurrence_grad",
 ];
 
 /// The op named `mnemonic` with its bracketed attributes (as [`super::print::attrs`] writes them).
@@ -710,6 +714,8 @@ fn op_with_attrs(c: &mut Cursor, mnemonic: &str, at: usize) -> Res<Op> {
                     };
                     Op::AttentionGrad { spec, wrt }
                 }
+                "recurrence" => Op::Recurrence { spec: rnn_spec(c)? },
+                "recurrence_grad" => Op::RecurrenceGrad { spec: rnn_spec(c)? },
                 m => return c.err_at(at, format!("unknown op `{m}`")),
             };
             c.expect("]")?;
@@ -717,6 +723,24 @@ fn op_with_attrs(c: &mut Cursor, mnemonic: &str, at: usize) -> Res<Op> {
         }
     };
     Ok(op)
+}
+
+/// `cell=Gru|Lstm, hidden=H, reverse=B`.
+fn rnn_spec(c: &mut Cursor) -> Res<RnnSpec> {
+    c.key("cell")?;
+    let cell_at = c.pos;
+    let cell = match c.ident()? {
+        "Gru" => RnnCell::Gru,
+        "Lstm" => RnnCell::Lstm,
+        w => return c.err_at(cell_at, format!("unknown recurrent cell `{w}` (Gru or Lstm)")),
+    };
+    c.expect(",")?;
+    c.key("hidden")?;
+    let hidden = c.usize()?;
+    c.expect(",")?;
+    c.key("reverse")?;
+    let reverse = c.bool()?;
+    Ok(RnnSpec { cell, hidden, reverse })
 }
 
 /// `scale=S, score=Real|Abs, causal=B, key_mask=B, dropout=none|[P, SALT]`.
@@ -952,6 +976,11 @@ mod tests {
   %35 = scatter_add[rows=10](%34, %19) : c64[10, 8]  ; Backward
   %36 = gelutanh(%14) : f32[8, 8]  ; Forward
   %37 = gelutanhgrad(%36) : f32[8, 8]  ; Backward
+  %38 = input[xp]() : c64[B, 5, 6]  ; Input
+  %39 = param[w_hh, init=Zeros]() : c64[6, 2]  ; Param
+  %40 = param[b_hh, init=Zeros]() : c64[6]  ; Param
+  %41 = recurrence[cell=Gru, hidden=2, reverse=true](%38, %39, %40) : c64[B, 5, 2]  ; Forward
+  %42 = recurrence_grad[cell=Gru, hidden=2, reverse=true](%38, %39, %40, %41, %41) : c64[B, 5, 14]  ; Backward
 }
 ";
         let p = parse_graph(text).unwrap_or_else(|e| panic!("{e}"));

@@ -38,6 +38,9 @@ pub fn attrs(op: &Op) -> String {
         Op::DropoutMask { p, salt } => format!("[p={p}, salt={salt}]"),
         Op::AttnLse { spec } | Op::Attention { spec } => format!("[{}]", attn_text(spec)),
         Op::AttentionGrad { spec, wrt } => format!("[{}, wrt={wrt:?}]", attn_text(spec)),
+        Op::Recurrence { spec } | Op::RecurrenceGrad { spec } => {
+            format!("[cell={:?}, hidden={}, reverse={}]", spec.cell, spec.hidden, spec.reverse)
+        }
         _ => String::new(),
     }
 }

@@ -303,6 +303,10 @@ impl Reverse<'_> {
             Op::AttentionGrad { .. } => {
                 return Err("autodiff: the second derivative of attention is not supported".into())
             }
+            Op::Recurrence { spec } => self.recurrence(*spec, h, ins, g, need)?,
+            Op::RecurrenceGrad { .. } => {
+                return Err("autodiff: the second derivative of a recurrence is not supported".into())
+            }
             // `lse` is a helper of `Attention`, whose rule is the full derivative.
             Op::AttnLse { .. }
             | Op::Input { .. }
@@ -337,6 +341,44 @@ impl Reverse<'_> {
             parts[2] = self.maybe(need[2], Op::Slice { axis: 3, start: d, len: dv }, &[dkv])?;
         }
         parts.resize(ins.len(), None);
+        Ok(parts)
+    }
+
+    /// `hs = recurrence(xp, w_hh, b_hh)`: one `RecurrenceGrad` runs the steps backwards and
+    /// gives `dxp` and `dgh` (the gradient of `gh = W_hh·h_prev + b_hh` at every step); the
+    /// weight and bias gradients are then ordinary reductions outside the loop: `dW_hh` the
+    /// matmul gradient of `h_prev·W_hhᵀ` (a `sum_batch` product over `B` of `dghᵀ·conj(h_prev)`),
+    /// `db_hh` the sum of `dgh` over `B` and `T` (by [`Reverse::fit`]).
+    fn recurrence(
+        &mut self,
+        spec: RnnSpec,
+        hs: Value,
+        ins: &[Value],
+        g: Value,
+        need: &[bool],
+    ) -> Result<Vec<Option<Value>>, String> {
+        let gw = spec.cell.gates() * spec.hidden;
+        let t = self.fixed_extent(ins[0], 1)?;
+        let grad = self.b.add(Op::RecurrenceGrad { spec }, &[ins[0], ins[1], ins[2], hs, g])?;
+        let dx = self.maybe(need[0], Op::Slice { axis: 2, start: 0, len: gw }, &[grad])?;
+        let mut parts = vec![dx, None, None];
+        if need[1] || need[2] {
+            let dgh = self.b.add(Op::Slice { axis: 2, start: gw, len: gw }, &[grad])?;
+            parts[2] = Some(dgh);
+            if need[1] {
+                // The state each step started from: the previous step's `h` (zero first).
+                let mut h = hs;
+                if spec.cell.states() > 1 {
+                    h = self.b.add(Op::Slice { axis: 2, start: 0, len: spec.hidden }, &[h])?;
+                }
+                let (before, after, start) = if spec.reverse { (0, 1, 1) } else { (1, 0, 0) };
+                let padded = self.b.add(Op::Pad { axis: 1, before, after }, &[h])?;
+                let prev = self.b.add(Op::Slice { axis: 1, start, len: t }, &[padded])?;
+                parts[1] = self
+                    .matmul([false, true], [false, false], false, prev, ins[1], dgh, &[false, true])?
+                    .swap_remove(1);
+            }
+        }
         Ok(parts)
     }
 

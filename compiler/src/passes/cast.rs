@@ -98,6 +98,8 @@ fn needs_complex_storage(op: &Op) -> bool {
         | Op::AttnLse { .. }
         | Op::Attention { .. }
         | Op::AttentionGrad { .. }
+        | Op::Recurrence { .. }
+        | Op::RecurrenceGrad { .. }
         | Op::OneHot { .. }
         | Op::Gather
         | Op::ScatterAdd { .. }
@@ -137,6 +139,8 @@ fn sinks(op: &Op) -> bool {
         // Attention's weights are a softmax of a nonlinear score: a real part alone does not
         // give the real part of the result.
         Op::AttnLse { .. } | Op::Attention { .. } | Op::AttentionGrad { .. } => false,
+        // A recurrence's cell is nonlinear in its operands.
+        Op::Recurrence { .. } | Op::RecurrenceGrad { .. } => false,
     }
 }
 

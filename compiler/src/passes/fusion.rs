@@ -26,6 +26,9 @@ pub enum GroupKind {
     /// One fused attention node (`AttnLse`, `Attention`, `AttentionGrad`): one kernel that
     /// never stores the `[T, S]` weights.
     Attention,
+    /// One fused recurrence node (`Recurrence`, `RecurrenceGrad`): the loop over the time
+    /// axis in one launch.
+    Recurrence,
     /// One data-movement or special node: `Expand`, `Permute`, `Slice`, `Pad`, `Concat`,
     /// `Fft`, `OneHot`, `DropoutMask`.
     Movement,
@@ -127,6 +130,7 @@ fn kind_of(op: &Op) -> GroupKind {
         OpClass::Reduce => GroupKind::Reduce,
         OpClass::Contraction => GroupKind::Contraction,
         OpClass::Attention => GroupKind::Attention,
+        OpClass::Recurrence => GroupKind::Recurrence,
         OpClass::Movement => GroupKind::Movement,
     }
 }
@@ -135,9 +139,12 @@ fn kind_of(op: &Op) -> GroupKind {
 fn inlines_operands(op: &Op) -> bool {
     match op.class() {
         OpClass::Elementwise | OpClass::Assign | OpClass::Reduce => true,
-        OpClass::Leaf | OpClass::View | OpClass::Movement | OpClass::Contraction | OpClass::Attention => {
-            false
-        }
+        OpClass::Leaf
+        | OpClass::View
+        | OpClass::Movement
+        | OpClass::Contraction
+        | OpClass::Attention
+        | OpClass::Recurrence => false,
     }
 }
 
@@ -204,6 +211,7 @@ pub fn materialization_keeping(g: &Graph, keep: &[Value]) -> Vec<bool> {
                 | OpClass::Movement
                 | OpClass::Contraction
                 | OpClass::Attention
+                | OpClass::Recurrence
                 | OpClass::Assign,
             ) => true,
         };

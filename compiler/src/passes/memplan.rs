@@ -85,7 +85,8 @@ pub fn storage_root(g: &Graph, mut v: Value) -> Value {
             | OpClass::Reduce
             | OpClass::Movement
             | OpClass::Contraction
-            | OpClass::Attention => return v,
+            | OpClass::Attention
+            | OpClass::Recurrence => return v,
         }
     }
 }

@@ -375,6 +375,7 @@ fn kind_name(k: GroupKind) -> &'static str {
         GroupKind::Reduce => "reduce",
         GroupKind::Contraction => "contraction",
         GroupKind::Attention => "attention",
+        GroupKind::Recurrence => "recurrence",
         GroupKind::Movement => "movement",
         GroupKind::View => "view",
     }

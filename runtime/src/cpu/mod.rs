@@ -17,6 +17,7 @@ pub mod gemm;
 pub mod jit;
 pub mod movement;
 pub mod pool;
+pub mod recurrence;
 
 use crate::backend::{Backend, HostTensor, RuntimeError};
 use crate::numerics::{self, CheckedBuffer, NonFinite};
@@ -101,6 +102,7 @@ struct Scratch {
     cols: Vec<f32>,
     dw: Vec<f32>,
     attn: Vec<f32>,
+    rnn: Vec<f32>,
 }
 
 /// Raw pointers handed to worker threads (each thread touches disjoint memory).
@@ -180,6 +182,7 @@ impl CpuBackend {
                 cols: vec![0.0; module.workspace.cols_words],
                 dw: vec![0.0; module.workspace.dw_words],
                 attn: vec![0.0; module.workspace.attn_words],
+                rnn: vec![0.0; module.workspace.rnn_words],
             })
             .collect();
         Ok(CpuBackend {
@@ -293,6 +296,11 @@ impl CpuBackend {
                 // SAFETY: thread `t` is below the thread count; each uses its own entry.
                 let ws = |t: usize| unsafe { (*sh.scratch(t)).attn.as_mut_ptr() };
                 attention::run(pool, base, &ws, a)
+            }
+            CpuCall::Recurrence(r) => {
+                // SAFETY: thread `t` is below the thread count; each uses its own entry.
+                let ws = |t: usize| unsafe { (*sh.scratch(t)).rnn.as_mut_ptr() };
+                recurrence::run(pool, base, &ws, r)
             }
             // Planned at load into `Kernel::Loop` / `Kernel::Fft`.
             CpuCall::Loop { .. } | CpuCall::Fft(_) => {
@@ -549,8 +557,11 @@ impl Backend for CpuBackend {
     }
 
     fn host_memory(&self) -> Vec<(String, usize)> {
-        let words: usize =
-            self.scratch.iter().map(|s| s.gemm.len() + s.cols.len() + s.dw.len() + s.attn.len()).sum();
+        let words: usize = self
+            .scratch
+            .iter()
+            .map(|s| s.gemm.len() + s.cols.len() + s.dw.len() + s.attn.len() + s.rnn.len())
+            .sum();
         let fft: usize = self
             .kernels
             .iter()

@@ -625,6 +625,8 @@ impl Body<'_> {
                 | Op::AttnLse { .. }
                 | Op::Attention { .. }
                 | Op::AttentionGrad { .. }
+                | Op::Recurrence { .. }
+                | Op::RecurrenceGrad { .. }
                 | Op::Gather
                 | Op::ScatterAdd { .. }) => {
                     return Err(format!("{v}: {} cannot be fused into a loop", op.mnemonic()))

@@ -17,12 +17,14 @@
 mod attention;
 mod contraction;
 mod movement;
+mod recurrence;
 
 pub use attention::{
     AttentionCall, AttnKind, BLOCK_K, BLOCK_Q, WORKSPACE_WORDS as ATTENTION_WORKSPACE_WORDS,
 };
 pub use contraction::{ConvCall, ConvShape, ConvTypes, MatMulCall, MatOperand};
 pub use movement::{strides, FftCall, StridedCopy, MAX_RANK};
+pub use recurrence::RecurrenceCall;
 
 use crate::back::clif::helpers::{helpers, Helper};
 use crate::back::clif::lower::{lower_group, Importer};
@@ -113,6 +115,9 @@ pub enum CpuCall {
     /// A fused attention op (`AttnLse`, `Attention`, `AttentionGrad`): blocked over queries
     /// and keys, one block of weights per thread, never a `[T, S]` buffer.
     Attention(AttentionCall),
+    /// A fused recurrence (`Recurrence`, `RecurrenceGrad`): the time loop, samples split
+    /// across threads.
+    Recurrence(RecurrenceCall),
 }
 
 /// Geometry of a [`CpuCall::Gather`] or [`CpuCall::ScatterAdd`]: whole rows of `row_words`
@@ -153,6 +158,9 @@ pub struct Workspace {
     /// One block of attention scores and weights ([`ATTENTION_WORKSPACE_WORDS`]) when the
     /// module has an attention call, else 0.
     pub attn_words: usize,
+    /// The gates and carried gradient of one recurrence step (the largest
+    /// [`RecurrenceCall::workspace_words`]), else 0.
+    pub rnn_words: usize,
 }
 
 /// The CPU module of a program: loop kernels, the launch list of one step, workspace sizes.
@@ -200,7 +208,7 @@ pub fn generate(program: &Program, config: TargetFrontendConfig) -> CompileResul
                 loops.push(LoopKernel { group: gid, func: k.func, rows: k.rows, work: k.work });
                 CpuCall::Loop { kernel: loops.len() - 1 }
             }
-            GroupKind::Contraction | GroupKind::Movement | GroupKind::Attention => {
+            GroupKind::Contraction | GroupKind::Movement | GroupKind::Attention | GroupKind::Recurrence => {
                 let v = *grp
                     .nodes
                     .last()
@@ -229,6 +237,9 @@ impl Workspace {
                 ..self
             },
             CpuCall::Attention(_) => Workspace { attn_words: ATTENTION_WORKSPACE_WORDS, ..self },
+            CpuCall::Recurrence(r) => {
+                Workspace { rnn_words: self.rnn_words.max(r.workspace_words()), ..self }
+            }
             CpuCall::Loop { .. }
             | CpuCall::MatMul(_)
             | CpuCall::Copy(_)
@@ -364,6 +375,9 @@ fn call_of(program: &Program, v: Value) -> CompileResult<CpuCall> {
         Op::AttnLse { .. } | Op::Attention { .. } | Op::AttentionGrad { .. } => {
             attention::attention(&cx).map(CpuCall::Attention)
         }
+        Op::Recurrence { .. } | Op::RecurrenceGrad { .. } => {
+            recurrence::recurrence(&cx).map(CpuCall::Recurrence)
+        }
         // Loop-kernel ops and views never end a contraction or movement group: fusion puts
         // them in elementwise/reduce/view groups, which `generate` lowers elsewhere.
         Op::Input { .. }
@@ -465,6 +479,25 @@ impl std::fmt::Display for CpuModule {
                     t.dst
                 ),
                 CpuCall::Attention(a) => attention_line(f, a),
+                CpuCall::Recurrence(r) => {
+                    let opt = |o: Option<usize>| o.map_or("-".to_string(), |o| format!("@{o}"));
+                    writeln!(
+                        f,
+                        "{} {:?} [{}, {}, {}] reverse={}  xp@{} w@{} b@{} hs{} dhs{} -> @{}",
+                        if r.grad { "recurrence_grad" } else { "recurrence" },
+                        r.spec.cell,
+                        r.b,
+                        r.t,
+                        r.spec.hidden,
+                        r.spec.reverse,
+                        r.xp,
+                        r.w,
+                        r.bias,
+                        opt(r.hs),
+                        opt(r.dhs),
+                        r.out
+                    )
+                }
             }?;
         }
         Ok(())

@@ -217,6 +217,8 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
         | Op::AttnLse { .. }
         | Op::Attention { .. }
         | Op::AttentionGrad { .. }
+        | Op::Recurrence { .. }
+        | Op::RecurrenceGrad { .. }
         | Op::Assign) => return Err(internal!("{v}: {} is not a contraction", other.mnemonic())),
     };
     emit(ctx, &gemm, v, name)

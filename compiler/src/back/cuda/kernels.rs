@@ -160,6 +160,8 @@ fn emit_values(
             | Op::AttnLse { .. }
             | Op::Attention { .. }
             | Op::AttentionGrad { .. }
+            | Op::Recurrence { .. }
+            | Op::RecurrenceGrad { .. }
             | Op::Gather
             | Op::ScatterAdd { .. }) => {
                 return Err(internal!(
@@ -717,6 +719,8 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileRes
         | Op::AttnLse { .. }
         | Op::Attention { .. }
         | Op::AttentionGrad { .. }
+        | Op::Recurrence { .. }
+        | Op::RecurrenceGrad { .. }
         | Op::ScatterAdd { .. }
         | Op::Assign) => return Err(internal!("{v}: {} is not a data-movement op", other.mnemonic())),
     };

@@ -43,6 +43,8 @@
 //! - `AttnLse`, `Attention` and `AttentionGrad` are one flash-style kernel each
 //!   (`attention.rs`): scores recomputed per tile in registers and shared memory, never a
 //!   `[T, S]` buffer, deterministic (no atomics);
+//! - `Recurrence` and `RecurrenceGrad` are one persistent kernel each (`recurrence.rs`): a
+//!   block per sample runs every time step, barriers between steps;
 //! - `Fft` is a direct DFT per output element (O(n²) per row, twiddles by `sincospi` of the
 //!   exact `(j·k) mod n`, accumulated in f64);
 //! - sums accumulate in f64 (complex: two f64) for accuracy; `Max`/`MaxMag` keep the first
@@ -69,6 +71,7 @@ mod attention;
 mod conv;
 mod gemm;
 mod kernels;
+mod recurrence;
 mod wgrad;
 
 /// The fused-attention templates a module carries before its first attention kernel (tests
@@ -165,6 +168,7 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
     };
     // The attention templates are emitted once, before the first attention kernel.
     let mut attention_lib = false;
+    let mut recurrence_lib = false;
     let mut at = 0;
     while at < program.order.len() {
         let gi = program.order[at];
@@ -204,6 +208,13 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
                 }
                 attention::kernel(&ctx, group, &name)?
             }
+            GroupKind::Recurrence => {
+                if !recurrence_lib {
+                    source.push_str(recurrence::LIB);
+                    recurrence_lib = true;
+                }
+                recurrence::kernel(&ctx, group, &name)?
+            }
         };
         for (id, k) in ids.iter().zip(&run) {
             let _ = writeln!(source, "// group {id}: {}", describe(&ctx, k));
@@ -232,6 +243,7 @@ fn kind_tag(g: &KernelGroup) -> &'static str {
         GroupKind::Reduce => "red",
         GroupKind::Contraction => "gemm",
         GroupKind::Attention => "attn",
+        GroupKind::Recurrence => "rnn",
         GroupKind::Movement => "mov",
         GroupKind::View => "view",
     }

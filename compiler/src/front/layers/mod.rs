@@ -30,6 +30,7 @@ mod groupnorm;
 mod loss;
 mod norm;
 mod pool;
+mod recurrent;
 mod reduce;
 mod shape;
 mod spectral;
@@ -295,7 +296,7 @@ pub(crate) struct OpDef {
 }
 
 /// The operator families in documentation order, each with its table rows.
-const FAMILIES: [(&str, &[OpDef]); 14] = [
+const FAMILIES: [(&str, &[OpDef]); 15] = [
     ("dense", dense::DEFS),
     ("embedding", embedding::DEFS),
     ("convolution", conv::DEFS),
@@ -310,6 +311,7 @@ const FAMILIES: [(&str, &[OpDef]); 14] = [
     ("spectral", spectral::DEFS),
     ("losses", loss::DEFS),
     ("attention", attention::DEFS),
+    ("recurrent", recurrent::DEFS),
 ];
 
 fn table() -> &'static [&'static OpDef] {
