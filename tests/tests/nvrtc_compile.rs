@@ -64,14 +64,13 @@ fn compile_new_kernels(
     out: Output,
 ) -> usize {
     let (prelude, chunks) = kernel_chunks(&module.source);
-    let has_lib = module.source.contains(cuda::ATTENTION_LIB);
     let mut source = prelude;
-    if has_lib {
-        source.push_str(cuda::ATTENTION_LIB);
+    for lib in cuda::LIBRARIES.iter().filter(|lib| module.source.contains(*lib)) {
+        source.push_str(lib);
     }
     let mut names = Vec::new();
     for chunk in chunks {
-        let chunk = chunk.replace(cuda::ATTENTION_LIB, "");
+        let chunk = without_libraries(&chunk);
         let mine: Vec<&String> =
             module.kernels.iter().filter(|k| chunk.contains(&format!(" {k}("))).collect();
         assert!(!mine.is_empty(), "{what}: a kernel chunk names no kernel of the module:\n{chunk}");
@@ -107,16 +106,21 @@ fn compile_new_kernels(
     names.len()
 }
 
+/// A kernel chunk without the template libraries the module emitted just before it.
+fn without_libraries(chunk: &str) -> String {
+    cuda::LIBRARIES.iter().fold(chunk.to_string(), |c, lib| c.replace(lib, ""))
+}
+
 /// What decides whether a kernel compiles: its code without the `// group` comments, its name
 /// replaced by a placeholder, and (for [`structure`]) its integer constants zeroed. Kernels
-/// that instantiate the attention templates keep their constants: the template arguments
+/// that instantiate the attention or recurrence templates keep their constants: the template arguments
 /// (extents, tiles) size shared arrays and unrolled loops.
 fn kernel_key(chunk: &str, names: &[&String]) -> String {
     let mut code: String = chunk.split_inclusive('\n').filter(|l| !l.starts_with("//")).collect();
     for (i, k) in names.iter().enumerate() {
         code = code.replace(k.as_str(), &format!("KERNEL{i}"));
     }
-    if code.contains("attn_") {
+    if code.contains("attn_") || code.contains("rnn_") {
         code
     } else {
         structure(&code)
@@ -182,7 +186,7 @@ fn tf32_kernels_compile_with_nvrtc_for_sm90() {
         let mut seen = HashSet::new();
         let (_, chunks) = kernel_chunks(&fp32.source);
         for chunk in chunks {
-            let chunk = chunk.replace(cuda::ATTENTION_LIB, "");
+            let chunk = without_libraries(&chunk);
             let mine: Vec<&String> =
                 fp32.kernels.iter().filter(|k| chunk.contains(&format!(" {k}("))).collect();
             seen.insert(kernel_key(&chunk, &mine));
@@ -779,7 +783,6 @@ fn every_model_at_a_huge_batch_generates_64_bit_kernels_that_compile() {
     let mut seen = HashSet::new();
     let mut todo: Vec<(String, String)> = Vec::new();
     let mut prelude = String::new();
-    let mut attention_lib = String::new();
     for path in cvnn_files() {
         let src = std::fs::read_to_string(&path).expect("readable .cvnn");
         let name = path.file_name().expect("file name").to_string_lossy().into_owned();
@@ -818,18 +821,11 @@ fn every_model_at_a_huge_batch_generates_64_bit_kernels_that_compile() {
                 "{name} at batch {batch} ({precision:?}): {wide} of {} kernels 64-bit",
                 module.kernels.len()
             );
-            // The attention templates (emitted once, before the first attention kernel) go
-            // to the prelude, so every attention kernel compiles in any module.
-            let lib = module.source.find("// Fused complex attention").map(|at| {
-                let rest = &module.source[at..];
-                rest[..rest.find("// group ").unwrap_or(rest.len())].to_string()
-            });
-            let source = lib.as_ref().map_or(module.source.clone(), |l| module.source.replacen(l, "", 1));
-            let (p, chunks) = kernel_chunks(&source);
+            // The template libraries (emitted once, before the first kernel using them) go
+            // to the prelude, so every attention and recurrence kernel compiles in any module.
+            let (p, chunks) = kernel_chunks(&module.source);
             prelude = p;
-            if let Some(l) = lib {
-                attention_lib = l;
-            }
+            let chunks: Vec<String> = chunks.iter().map(|c| without_libraries(c)).collect();
             for c in chunks {
                 if seen.insert(structure(&c)) {
                     todo.push((format!("{name} ({precision:?})"), c));
@@ -840,7 +836,7 @@ fn every_model_at_a_huge_batch_generates_64_bit_kernels_that_compile() {
     if !nvrtc {
         return;
     }
-    compile_chunks(&format!("{prelude}{attention_lib}"), &todo);
+    compile_chunks(&format!("{prelude}{}", cuda::LIBRARIES.concat()), &todo);
 }
 
 /// A linear layer at a batch of 5 million samples: its matmul's tiles need more than 65535

@@ -74,9 +74,9 @@ mod kernels;
 mod recurrence;
 mod wgrad;
 
-/// The fused-attention templates a module carries before its first attention kernel (tests
-/// that compile kernels one at a time put it back with them).
-pub use attention::LIB as ATTENTION_LIB;
+/// The template libraries a module carries once, before the first kernel that uses them (fused
+/// attention, fused recurrences); tests that compile kernels one at a time put them back.
+pub const LIBRARIES: [&str; 2] = [attention::LIB, recurrence::LIB];
 
 use crate::config::Precision;
 use crate::error::CompileResult;
