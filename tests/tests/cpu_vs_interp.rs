@@ -483,6 +483,7 @@ fn network_program(path: &std::path::Path, batch: usize) -> Program {
 const NETWORKS: &[&str] = &[
     "examples/complex_resnet.cvnn",
     "examples/mri_recon.cvnn",
+    "examples/mri_volume.cvnn",
     "examples/rf_modulation.cvnn",
     "examples/seed_cnn.cvnn",
     "examples/vit_sar.cvnn",
@@ -505,6 +506,8 @@ const NETWORKS: &[&str] = &[
     "tests/fixtures/ok/tuples.cvnn",
     "tests/fixtures/ok/unused_head.cvnn",
     "tests/fixtures/ok/vit_tiny.cvnn",
+    "tests/fixtures/ok/volume3d.cvnn",
+    "tests/fixtures/ok/mri_volume_tiny.cvnn",
 ];
 
 #[test]
@@ -621,6 +624,8 @@ network_tests! {
     net_fixture_tuples => "tests/fixtures/ok/tuples.cvnn",
     net_fixture_unused_head => "tests/fixtures/ok/unused_head.cvnn",
     net_fixture_vit_tiny => "tests/fixtures/ok/vit_tiny.cvnn",
+    net_fixture_volume3d => "tests/fixtures/ok/volume3d.cvnn",
+    net_fixture_mri_volume_tiny => "tests/fixtures/ok/mri_volume_tiny.cvnn",
 }
 
 /// The full-size ViT (12 layers, 256 tokens, dimension 192) takes minutes on the f64
@@ -629,4 +634,12 @@ network_tests! {
 #[ignore = "minutes on the interpreter; vit_tiny covers the same operators"]
 fn net_vit_sar() {
     check_network_file("examples/vit_sar.cvnn");
+}
+
+/// The full-size 3-D MRI example (16×32×32 volumes, 8 channels) takes minutes on the f64
+/// interpreter; `mri_volume_tiny` covers the same layers in CI. Run with `--ignored`.
+#[test]
+#[ignore = "minutes on the interpreter; mri_volume_tiny covers the same operators"]
+fn net_mri_volume() {
+    check_network_file("examples/mri_volume.cvnn");
 }
