@@ -12,8 +12,8 @@
 //!   `torch.fft.fftn(norm = "backward")`), DC at index 0, so the model's
 //!   `ifft3` (`norm = backward`) gives the image back.
 //! - Mask: Cartesian 3-D sampling as in a scanner: the readout (width) is fully sampled, the
-//!   two phase-encoding axes (depth, height) are undersampled. A centre block of about 1/8
-//!   of each phase-encoding extent is always sampled; elsewhere a line is kept with
+//!   two phase-encoding axes (depth, height) are undersampled. The centre block (lines less
+//!   than `max(1, n/8)` from DC along both axes) is always sampled; elsewhere a line is kept with
 //!   probability `λ·(1 − r)²`, `r` its normalised distance from the k-space centre, `λ` set
 //!   so that on average `1 / accel` of the lines are kept. A new mask per volume.
 //!
@@ -220,9 +220,10 @@ fn radius(kz: usize, ky: usize, d: usize, s: usize) -> f64 {
     ((f(kz, d).powi(2) + f(ky, s).powi(2)) / 2.0).sqrt()
 }
 
-/// Whether line `(kz, ky)` lies in the always-sampled centre block.
+/// Whether line `(kz, ky)` lies in the always-sampled centre block: less than `max(1, n/8)`
+/// from DC along both axes.
 fn in_centre(kz: usize, ky: usize, d: usize, s: usize) -> bool {
-    let half = |n: usize| (n / 16).max(1);
+    let half = |n: usize| (n / 8).max(1);
     kz.min(d - kz) < half(d) && ky.min(s - ky) < half(s)
 }
 
