@@ -377,10 +377,20 @@ fn every_known_op_lowers_with_the_expected_type() {
         ("fft2", vec![], vec![f32t(&[B, F(8), F(8)])], c64t(&[B, F(8), F(8)])),
         ("ifft2", vec![], vec![x4.clone()], x4.clone()),
         ("fft3", vec![], vec![x5.clone()], x5.clone()),
-        ("ifft3", vec![kw("norm", word("ortho"))], vec![f32t(&[B, F(4), F(6), F(8)])], c64t(&[B, F(4), F(6), F(8)])),
+        (
+            "ifft3",
+            vec![kw("norm", word("ortho"))],
+            vec![f32t(&[B, F(4), F(6), F(8)])],
+            c64t(&[B, F(4), F(6), F(8)]),
+        ),
         (
             "conv3d",
-            vec![pos(int(3)), kw("kernel", ArgValue::Tuple(vec![3, 1, 3])), kw("stride", int(2)), kw("pad", int(1))],
+            vec![
+                pos(int(3)),
+                kw("kernel", ArgValue::Tuple(vec![3, 1, 3])),
+                kw("stride", int(2)),
+                kw("pad", int(1)),
+            ],
             vec![x5.clone()],
             c64t(&[B, F(3), F(3), F(4), F(4)]),
         ),

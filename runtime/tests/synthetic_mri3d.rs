@@ -134,7 +134,10 @@ fn bad_settings_name_the_field() {
 fn dataset_feeds_the_inputs_by_name() {
     let spec = |name: &str, dtype| InputSpec {
         name: name.into(),
-        ty: TensorType::new(dtype, Shape(vec![Dim::Batch, Dim::Fixed(1), Dim::Fixed(4), Dim::Fixed(8), Dim::Fixed(8)])),
+        ty: TensorType::new(
+            dtype,
+            Shape(vec![Dim::Batch, Dim::Fixed(1), Dim::Fixed(4), Dim::Fixed(8), Dim::Fixed(8)]),
+        ),
         classes: None,
         ignore_index: None,
     };
@@ -146,7 +149,8 @@ fn dataset_feeds_the_inputs_by_name() {
     assert_eq!(names, ["target", "kspace", "mask"]);
     // A model that reads fewer of the arrays gets only those.
     assert_eq!(Dataset::synthetic_mri3d(&c, &inputs[..2]).unwrap().arrays.len(), 2);
-    let e = Dataset::synthetic_mri3d(&c, &[spec("kspace", DType::C64), spec("image", DType::C64)]).unwrap_err();
+    let e =
+        Dataset::synthetic_mri3d(&c, &[spec("kspace", DType::C64), spec("image", DType::C64)]).unwrap_err();
     assert!(e.contains("'image'"), "{e}");
 }
 

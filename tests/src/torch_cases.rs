@@ -205,4 +205,3 @@ pub fn run_case(topic: &str, c: &Json) -> Result<(), String> {
     check_coordinates(&fwd, &g, batch, &leaves, loss, &pairs, cfg, &mut rng)?;
     Ok(())
 }
-

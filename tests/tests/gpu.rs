@@ -613,10 +613,11 @@ fn volume_layers_match_the_interpreter() {
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("root").to_path_buf();
-    let files: Vec<std::path::PathBuf> = ["tests/fixtures/ok/volume3d.cvnn", "tests/fixtures/ok/mri_volume_tiny.cvnn"]
-        .iter()
-        .map(|f| root.join(f))
-        .collect();
+    let files: Vec<std::path::PathBuf> =
+        ["tests/fixtures/ok/volume3d.cvnn", "tests/fixtures/ok/mri_volume_tiny.cvnn"]
+            .iter()
+            .map(|f| root.join(f))
+            .collect();
     each_file(&files, forward_backward);
     each_file(&files, train_two_steps);
 }

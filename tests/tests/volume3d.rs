@@ -19,7 +19,8 @@ fn volume_operators_match_pytorch() {
 
 /// The forward graph of a one-layer model on `x: c64[B, 4, 6, 8, 8]`.
 fn lowered(layer: &str) -> Graph {
-    let src = format!("model M {{\n    input x: c64[B, 4, 6, 8, 8]\n    y = x |> {layer}\n    output y\n}}\n");
+    let src =
+        format!("model M {{\n    input x: c64[B, 4, 6, 8, 8]\n    y = x |> {layer}\n    output y\n}}\n");
     match cvc_compiler::front::check_source("m.cvnn", &src, Mode::Eval) {
         Ok(c) => c.graph,
         Err(d) => panic!("{layer}: {:?}", d.first().map(|d| d.message.clone())),

@@ -367,7 +367,8 @@ fn apply(
 }
 
 fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource, Diagnostic> {
-    const SOURCES: [&str; 5] = ["synthetic.rf", "synthetic.sar", "synthetic.random", "npz", "synthetic.mri3d"];
+    const SOURCES: [&str; 5] =
+        ["synthetic.rf", "synthetic.sar", "synthetic.random", "npz", "synthetic.mri3d"];
     let Some((name, args)) = call_parts(v) else {
         return Err(Diagnostic::error(
             format!("`data` names a data source, got {}", describe(v)),
@@ -503,7 +504,9 @@ fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource
             for (k, v) in [("depth", depth), ("size", size)] {
                 if v < 4 {
                     return Err(Diagnostic::error(
-                        format!("synthetic.mri3d volumes are at least 4 voxels along each axis, got {k} = {v}"),
+                        format!(
+                            "synthetic.mri3d volumes are at least 4 voxels along each axis, got {k} = {v}"
+                        ),
                         at(k),
                         "too small",
                     ));
@@ -521,7 +524,12 @@ fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource
 
 /// synthetic.mri3d yields three `[B, 1, depth, size, size]` arrays, fed by name: `kspace`
 /// (c64), `mask` (f32) and `target` (c64); the model must declare each.
-fn check_mri3d_inputs(inputs: &[ModelInput], depth: usize, size: usize, span: Span) -> Result<(), Diagnostic> {
+fn check_mri3d_inputs(
+    inputs: &[ModelInput],
+    depth: usize,
+    size: usize,
+    span: Span,
+) -> Result<(), Diagnostic> {
     let want = [Dim::Batch, Dim::Fixed(1), Dim::Fixed(depth), Dim::Fixed(size), Dim::Fixed(size)];
     let shape = format!("[B, 1, {depth}, {size}, {size}]");
     for (name, dtype) in [("kspace", DType::C64), ("mask", DType::F32), ("target", DType::C64)] {

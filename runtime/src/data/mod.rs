@@ -202,7 +202,10 @@ impl Dataset {
 
     /// The synthetic 3-D MRI dataset, validated against the inputs, which it feeds by name
     /// (`kspace`, `mask`, `target`).
-    pub fn synthetic_mri3d(cfg: &synthetic_mri3d::Mri3dConfig, inputs: &[InputSpec]) -> Result<Dataset, String> {
+    pub fn synthetic_mri3d(
+        cfg: &synthetic_mri3d::Mri3dConfig,
+        inputs: &[InputSpec],
+    ) -> Result<Dataset, String> {
         let d = synthetic_mri3d::generate(cfg)?;
         let [k, m, t] = synthetic_mri3d::ARRAYS;
         let found = vec![

@@ -64,8 +64,13 @@ impl Mri3dConfig {
             return Err("synthetic.mri3d: count must be at least 1".into());
         }
         let limit = limits::max_data_bytes()?;
-        limits::dataset_bytes("synthetic.mri3d", self.count as u64, sample_bytes(self.depth, self.size), limit)
-            .map_err(|e| format!("{e}; {}", limits::data_limit_help()))?;
+        limits::dataset_bytes(
+            "synthetic.mri3d",
+            self.count as u64,
+            sample_bytes(self.depth, self.size),
+            limit,
+        )
+        .map_err(|e| format!("{e}; {}", limits::data_limit_help()))?;
         Ok(())
     }
 }

@@ -93,9 +93,16 @@ fn volume_input(ctx: &LowerCtx, site: &Site, x: &Operand) -> Result<(usize, [usi
 }
 
 /// The bias `[out]` (as `[1, out, 1, 1, 1]`) added to `y`.
-fn add_bias5(ctx: &mut LowerCtx, site: &Site, y: Value, out: usize, fan_in: usize) -> Result<Value, Diagnostic> {
+fn add_bias5(
+    ctx: &mut LowerCtx,
+    site: &Site,
+    y: Value,
+    out: usize,
+    fan_in: usize,
+) -> Result<Value, Diagnostic> {
     let bound = 1.0 / (fan_in as f64).sqrt();
-    let b = ctx.param(site, "bias", Init::Uniform { bound }, TensorType::new(WEIGHT_DTYPE, Shape::fixed(&[out])));
+    let b =
+        ctx.param(site, "bias", Init::Uniform { bound }, TensorType::new(WEIGHT_DTYPE, Shape::fixed(&[out])));
     let b5 = ctx.b.reshape(b, Shape::fixed(&[1, out, 1, 1, 1])).at(site)?;
     ctx.b.add2(y, b5).at(site)
 }
@@ -133,7 +140,9 @@ fn conv3d(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Dia
             if let Some(k) = site.args.get("kernel") {
                 d = d.with_label(k.span, "kernel set here");
             }
-            return Err(d.with_help("use a smaller kernel or dilation, more padding, or pool less before this layer"));
+            return Err(d.with_help(
+                "use a smaller kernel or dilation, more padding, or pool less before this layer",
+            ));
         }
         o[a] = (padded - ca.span(a)) / ca.stride[a] + 1;
     }
@@ -141,7 +150,12 @@ fn conv3d(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Dia
     let [kd, kh, kw] = ca.kernel;
     let fan_in = cg * ca.volume();
     let init = weight_init(site, "he", fan_in, ca.out * ca.volume())?;
-    let wt = ctx.param(site, "weight", init, TensorType::new(WEIGHT_DTYPE, Shape::fixed(&[ca.out, cg, kd, kh, kw])));
+    let wt = ctx.param(
+        site,
+        "weight",
+        init,
+        TensorType::new(WEIGHT_DTYPE, Shape::fixed(&[ca.out, cg, kd, kh, kw])),
+    );
     let batch = ctx.ty(x.value).shape.0[0];
     let [h, w] = [n[1], n[2]];
     let [sd, sh, _] = ca.stride;
@@ -226,7 +240,9 @@ fn conv_transpose3d(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<
             .checked_mul(ca.stride[a])
             .and_then(|v| v.checked_add(ca.span(a) + op_pad[a]))
             .filter(|&v| v <= args::MAX_COUNT as usize)
-            .ok_or_else(|| site.error("`conv_transpose3d`: the output extent overflows".into(), "output too large"))?;
+            .ok_or_else(|| {
+                site.error("`conv_transpose3d`: the output extent overflows".into(), "output too large")
+            })?;
         if f <= 2 * ca.pad[a] {
             let span = site.args.get("pad").map_or(site.call.span, |a| a.span);
             return Err(Diagnostic::error(
@@ -245,7 +261,8 @@ fn conv_transpose3d(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<
     let [kd, kh, kw] = ca.kernel;
     let fan_in = og * ca.volume();
     let init = weight_init(site, "he", fan_in, c * ca.volume())?;
-    let wt = ctx.param(site, "weight", init, TensorType::new(WEIGHT_DTYPE, Shape::fixed(&[c, og, kd, kh, kw])));
+    let wt =
+        ctx.param(site, "weight", init, TensorType::new(WEIGHT_DTYPE, Shape::fixed(&[c, og, kd, kh, kw])));
     let batch = ctx.ty(x.value).shape.0[0];
     let [d, h, w] = n;
     let [sd, sh, _] = ca.stride;
@@ -255,7 +272,8 @@ fn conv_transpose3d(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<
     let r = (|| -> Result<Value, String> {
         // Height: slices of hq rows whose outputs (hq·sh rows each) cannot overlap.
         let hq = full[1].div_ceil(sh).max(h);
-        let v = if hq > h { b.add(Op::Pad { axis: 3, before: 0, after: hq - h }, &[x.value])? } else { x.value };
+        let v =
+            if hq > h { b.add(Op::Pad { axis: 3, before: 0, after: hq - h }, &[x.value])? } else { x.value };
         let v = b.reshape(v, batched(batch, &[c, d * hq, w]))?;
         let w4 = b.reshape(wt, Shape::fixed(&[c, og * kd, kh, kw]))?;
         let rows = (d * hq - 1) * sh + ca.span(1);
