@@ -241,6 +241,7 @@ fn every_known_op_lowers_with_the_expected_type() {
     let x3 = c64t(&[B, F(4), F(16)]);
     let r2 = f32t(&[B, F(6)]);
     let c2 = c64t(&[B, F(6)]);
+    let x5 = c64t(&[B, F(2), F(5), F(5), F(8)]);
     let cases: Vec<(&str, Vec<Arg>, Vec<TensorType>, TensorType)> = vec![
         ("linear", vec![pos(int(5))], vec![r2.clone()], c64t(&[B, F(5)])),
         ("linear", vec![pos(int(5)), kw("real", ArgValue::Bool(true))], vec![r2.clone()], f32t(&[B, F(5)])),
@@ -375,6 +376,37 @@ fn every_known_op_lowers_with_the_expected_type() {
         ("ifft", vec![kw("axis", int(1)), kw("norm", word("ortho"))], vec![x3.clone()], x3.clone()),
         ("fft2", vec![], vec![f32t(&[B, F(8), F(8)])], c64t(&[B, F(8), F(8)])),
         ("ifft2", vec![], vec![x4.clone()], x4.clone()),
+        ("fft3", vec![], vec![x5.clone()], x5.clone()),
+        (
+            "ifft3",
+            vec![kw("norm", word("ortho"))],
+            vec![f32t(&[B, F(4), F(6), F(8)])],
+            c64t(&[B, F(4), F(6), F(8)]),
+        ),
+        (
+            "conv3d",
+            vec![
+                pos(int(3)),
+                kw("kernel", ArgValue::Tuple(vec![3, 1, 3])),
+                kw("stride", int(2)),
+                kw("pad", int(1)),
+            ],
+            vec![x5.clone()],
+            c64t(&[B, F(3), F(3), F(4), F(4)]),
+        ),
+        (
+            "conv_transpose3d",
+            vec![pos(int(2)), pos(int(2)), kw("stride", ArgValue::Tuple(vec![1, 2, 2]))],
+            vec![x5.clone()],
+            c64t(&[B, F(2), F(6), F(10), F(16)]),
+        ),
+        ("avgpool3d", vec![pos(int(2))], vec![x5.clone()], c64t(&[B, F(2), F(2), F(2), F(4)])),
+        (
+            "maxpool3d",
+            vec![pos(int(3)), kw("stride", int(2)), kw("pad", int(1))],
+            vec![f32t(&[B, F(2), F(5), F(5), F(8)])],
+            f32t(&[B, F(2), F(3), F(3), F(4)]),
+        ),
         ("cross_entropy", vec![], vec![r2.clone(), i32t(&[B])], f32t(&[])),
         ("mse", vec![], vec![c2.clone(), c2.clone()], f32t(&[])),
         ("l1", vec![], vec![c2.clone(), r2.clone()], f32t(&[])),

@@ -484,6 +484,7 @@ const NETWORKS: &[&str] = &[
     "examples/complex_resnet.cvnn",
     "examples/mri_recon.cvnn",
     "examples/polsar_unet.cvnn",
+    "examples/mri_volume.cvnn",
     "examples/rf_modulation.cvnn",
     "examples/seed_cnn.cvnn",
     "examples/vit_sar.cvnn",
@@ -510,6 +511,8 @@ const NETWORKS: &[&str] = &[
     "examples/rf_gru.cvnn",
     "tests/fixtures/ok/gru_tiny.cvnn",
     "tests/fixtures/ok/recurrent.cvnn",
+    "tests/fixtures/ok/volume3d.cvnn",
+    "tests/fixtures/ok/mri_volume_tiny.cvnn",
 ];
 
 #[test]
@@ -630,6 +633,8 @@ network_tests! {
     net_rf_gru => "examples/rf_gru.cvnn",
     net_fixture_gru_tiny => "tests/fixtures/ok/gru_tiny.cvnn",
     net_fixture_recurrent => "tests/fixtures/ok/recurrent.cvnn",
+    net_fixture_volume3d => "tests/fixtures/ok/volume3d.cvnn",
+    net_fixture_mri_volume_tiny => "tests/fixtures/ok/mri_volume_tiny.cvnn",
 }
 
 /// The full-size ViT (12 layers, 256 tokens, dimension 192) takes minutes on the f64
@@ -646,4 +651,12 @@ fn net_vit_sar() {
 #[ignore = "slow on the interpreter; polsar_unet_tiny covers the same operators"]
 fn net_polsar_unet() {
     check_network_file("examples/polsar_unet.cvnn");
+}
+
+/// The full-size 3-D MRI example (16×32×32 volumes, 8 channels) takes minutes on the f64
+/// interpreter; `mri_volume_tiny` covers the same layers in CI. Run with `--ignored`.
+#[test]
+#[ignore = "minutes on the interpreter; mri_volume_tiny covers the same operators"]
+fn net_mri_volume() {
+    check_network_file("examples/mri_volume.cvnn");
 }

@@ -128,12 +128,14 @@ fn load(path: &Path, batch: usize, optimizer: Option<Optimizer>) -> Example {
 
 /// The examples compared with the interpreter. The full-size ViT (tens of GFLOP per f64
 /// evaluation) is left to its test-size twin `tests/fixtures/ok/vit_tiny.cvnn` (same layers)
-/// among the fixtures; `bench/gpu-vit.sh` trains it on the GPU.
+/// among the fixtures; `bench/gpu-vit.sh` trains it on the GPU. The 3-D MRI example likewise
+/// to `tests/fixtures/ok/mri_volume_tiny.cvnn`.
 fn examples() -> Vec<std::path::PathBuf> {
     // polsar_unet.cvnn's twin is tests/fixtures/ok/polsar_unet_tiny.cvnn (fixtures run too).
     cvnn_files("examples")
         .into_iter()
         .filter(|p| !p.ends_with("vit_sar.cvnn") && !p.ends_with("polsar_unet.cvnn"))
+        .filter(|p| !p.ends_with("mri_volume.cvnn"))
         .collect()
 }
 
@@ -649,4 +651,23 @@ fn bench_attention() {
             bwd.1 / bwd.0 * 1e-6
         );
     }
+}
+
+/// GPU: the volume layers (strided, dilated and grouped `conv3d`, `conv_transpose3d` with
+/// per-axis output padding, 3-D pools by value and by magnitude, `fft3`/`ifft3`) and the
+/// 3-D MRI twin (zero-filled `ifft3`, conv3d residual blocks, data consistency) against the
+/// interpreter: one SGD step group by group, then two momentum steps with the real plan.
+#[test]
+fn volume_layers_match_the_interpreter() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("root").to_path_buf();
+    let files: Vec<std::path::PathBuf> =
+        ["tests/fixtures/ok/volume3d.cvnn", "tests/fixtures/ok/mri_volume_tiny.cvnn"]
+            .iter()
+            .map(|f| root.join(f))
+            .collect();
+    each_file(&files, forward_backward);
+    each_file(&files, train_two_steps);
 }

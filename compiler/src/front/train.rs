@@ -70,6 +70,20 @@ pub enum DataSource {
         /// The path as written.
         path: String,
     },
+    /// The built-in synthetic 3-D MRI dataset (`synthetic.mri3d(...)`): ellipsoid phantom
+    /// volumes with a smooth phase, their undersampled k-space and the sampling mask.
+    SyntheticMri3d {
+        /// Slices per volume.
+        depth: usize,
+        /// Height and width of a volume.
+        size: usize,
+        /// Acceleration (about `1 / accel` of the phase-encoding lines kept).
+        accel: f64,
+        /// Number of volumes.
+        count: usize,
+        /// Generator seed.
+        seed: u64,
+    },
 }
 
 /// Learning-rate schedule, evaluated per epoch by the runtime (the lr is a state input).

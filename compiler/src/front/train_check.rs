@@ -367,8 +367,8 @@ fn apply(
 }
 
 fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource, Diagnostic> {
-    const SOURCES: [&str; 5] =
-        ["synthetic.rf", "synthetic.sar", "synthetic.polsar", "synthetic.random", "npz"];
+    const SOURCES: [&str; 6] =
+        ["synthetic.rf", "synthetic.sar", "synthetic.polsar", "synthetic.random", "npz", "synthetic.mri3d"];
     let Some((name, args)) = call_parts(v) else {
         return Err(Diagnostic::error(
             format!("`data` names a data source, got {}", describe(v)),
@@ -545,7 +545,81 @@ fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource
                     .with_help("write `npz(\"data.npz\")`")),
             }
         }
+        "synthetic.mri3d" => {
+            let a = bind(name, &["count", "depth", "size", "accel", "seed"], args, span)?;
+            let get_usize = |k: &str, d: usize| a.get(k).map_or(Ok(d), |(v, s)| positive(v, *s, k));
+            let count = get_usize("count", 256)?;
+            let depth = get_usize("depth", 16)?;
+            let size = get_usize("size", 32)?;
+            let accel = a.get("accel").map_or(Ok(4.0), |(v, s)| real_in(v, *s, "accel", 1.0, 32.0))?;
+            let seed = a.get("seed").map_or(Ok(0), |(v, s)| int_at_least(v, *s, "seed", 0))? as u64;
+            let at = |k: &str| a.get(k).map_or(span, |(_, s)| *s);
+            // The generator's limit (runtime/src/data/synthetic_mri3d.rs).
+            for (k, v) in [("depth", depth), ("size", size)] {
+                if v < 4 {
+                    return Err(Diagnostic::error(
+                        format!(
+                            "synthetic.mri3d volumes are at least 4 voxels along each axis, got {k} = {v}"
+                        ),
+                        at(k),
+                        "too small",
+                    ));
+                }
+            }
+            check_mri3d_inputs(inputs, depth, size, span)?;
+            // Two c64 volumes and an f32 mask per sample.
+            let voxels = (depth as u64).saturating_mul(size as u64).saturating_mul(size as u64);
+            check_data_size(name, count, voxels.saturating_mul(20), at("count"))?;
+            Ok(DataSource::SyntheticMri3d { depth, size, accel, count, seed })
+        }
         other => Err(unknown_choice("data source", other, &SOURCES, span)),
+    }
+}
+
+/// synthetic.mri3d yields three `[B, 1, depth, size, size]` arrays, fed by name: `kspace`
+/// (c64), `mask` (f32) and `target` (c64); the model must declare each.
+fn check_mri3d_inputs(
+    inputs: &[ModelInput],
+    depth: usize,
+    size: usize,
+    span: Span,
+) -> Result<(), Diagnostic> {
+    let want = [Dim::Batch, Dim::Fixed(1), Dim::Fixed(depth), Dim::Fixed(size), Dim::Fixed(size)];
+    let shape = format!("[B, 1, {depth}, {size}, {size}]");
+    for (name, dtype) in [("kspace", DType::C64), ("mask", DType::F32), ("target", DType::C64)] {
+        let Some(i) = inputs.iter().find(|i| i.name == name) else {
+            return Err(Diagnostic::error(
+                format!("synthetic.mri3d provides `{name}`, but the model has no input of that name"),
+                span,
+                "an array has nowhere to go",
+            )
+            .with_help(format!("declare `input {name}: {}{shape}` in the model", dtype_word(dtype))));
+        };
+        if i.ty.dtype != dtype || i.ty.shape.0[..] != want[..] {
+            return Err(Diagnostic::error(
+                format!(
+                    "synthetic.mri3d feeds `{name}` as {}{shape}, but the input is {}",
+                    dtype_word(dtype),
+                    i.ty
+                ),
+                span,
+                format!("{depth}×{size}×{size} volumes"),
+            )
+            .with_label(i.span, "this input")
+            .with_help(format!(
+                "declare `input {name}: {}{shape}`, or set `depth` and `size` to match",
+                dtype_word(dtype)
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn dtype_word(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "f32",
+        DType::C64 => "c64",
+        DType::I32 => "i32",
     }
 }
 

@@ -162,6 +162,9 @@ fn train_text(t: &train::TrainConfig) -> String {
             format!("synthetic.random(count = {count}, seed = {seed})")
         }
         train::DataSource::Npz { path } => format!("npz({path:?})"),
+        train::DataSource::SyntheticMri3d { depth, size, accel, count, seed } => {
+            format!("synthetic.mri3d(count = {count}, depth = {depth}, size = {size}, accel = {accel}, seed = {seed})")
+        }
     };
     let opt = match &t.optimizer.kind {
         OptimizerKind::Sgd { momentum, nesterov } => {

@@ -3,6 +3,7 @@
 
 pub mod npy;
 pub mod synthetic_polsar;
+pub mod synthetic_mri3d;
 pub mod synthetic_rf;
 pub mod synthetic_sar;
 
@@ -233,6 +234,22 @@ impl Dataset {
         Dataset::from_arrays(found, inputs, "synthetic.polsar")
     }
 
+    /// The synthetic 3-D MRI dataset, validated against the inputs, which it feeds by name
+    /// (`kspace`, `mask`, `target`).
+    pub fn synthetic_mri3d(
+        cfg: &synthetic_mri3d::Mri3dConfig,
+        inputs: &[InputSpec],
+    ) -> Result<Dataset, String> {
+        let d = synthetic_mri3d::generate(cfg)?;
+        let [k, m, t] = synthetic_mri3d::ARRAYS;
+        let found = vec![
+            (k.to_string(), npy::NpyArray { numpy_dtype: "complex64".into(), tensor: d.kspace }),
+            (m.to_string(), npy::NpyArray { numpy_dtype: "float32".into(), tensor: d.mask }),
+            (t.to_string(), npy::NpyArray { numpy_dtype: "complex64".into(), tensor: d.target }),
+        ];
+        Dataset::from_arrays(found, inputs, "synthetic.mri3d")
+    }
+
     /// Random data shaped like the inputs: normal reals and complex numbers, uniform labels.
     pub fn synthetic_random(count: usize, seed: u64, inputs: &[InputSpec]) -> Result<Dataset, String> {
         if count == 0 {
@@ -313,6 +330,16 @@ impl Dataset {
             }
             DataSource::SyntheticRandom { count, seed } => Dataset::synthetic_random(*count, *seed, inputs),
             DataSource::Npz { path } => Dataset::load_npz(&base.join(path), inputs),
+            DataSource::SyntheticMri3d { depth, size, accel, count, seed } => {
+                let cfg = synthetic_mri3d::Mri3dConfig {
+                    depth: *depth,
+                    size: *size,
+                    accel: *accel,
+                    count: *count,
+                    seed: *seed,
+                };
+                Dataset::synthetic_mri3d(&cfg, inputs)
+            }
         }
     }
 

@@ -165,7 +165,17 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
     if b > ctx.target.device.max_grid[0] {
         return Err(user!("a recurrence over a batch of {b} exceeds the device's grid"));
     }
-    super::check_size(b * t * spec.grad_width(), "a recurrence")?;
+    // Sample offsets are `size_t` (64-bit at every size, as in the attention templates);
+    // offsets within one sample's steps are `int`.
+    if t.saturating_mul(spec.grad_width()).saturating_mul(2) >= super::INDEX32_LIMIT {
+        return Err(user!(
+            "a recurrence of {t} steps keeps {} floats per sample, more than its kernel's 32-bit \
+             per-sample indexing: shorten the sequence or the hidden size",
+            t * spec.grad_width() * 2
+        ));
+    }
+    let largest = ins.iter().chain([&v]).map(|&x| ctx.g.ty(x).shape.numel(ctx.batch).saturating_mul(2)).max();
+    let index = super::Indexing::template(largest.unwrap_or(0));
     let lstm = u8::from(spec.cell == RnnCell::Lstm);
     let tpl = format!("{lstm}, {}, {t}, {}", spec.hidden, u8::from(spec.reverse));
     let p = |i: usize| ctx.ptr(ins[i]);
@@ -177,5 +187,5 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
     let block = block_of(spec.hidden);
     let code =
         format!("extern \"C\" __global__ void __launch_bounds__({block}) {name}(char* A) {{\n  {call}\n}}\n");
-    Ok(Kernel { code, grid: [b as u32, 1, 1], block: [block, 1, 1], zero: Vec::new(), scratch: 0 })
+    Ok(Kernel { code, grid: [b as u32, 1, 1], block: [block, 1, 1], zero: Vec::new(), scratch: 0, index })
 }

@@ -37,15 +37,17 @@ struct Variant {
 /// 32-input-channel layer (3.45 vs 3.61 ms), two for its 64-channel one (1.84 vs 1.91 ms),
 /// where four would leave each block half as many pixels; prefetching was slower in both.
 /// Layers with fewer than 8 input channels take two, which leaves 16 threads per output
-/// channel group for rows of the pixel tile.
-fn variant(choice: WgradKernel, cg: usize) -> Option<Variant> {
+/// channel group for rows of the pixel tile; so do layers with fewer than 16 output channels
+/// per group, which four would leave with a block less than half full (`direct` then falls
+/// back to the implicit GEMM).
+fn variant(choice: WgradKernel, cg: usize, og: usize) -> Option<Variant> {
     let WgradKernel::Direct { outputs, prefetch } = choice else {
         return None;
     };
     let ot = match outputs {
         WgradOutputs::Four => 4,
         WgradOutputs::Two => 2,
-        WgradOutputs::ByLayer if (8..=32).contains(&cg) => 4,
+        WgradOutputs::ByLayer if (8..=32).contains(&cg) && og >= 16 => 4,
         WgradOutputs::ByLayer => 2,
     };
     Some(Variant { ot, prefetch })
@@ -71,7 +73,7 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
     let [kh, kw] = *kernel;
     let groups = geom.groups;
     let (og, cg) = (o / groups, c / groups);
-    let Some(var) = variant(ctx.target.kernels.wgrad, cg) else {
+    let Some(var) = variant(ctx.target.kernels.wgrad, cg, og) else {
         return Ok(None);
     };
     let ot = var.ot;

@@ -206,6 +206,41 @@ impl<'c> Args<'c> {
         }
     }
 
+    /// An integer or a 3-tuple (`kernel = 3` or `kernel = (3, 5, 5)`), each `>= min`: the
+    /// per-axis `(depth, height, width)` arguments of the volume layers.
+    pub(crate) fn triple(
+        &self,
+        name: &str,
+        default: Option<usize>,
+        min: usize,
+    ) -> Result<[usize; 3], Diagnostic> {
+        let Some(arg) = self.get(name) else {
+            let d = default.ok_or_else(|| self.missing(name))?;
+            return Ok([d, d, d]);
+        };
+        match &arg.value {
+            ArgValue::Int(v) => {
+                let v = self.check_count(arg, name, *v, min)?;
+                Ok([v, v, v])
+            }
+            ArgValue::Tuple(t) if t.len() == 3 => Ok([
+                self.check_count(arg, name, t[0], min)?,
+                self.check_count(arg, name, t[1], min)?,
+                self.check_count(arg, name, t[2], min)?,
+            ]),
+            ArgValue::Tuple(t) => Err(self.bad(
+                arg,
+                format!(
+                    "argument `{name}` of `{}` takes 3 values (depth, height, width), got {}",
+                    self.op,
+                    t.len()
+                ),
+                "wrong number of values",
+            )),
+            _ => Err(self.wrong_type(arg, name, "an integer or a triple `(d, h, w)`")),
+        }
+    }
+
     /// A tuple of finite numbers (`weight = (1.0, 0.5, 2)`; one value may be written bare),
     /// each `>= min`, or `None` when absent.
     pub(crate) fn numbers(&self, name: &str, min: f64) -> Result<Option<(Vec<f64>, Span)>, Diagnostic> {

@@ -1,5 +1,5 @@
 //! Convolutions: `conv1d`, `conv2d`, `conv_transpose1d`, `conv_transpose2d` (PyTorch semantics
-//! and weight layouts).
+//! and weight layouts); the table also lists the volume convolutions of `conv3d.rs`.
 
 use super::*;
 
@@ -36,6 +36,8 @@ pub(crate) const DEFS: &[OpDef] = &[
         operands: (1, 1),
         lower: conv_transpose2d,
     },
+    super::conv3d::CONV3D,
+    super::conv3d::CONV_TRANSPOSE3D,
 ];
 
 /// The checked arguments of a forward convolution.
@@ -68,7 +70,7 @@ fn conv_args(site: &Site, one_d: bool) -> Result<ConvArgs, Diagnostic> {
 }
 
 /// Checks channel/group divisibility; returns the input channel count.
-fn check_groups(
+pub(super) fn check_groups(
     ctx: &LowerCtx,
     site: &Site,
     x: &Operand,

@@ -23,6 +23,7 @@ mod activation;
 mod args;
 mod attention;
 mod conv;
+mod conv3d;
 mod dense;
 mod elementwise;
 mod embedding;

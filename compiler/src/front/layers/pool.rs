@@ -1,5 +1,5 @@
-//! Pooling: `avgpool1d/2d`, `maxpool1d/2d` (by magnitude on complex values), with `stride`
-//! and `pad` as PyTorch's; `adaptive_avgpool(size)`; `global_avgpool`.
+//! Pooling: `avgpool1d/2d/3d`, `maxpool1d/2d/3d` (by magnitude on complex values), with
+//! `stride` and `pad` as PyTorch's; `adaptive_avgpool(size)`; `global_avgpool`.
 //!
 //! A window pool whose stride is its kernel and without padding floors: the remainder of each
 //! spatial axis is sliced off, the axis is split into `[extent / k, k]` by a reshape (a view),
@@ -30,6 +30,8 @@ pub(crate) const DEFS: &[OpDef] = &[
     avg("avgpool2d", "avgpool2d(kernel, stride = kernel, pad = 0, count_include_pad = true)", avgpool2d),
     pool("maxpool1d", "maxpool1d(kernel, stride = kernel, pad = 0)", maxpool1d),
     pool("maxpool2d", "maxpool2d(kernel, stride = kernel, pad = 0)", maxpool2d),
+    avg("avgpool3d", "avgpool3d(kernel, stride = kernel, pad = 0, count_include_pad = true)", avgpool3d),
+    pool("maxpool3d", "maxpool3d(kernel, stride = kernel, pad = 0)", maxpool3d),
     OpDef {
         name: "adaptive_avgpool",
         signature: "adaptive_avgpool(size)",
@@ -60,13 +62,29 @@ fn maxpool1d(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, 
 fn maxpool2d(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Diagnostic> {
     window_pool(ctx, site, ops, 2, true)
 }
+fn avgpool3d(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Diagnostic> {
+    window_pool(ctx, site, ops, 3, false)
+}
+fn maxpool3d(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Diagnostic> {
+    window_pool(ctx, site, ops, 3, true)
+}
 
-/// An integer (1-D) or an integer or pair (2-D) argument, with a default.
+/// The layout a `dims`-D window pool reads, for errors.
+fn layout(dims: usize) -> &'static str {
+    match dims {
+        1 => "3-D [B, C, L]",
+        2 => "4-D [B, C, H, W]",
+        _ => "5-D [B, C, D, H, W]",
+    }
+}
+
+/// An integer (1-D), an integer or pair (2-D) or an integer or triple (3-D) argument, with a
+/// default per axis.
 fn spatial_arg(
     site: &Site,
     name: &str,
     dims: usize,
-    default: Option<[usize; 2]>,
+    default: Option<&[usize]>,
     min: usize,
 ) -> Result<Vec<usize>, Diagnostic> {
     if site.args.get(name).is_none() {
@@ -74,10 +92,10 @@ fn spatial_arg(
             return Ok(d[..dims].to_vec());
         }
     }
-    Ok(if dims == 1 {
-        vec![site.args.count(name, None, min)?]
-    } else {
-        site.args.pair(name, None, min)?.to_vec()
+    Ok(match dims {
+        1 => vec![site.args.count(name, None, min)?],
+        2 => site.args.pair(name, None, min)?.to_vec(),
+        _ => site.args.triple(name, None, min)?.to_vec(),
     })
 }
 
@@ -93,15 +111,14 @@ fn window_pool(
     max: bool,
 ) -> Result<Value, Diagnostic> {
     let kernel = spatial_arg(site, "kernel", dims, None, 1)?;
-    let stride = spatial_arg(site, "stride", dims, Some([kernel[0], *kernel.last().expect("kernel")]), 1)?;
-    let pad = spatial_arg(site, "pad", dims, Some([0, 0]), 0)?;
+    let stride = spatial_arg(site, "stride", dims, Some(&kernel), 1)?;
+    let pad = spatial_arg(site, "pad", dims, Some(&[0, 0, 0]), 0)?;
     let include_pad = if max { true } else { site.args.flag("count_include_pad", true)? };
     if stride == kernel && pad.iter().all(|&p| p == 0) {
         return strided_free_pool(ctx, site, ops, dims, max, &kernel);
     }
     let x = &ops[0];
-    let layout = if dims == 1 { "3-D [B, C, L]" } else { "4-D [B, C, H, W]" };
-    let ty = need_rank(ctx, site, x, dims + 2..=dims + 2, layout)?;
+    let ty = need_rank(ctx, site, x, dims + 2..=dims + 2, layout(dims))?;
     let mut axes = Vec::with_capacity(dims);
     for i in 0..dims {
         let axis = 2 + i;
@@ -256,8 +273,7 @@ fn strided_free_pool(
     kernel: &[usize],
 ) -> Result<Value, Diagnostic> {
     let x = &ops[0];
-    let layout = if dims == 1 { "3-D [B, C, L]" } else { "4-D [B, C, H, W]" };
-    let ty = need_rank(ctx, site, x, dims + 2..=dims + 2, layout)?;
+    let ty = need_rank(ctx, site, x, dims + 2..=dims + 2, layout(dims))?;
     let mut v = x.value;
     let mut split = vec![ty.shape.0[0], ty.shape.0[1]];
     let mut merged = split.clone();

@@ -1,4 +1,5 @@
-//! Spectral ops: `fft`, `ifft` along one axis, `fft2`, `ifft2` over the last two axes.
+//! Spectral ops: `fft`, `ifft` along one axis, `fft2`, `ifft2` over the last two axes, `fft3`,
+//! `ifft3` over the last three (a volume's depth, height and width): one `Fft` per axis.
 
 use super::*;
 
@@ -16,6 +17,8 @@ pub(crate) const DEFS: &[OpDef] = &[
     spec("ifft", "ifft(axis = -1, norm = backward | ortho | forward)", &["axis", "norm"], ifft),
     spec("fft2", "fft2(norm = backward | ortho | forward)", &["norm"], fft2),
     spec("ifft2", "ifft2(norm = backward | ortho | forward)", &["norm"], ifft2),
+    spec("fft3", "fft3(norm = backward | ortho | forward)", &["norm"], fft3),
+    spec("ifft3", "ifft3(norm = backward | ortho | forward)", &["norm"], ifft3),
 ];
 
 fn norm_arg(site: &Site) -> Result<FftNorm, Diagnostic> {
@@ -76,4 +79,16 @@ fn fft2(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Diagn
 }
 fn ifft2(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Diagnostic> {
     two_axes(ctx, site, ops, true)
+}
+
+fn three_axes(ctx: &mut LowerCtx, site: &Site, ops: &[Operand], inverse: bool) -> Result<Value, Diagnostic> {
+    let rank = need_rank(ctx, site, &ops[0], 3..=usize::MAX, "[..., D, H, W]")?.shape.rank();
+    transform(ctx, site, ops, &[rank - 3, rank - 2, rank - 1], inverse)
+}
+
+fn fft3(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Diagnostic> {
+    three_axes(ctx, site, ops, false)
+}
+fn ifft3(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, Diagnostic> {
+    three_axes(ctx, site, ops, true)
 }
