@@ -2,8 +2,8 @@
 //! the model's declared inputs, split into train and validation sets and batched.
 
 pub mod npy;
-pub mod synthetic_polsar;
 pub mod synthetic_mri3d;
+pub mod synthetic_polsar;
 pub mod synthetic_rf;
 pub mod synthetic_sar;
 
