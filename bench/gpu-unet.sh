@@ -9,14 +9,14 @@
 # machine's python3 provides torch and jax (no internet; nothing is installed).
 #
 # Usage: bench/gpu-unet.sh [--batch N] [--size S] [--steps N] [--no-train] [--no-peers]
-#                          [--no-cvc] [--peer-timeout SECONDS]
+#                          [--no-cvc] [--no-compile] [--peer-timeout SECONDS]
 # Logs go to $OUT (the device tool's output folder) or bench/out/unet.
 set -u
 cd "$(dirname "$0")/.."
 BIN=${CVC_GPU_BIN:-.gpu}
 LOG=${OUT:-bench/out}/unet
 mkdir -p "$LOG"
-TRAIN=1 PEERS=1 CVC=1 STEPS=20 BATCH=32 SIZE=64 PEER_TIMEOUT=1200
+TRAIN=1 PEERS=1 CVC=1 COMPILE=1 STEPS=20 BATCH=32 SIZE=64 PEER_TIMEOUT=1200
 while [ $# -gt 0 ]; do
   case "$1" in
     --batch) BATCH=$2; shift ;;
@@ -25,6 +25,7 @@ while [ $# -gt 0 ]; do
     --no-train) TRAIN=0 ;;
     --no-peers) PEERS=0 ;;
     --no-cvc) CVC=0 ;;
+    --no-compile) COMPILE=0 ;;
     --peer-timeout) PEER_TIMEOUT=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -79,6 +80,7 @@ fi
 if [ "$PEERS" = 1 ]; then
   common="--size $SIZE --batch $BATCH --steps $STEPS --precision fp32"
   for peer in "torch_unet.py" "torch_unet.py --compile" "jax_unet.py"; do
+    [ "$COMPILE" = 0 ] && [ "$peer" = "torch_unet.py --compile" ] && continue
     echo "== $peer $common =="
     # Each peer in its own process, so one's out-of-memory does not poison the next.
     PYTHONUNBUFFERED=1 timeout "$PEER_TIMEOUT" python3 bench/unet/$peer $common >>"$LOG/peers.jsonl" 2>>"$LOG/peers.err"
