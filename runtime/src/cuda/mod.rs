@@ -15,6 +15,7 @@ use cvc_compiler::ir::{DType, Value};
 use cvc_compiler::passes::memplan::Slot;
 use cvc_compiler::passes::Program;
 use cvc_compiler::target::{CudaDevice, CudaTarget, KernelConfig};
+use cvc_compiler::units::human_bytes;
 use sha2::{Digest, Sha256};
 use std::cell::Cell;
 use std::ffi::{c_void, CStr, CString};
@@ -456,8 +457,19 @@ impl CudaBackend {
         let (scratch_at, scratch_bytes) = self.generated.scratch;
         let total = if scratch_bytes > 0 { scratch_at + scratch_bytes } else { program.plan.arena_bytes };
         // SAFETY: the back end's context is current; `Drop` frees the allocation once.
-        self.arena =
-            unsafe { result::malloc_sync(total.max(256)) }.map_err(driver_err("arena allocation"))?;
+        self.arena = unsafe { result::malloc_sync(total.max(256)) }.map_err(|e| {
+            // Say what did not fit and what to do: the usual cause is a batch chosen for a
+            // memory budget (`cvc plan --max-batch`) run without that budget, so the plan has
+            // none of the recomputation that made it fit.
+            let free = result::mem_get_info().map(|(free, _)| format!("{} free", human_bytes(free as u64)));
+            RuntimeError(format!(
+                "CUDA arena allocation failed: {e}: the plan needs {} on the GPU ({}); lower the \
+                 batch, or pass the budget the batch was chosen for (`--memory-budget`, e.g. the \
+                 one given to `cvc plan --max-batch`) so the planner recomputes values to fit it",
+                human_bytes(total as u64),
+                free.unwrap_or_else(|why| format!("free memory unknown: {why}"))
+            ))
+        })?;
         if scratch_bytes > 0 {
             // SAFETY: `[scratch_at, scratch_at + scratch_bytes)` lies inside the `total` bytes
             // just allocated, and no kernel runs yet.
