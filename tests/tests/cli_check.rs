@@ -324,3 +324,35 @@ fn max_batch_is_capped_by_the_cuda_back_end_and_says_why() {
     assert!(text(&refused.stderr).contains("cannot run this plan"), "{}", text(&refused.stderr));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--max-batch` says when its batch fits only with recomputation, and the flags it suggests
+/// plan that batch within the budget (without the budget the same batch plans larger).
+#[test]
+fn max_batch_suggests_the_budget_its_batch_needs() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/seed_cnn.cvnn");
+    let out = run(&["plan", "--max-batch", "256MiB", "--device", "cpu", file]);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = text(&out.stdout);
+    let line = stdout.lines().find(|l| l.contains("values recomputed")).unwrap_or_else(|| panic!("{stdout}"));
+    let flags: Vec<&str> = line.split('`').nth(1).expect("a quoted command").split_whitespace().collect();
+    assert_eq!(flags[0], "--batch");
+    assert_eq!(flags[2], "--memory-budget");
+    let arena = |args: &[&str]| -> f64 {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out.stderr));
+        let s = text(&out.stdout);
+        let l = s.lines().find(|l| l.trim_start().starts_with("arena")).unwrap_or_else(|| panic!("{s}"));
+        let v: Vec<&str> = l.split_whitespace().collect();
+        let n: f64 = v[1].parse().expect("a number");
+        n * match v[2] {
+            "KiB" => 1024.0,
+            "MiB" => 1024.0 * 1024.0,
+            "GiB" => 1024.0 * 1024.0 * 1024.0,
+            u => panic!("unit {u}"),
+        }
+    };
+    let budgeted = arena(&["plan", "--device", "cpu", flags[0], flags[1], flags[2], flags[3], file]);
+    let plain = arena(&["plan", "--device", "cpu", flags[0], flags[1], file]);
+    assert!(budgeted <= 256.0 * 1024.0 * 1024.0, "{budgeted} bytes over the 256 MiB budget");
+    assert!(plain > budgeted, "without the budget the plan is not larger: {plain} vs {budgeted}");
+}

@@ -328,6 +328,7 @@ fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool, backend: &Back
                     "arena_bytes": p.plan.arena_bytes,
                     "lower_bound_bytes": p.plan.lower_bound_bytes,
                     "backend": backend.describe(),
+                    "recomputed_values": p.facts.recomputed.len(),
                     "capped_by_backend": capped.as_ref().map(|(b, why)| serde_json::json!({
                         "refused_batch": b,
                         "reason": why,
@@ -347,6 +348,15 @@ fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool, backend: &Back
                 if let Some((refused, why)) = &capped {
                     print_out(&format!(
                         "capped by the back end: batch {refused} fits in memory, but {why}\n"
+                    ))?;
+                }
+                // The batch fits only with the recomputation the planner adds under this
+                // budget: a run at that batch needs the same budget, or its plan is larger.
+                let recomputed = p.facts.recomputed.len();
+                if recomputed > 0 {
+                    print_out(&format!(
+                        "it fits with {recomputed} values recomputed: train it with `--batch {batch} --memory-budget {}`\n",
+                        human_bytes(budget).replace(' ', "")
                     ))?;
                 }
             }
