@@ -407,6 +407,18 @@ fn every_known_op_lowers_with_the_expected_type() {
             vec![f32t(&[B, F(2), F(5), F(5), F(8)])],
             f32t(&[B, F(2), F(3), F(3), F(4)]),
         ),
+        ("gru", vec![pos(int(8))], vec![c64t(&[B, F(5), F(3)])], c64t(&[B, F(5), F(8)])),
+        (
+            "lstm",
+            vec![
+                pos(int(4)),
+                kw("layers", int(2)),
+                kw("bidirectional", ArgValue::Bool(true)),
+                kw("returns", word("last")),
+            ],
+            vec![f32t(&[B, F(5), F(3)])],
+            c64t(&[B, F(8)]),
+        ),
         ("cross_entropy", vec![], vec![r2.clone(), i32t(&[B])], f32t(&[])),
         ("mse", vec![], vec![c2.clone(), c2.clone()], f32t(&[])),
         ("l1", vec![], vec![c2.clone(), r2.clone()], f32t(&[])),
