@@ -826,7 +826,10 @@ fn every_model_at_a_huge_batch_generates_64_bit_kernels_that_compile() {
             let (p, chunks) = kernel_chunks(&module.source);
             prelude = p;
             let chunks: Vec<String> = chunks.iter().map(|c| without_libraries(c)).collect();
-            for c in chunks {
+            // NVRTC compiles the examples' new structures (every model's 64-bit kernels are
+            // generated and checked above; the fixtures' kernel forms are the examples' and
+            // the tests' above): this test's compile share of CI stays small.
+            for c in chunks.into_iter().filter(|_| example) {
                 if seen.insert(structure(&c)) {
                     todo.push((format!("{name} ({precision:?})"), c));
                 }
