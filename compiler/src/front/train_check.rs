@@ -734,28 +734,19 @@ fn check_sar_inputs(
         .with_label(label.span, "declared here")
         .with_help(format!("make both the same, e.g. `classes = {}`", label.classes.unwrap_or(0))));
     }
-    let Some(img) = images.first() else {
-        return Err(Diagnostic::error(
-            "synthetic.sar provides complex images, but the model has no complex input",
-            span,
-            "no input to feed",
-        )
-        .with_help(format!("declare `input image: c64[B, 1, {size}, {size}]` in the model")));
-    };
-    let want = [Dim::Batch, Dim::Fixed(1), Dim::Fixed(size), Dim::Fixed(size)];
-    if img.ty.dtype != DType::C64 || img.ty.shape.0[..] != want[..] || images.len() != 1 {
-        return Err(Diagnostic::error(
-            format!(
-                "synthetic.sar feeds one c64 input of {size}×{size} images (`c64[B, 1, {size}, {size}]`), but input `{}` is {}",
-                img.name, img.ty
-            ),
-            span,
-            format!("{size}×{size} images"),
-        )
-        .with_label(img.span, "this input")
-        .with_help(format!("declare `input {}: c64[B, 1, {size}, {size}]`, or set `size` to match", img.name)));
-    }
-    Ok(())
+    image_input(
+        &images,
+        span,
+        size,
+        &ImageFeed {
+            source: "synthetic.sar",
+            provides: "complex images",
+            channels: 1,
+            feeds: format!("{size}×{size} images"),
+            note: "",
+            label: format!("{size}×{size} images"),
+        },
+    )
 }
 
 /// synthetic.polsar yields `c64[B, 3, size, size]` scenes and per-pixel labels
@@ -814,26 +805,58 @@ fn check_polsar_inputs(
         .with_label(label.span, "declared here")
         .with_help("use an ignore_index outside the classes, e.g. the default -100 or 255"));
     }
+    image_input(
+        &images,
+        span,
+        size,
+        &ImageFeed {
+            source: "synthetic.polsar",
+            provides: "complex scattering vectors",
+            channels: 3,
+            feeds: format!("3-channel {size}×{size} scenes"),
+            note: ": HH, HV, VV",
+            label: format!("3×{size}×{size} scenes"),
+        },
+    )
+}
+
+/// What a built-in image dataset feeds its one complex input, for [`image_input`]'s messages.
+struct ImageFeed {
+    source: &'static str,
+    provides: &'static str,
+    channels: usize,
+    feeds: String,
+    note: &'static str,
+    label: String,
+}
+
+/// Checks that the model has exactly one complex input `c64[B, channels, size, size]` for a
+/// built-in image dataset (synthetic.sar, synthetic.polsar) to feed.
+fn image_input(images: &[&ModelInput], span: Span, size: usize, f: &ImageFeed) -> Result<(), Diagnostic> {
+    let (source, c) = (f.source, f.channels);
     let Some(img) = images.first() else {
         return Err(Diagnostic::error(
-            "synthetic.polsar provides complex scattering vectors, but the model has no complex input",
+            format!("{source} provides {}, but the model has no complex input", f.provides),
             span,
             "no input to feed",
         )
-        .with_help(format!("declare `input image: c64[B, 3, {size}, {size}]` in the model")));
+        .with_help(format!("declare `input image: c64[B, {c}, {size}, {size}]` in the model")));
     };
-    let want = [Dim::Batch, Dim::Fixed(3), Dim::Fixed(size), Dim::Fixed(size)];
+    let want = [Dim::Batch, Dim::Fixed(c), Dim::Fixed(size), Dim::Fixed(size)];
     if img.ty.dtype != DType::C64 || img.ty.shape.0[..] != want[..] || images.len() != 1 {
         return Err(Diagnostic::error(
             format!(
-                "synthetic.polsar feeds one c64 input of 3-channel {size}×{size} scenes (`c64[B, 3, {size}, {size}]`: HH, HV, VV), but input `{}` is {}",
-                img.name, img.ty
+                "{source} feeds one c64 input of {} (`c64[B, {c}, {size}, {size}]`{}), but input `{}` is {}",
+                f.feeds, f.note, img.name, img.ty
             ),
             span,
-            format!("3×{size}×{size} scenes"),
+            f.label.clone(),
         )
         .with_label(img.span, "this input")
-        .with_help(format!("declare `input {}: c64[B, 3, {size}, {size}]`, or set `size` to match", img.name)));
+        .with_help(format!(
+            "declare `input {}: c64[B, {c}, {size}, {size}]`, or set `size` to match",
+            img.name
+        )));
     }
     Ok(())
 }
