@@ -10,13 +10,15 @@
 #
 # Usage: bench/gpu-unet.sh [--batch N] [--size S] [--steps N] [--no-train] [--no-peers]
 #                          [--no-cvc] [--no-compile] [--peer-timeout SECONDS]
+#                          [--budget-fraction F]
+# --budget-fraction F adds a cvc run under --memory-budget F x the smallest peer peak.
 # Logs go to $OUT (the device tool's output folder) or bench/out/unet.
 set -u
 cd "$(dirname "$0")/.."
 BIN=${CVC_GPU_BIN:-.gpu}
 LOG=${OUT:-bench/out}/unet
 mkdir -p "$LOG"
-TRAIN=1 PEERS=1 CVC=1 COMPILE=1 STEPS=20 BATCH=32 SIZE=64 PEER_TIMEOUT=1200
+TRAIN=1 PEERS=1 CVC=1 COMPILE=1 STEPS=20 BATCH=32 SIZE=64 PEER_TIMEOUT=1200 BUDGET_FRACTION=
 while [ $# -gt 0 ]; do
   case "$1" in
     --batch) BATCH=$2; shift ;;
@@ -27,6 +29,7 @@ while [ $# -gt 0 ]; do
     --no-cvc) CVC=0 ;;
     --no-compile) COMPILE=0 ;;
     --peer-timeout) PEER_TIMEOUT=$2; shift ;;
+    --budget-fraction) BUDGET_FRACTION=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -39,30 +42,34 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>
 rm -f "$LOG/cvc.jsonl" "$LOG/peers.jsonl"
 status=0
 
-if [ "$CVC" = 1 ]; then
-  # A copy of the example at the benchmark's scene side with one epoch of STEPS + 3 batches
-  # (the first steps include compilation and warm-up) in its 90% training split.
-  f="$LOG/polsar_unet_${SIZE}.cvnn"
-  count=$(( (STEPS + 3) * BATCH * 10 / 9 + BATCH ))
-  sed -e "s/c64\[B, 3, 64, 64\]/c64[B, 3, $SIZE, $SIZE]/" \
-      -e "s/class\[B, 64, 64\]/class[B, $SIZE, $SIZE]/" \
-      -e "s/count = [0-9]*, size = 64/count = $count, size = $SIZE/" examples/polsar_unet.cvnn >"$f"
-  echo "== cvc train $f --device cuda --epochs 1 --batch $BATCH =="
-  rm -rf "$LOG/cvc_run"
+# A copy of the example at the benchmark's scene side with one epoch of STEPS + 3 batches
+# (the first steps include compilation and warm-up) and no validation split: the peers time
+# training steps only, and cvc's validation pass would hold its own inference arena next to
+# the training one (the liveness report lists both).
+f="$LOG/polsar_unet_${SIZE}.cvnn"
+count=$(( (STEPS + 3) * BATCH ))
+sed -e "s/c64\[B, 3, 64, 64\]/c64[B, 3, $SIZE, $SIZE]/" \
+    -e "s/class\[B, 64, 64\]/class[B, $SIZE, $SIZE]/" \
+    -e "s/count = [0-9]*, size = 64/count = $count, size = $SIZE/" -e "s/split *= *[0-9.]*/split     = 1.0/" examples/polsar_unet.cvnn >"$f"
+# run_cvc MODE [FLAGS...]: one epoch of the copy through `cvc train --device cuda`, a result line.
+run_cvc() {
+  local mode=$1; shift
+  echo "== cvc train $f --device cuda --epochs 1 --batch $BATCH $* =="
+  rm -rf "$LOG/${mode}_run"
   "$BIN/cvc" check "$f" >"$LOG/cvc.check" 2>&1 || { echo "cvc check failed:"; tail -20 "$LOG/cvc.check"; status=1; }
-  "$BIN/cvc" plan "$f" --batch "$BATCH" >"$LOG/cvc.plan" 2>&1 || true
-  "$BIN/cvc" train "$f" --device cuda --epochs 1 --batch "$BATCH" --out "$LOG/cvc_run" -q >"$LOG/cvc.log" 2>&1
+  "$BIN/cvc" plan "$f" --batch "$BATCH" "$@" >"$LOG/$mode.plan" 2>&1 || true
+  "$BIN/cvc" train "$f" --device cuda --epochs 1 --batch "$BATCH" --out "$LOG/${mode}_run" -q "$@" >"$LOG/$mode.log" 2>&1
   rc=$?
-  tail -5 "$LOG/cvc.log"
-  python3 - "$LOG/cvc_run/metrics.jsonl" "$SIZE" "$BATCH" "$rc" "$LOG/cvc.log" "$LOG/cvc.check" >>"$LOG/cvc.jsonl" <<'PY'
+  tail -5 "$LOG/$mode.log"
+  python3 - "$LOG/${mode}_run/metrics.jsonl" "$SIZE" "$BATCH" "$rc" "$LOG/$mode.log" "$LOG/cvc.check" "$mode" >>"$LOG/cvc.jsonl" <<'PY'
 import json, re, sys
-path, size, b, rc, log, check = sys.argv[1:]
-r = dict(tool="cvc", mode="cvc_unet", size=int(size), batch=int(b), precision="fp32")
+path, size, b, rc, log, check, mode = sys.argv[1:]
+r = dict(tool="cvc", mode=mode, size=int(size), batch=int(b), precision="fp32")
 try:
     # `cvc check`'s totals: "parameters: X complex + Y real = Z real scalars (...)".
-    m = re.search(r"parameters: .*= ([0-9]+) real scalars", open(check, errors="replace").read())
+    m = re.search(r"parameters: .*= ([0-9,]+) real scalars", open(check, errors="replace").read())
     if m:
-        r["params"] = int(m.group(1))
+        r["params"] = int(m.group(1).replace(",", ""))
 except OSError:
     pass
 try:
@@ -75,7 +82,8 @@ except Exception as e:
 print(json.dumps(r))
 PY
   tail -1 "$LOG/cvc.jsonl"
-fi
+}
+[ "$CVC" = 1 ] && run_cvc cvc_unet
 
 if [ "$PEERS" = 1 ]; then
   common="--size $SIZE --batch $BATCH --steps $STEPS --precision fp32"
@@ -88,6 +96,19 @@ if [ "$PEERS" = 1 ]; then
     [ $rc = 124 ] && echo "{\"tool\": \"${peer%%.py*}\", \"mode\": \"$peer\", \"size\": $SIZE, \"batch\": $BATCH, \"precision\": \"fp32\", \"status\": \"error\", \"error\": \"timeout after $PEER_TIMEOUT s\"}" >>"$LOG/peers.jsonl"
     tail -1 "$LOG/peers.jsonl"
   done
+fi
+
+if [ "$CVC" = 1 ] && [ -n "$BUDGET_FRACTION" ]; then
+  # The same run under a memory budget of BUDGET_FRACTION x the smallest peer peak measured
+  # above (the planner recomputes what does not fit).
+  mib=$(python3 - "$LOG/peers.jsonl" "$BUDGET_FRACTION" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+peaks = [r["peak_bytes"] for r in rows if r.get("status") == "ok" and r.get("peak_bytes")]
+print(int(min(peaks) * float(sys.argv[2]) / 2**20) if peaks else "")
+PY
+)
+  if [ -n "$mib" ]; then run_cvc "cvc_unet_budget_${mib}MiB" --memory-budget "${mib}MiB"; else echo "no peer peak: no budget run"; fi
 fi
 
 if [ "$TRAIN" = 1 ]; then
@@ -128,12 +149,12 @@ fast = min((r["step_ms"] for r in peers), default=None)
 small = min((r["peak_bytes"] for r in peers if r.get("peak_bytes")), default=None)
 print("\nU-Net, %dx%d scenes, batch %d, fp32: ratios to the fastest peer step (%s ms) and smallest peer peak (%s MiB)" % (
     size, size, batch, "%.2f" % fast if fast else "n/a", mib(small)))
-print("%-20s %-7s %10s %10s %8s %8s %8s  %s" % ("mode", "status", "step ms", "peak MiB", "step x", "peak x", "params", "error"))
+print("%-28s %-7s %10s %10s %8s %8s %8s  %s" % ("mode", "status", "step ms", "peak MiB", "step x", "peak x", "params", "error"))
 for r in rows:
     ok = r.get("status") == "ok"
     sx = "%.2f" % (r["step_ms"] / fast) if ok and fast else "-"
     px = "%.2f" % (r["peak_bytes"] / small) if ok and small and r.get("peak_bytes") else "-"
-    print("%-20s %-7s %10s %10s %8s %8s %8s  %s" % (r["mode"], r.get("status"), "%.2f" % r["step_ms"] if ok else "-",
+    print("%-28s %-7s %10s %10s %8s %8s %8s  %s" % (r["mode"], r.get("status"), "%.2f" % r["step_ms"] if ok else "-",
           mib(r.get("peak_bytes")) if ok else "-", sx, px, r.get("params", "-"), (r.get("error") or "")[:90].replace("\n", " ")))
 PY
 exit $status
