@@ -133,6 +133,7 @@ fn assert_inside(name: &str, m: &CpuModule) {
                 let mut ends = vec![r.xp + steps * g * h, r.w + g * h * h * 8, r.bias + g * h * 8];
                 ends.extend(r.hs.map(|o| o + steps * s * h));
                 ends.extend(r.dhs.map(|o| o + steps * s * h));
+                ends.extend(r.h0.map(|o| o + r.b * s * h * 8));
                 ends.push(r.out + steps * if r.grad { r.spec.grad_width() } else { s * h });
                 ends
             }

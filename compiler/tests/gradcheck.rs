@@ -678,7 +678,7 @@ fn recurrence_full_derivative() {
         for reverse in [false, true] {
             let (h, t) = (2, 4);
             let gw = cell.gates() * h;
-            let rnn = RnnSpec { cell, hidden: h, reverse };
+            let rnn = RnnSpec { cell, hidden: h, reverse, init: false };
             let specs = [spec(C, &[0, t, gw]), spec(C, &[gw, h]), spec(C, &[gw])];
             check_full(&format!("recurrence_{cell:?}_{reverse}"), &specs, 2, None, &|b, x| {
                 b.add(Op::Recurrence { spec: rnn }, &[x[0], x[1], x[2]])

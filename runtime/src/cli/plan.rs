@@ -182,6 +182,7 @@ pub fn options(c: &Checked, batch: Option<usize>, budget: Option<u64>, fuse: boo
         optimizer: c.train.optimizer.clone(),
         memory_budget: budget.or(c.train.memory_budget),
         fuse,
+        rnn_chunk: None,
     }
 }
 
