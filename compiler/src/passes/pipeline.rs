@@ -413,30 +413,26 @@ pub fn compile_traced(
 }
 
 /// The recurrence chunk length to compile `graph` with under `budget`: `None` when the whole
-/// backward fits (or there is no recurrence), else the longest chunk whose plan fits, or the
-/// one with the smallest arena when none does (its size is what the caller reports).
+/// backward fits (or there is no recurrence), else the longest chunk whose plan fits. When
+/// none fits the graph compiles unchunked, as without recurrences: the caller reports that
+/// plan's size against the budget, as before chunking existed.
 fn choose_rnn_chunk(graph: &Graph, opts: &Options, budget: u64) -> CompileResult<Option<usize>> {
     let lengths = rnn_chunk_lengths(graph);
     if lengths.is_empty() {
         return Ok(None);
     }
-    let arena = |o: &Options| -> CompileResult<u64> {
-        Ok(run_pipeline(graph.clone(), o, &mut |_, _| {})?.plan.arena_bytes as u64)
+    let fits = |o: &Options| -> CompileResult<bool> {
+        Ok(run_pipeline(graph.clone(), o, &mut |_, _| {})?.plan.arena_bytes as u64 <= budget)
     };
-    let mut best = (arena(opts)?, None);
-    if best.0 <= budget {
+    if fits(opts)? {
         return Ok(None);
     }
     for k in lengths {
-        let a = arena(&Options { rnn_chunk: Some(k), ..opts.clone() })?;
-        if a <= budget {
+        if fits(&Options { rnn_chunk: Some(k), ..opts.clone() })? {
             return Ok(Some(k));
         }
-        if a < best.0 {
-            best = (a, Some(k));
-        }
     }
-    Ok(best.1)
+    Ok(None)
 }
 
 /// Runs every step of [`STEPS`] on `graph` with `opts` as they are.
