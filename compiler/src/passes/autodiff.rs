@@ -483,13 +483,24 @@ impl Reverse<'_> {
             operands.extend(h0);
             let chunk_spec = RnnSpec { init: h0.is_some(), ..spec };
             let hc = self.b.add(Op::Recurrence { spec: chunk_spec }, &operands)?;
-            let mut dhc = self.b.add(Op::Slice { axis: 1, start: s, len }, &[g])?;
-            if let Some(c) = carry {
-                let c = self.b.reshape(c, Shape(vec![batch, Dim::Fixed(1), Dim::Fixed(sw)]))?;
-                let before = if spec.reverse { 0 } else { len - 1 };
-                let c = self.b.add(Op::Pad { axis: 1, before, after: len - 1 - before }, &[c])?;
-                dhc = self.b.add2(dhc, c)?;
-            }
+            let dhs = self.time_chunk(g, s, len)?;
+            let carried = match carry {
+                Some(c) => {
+                    let c = self.b.reshape(c, Shape(vec![batch, Dim::Fixed(1), Dim::Fixed(sw)]))?;
+                    let before = if spec.reverse { 0 } else { len - 1 };
+                    Some(self.b.add(Op::Pad { axis: 1, before, after: len - 1 - before }, &[c])?)
+                }
+                None => None,
+            };
+            let dhc = match (dhs, carried) {
+                (Some(d), Some(c)) => self.b.add2(d, c)?,
+                (Some(d), None) => d,
+                (None, Some(c)) => c,
+                (None, None) => self.zeros(TensorType::new(
+                    DType::C64,
+                    Shape(vec![batch, Dim::Fixed(len), Dim::Fixed(sw)]),
+                ))?,
+            };
             let r = self.bptt(spec, [xc, w, bias], hc, dhc, h0, need[0], need[1] || need[2], need[1])?;
             carry = r.dh0;
             if let Some(dx) = r.dx {
@@ -519,6 +530,30 @@ impl Reverse<'_> {
             Some(whole)
         };
         Ok(vec![dx, dw, db])
+    }
+
+    /// Steps `s..s + len` of the state gradient `g` (`[B, T, S·H]`), `None` where they are all
+    /// zero. A gradient that is a zero padding along time (a `returns = last` slice's) is cut
+    /// from its unpadded part, so the padded `[B, T, S·H]` value is never stored.
+    fn time_chunk(&mut self, g: Value, s: usize, len: usize) -> Result<Option<Value>, String> {
+        let node = self.b.graph.node(g);
+        let Op::Pad { axis: 1, before, .. } = node.op else {
+            return Ok(Some(self.b.add(Op::Slice { axis: 1, start: s, len }, &[g])?));
+        };
+        let inner = node.inputs[0];
+        let n = self.fixed_extent(inner, 1)?;
+        let (lo, hi) = (s.max(before), (s + len).min(before + n));
+        if lo >= hi {
+            return Ok(None);
+        }
+        let mut part = inner;
+        if hi - lo < n {
+            part = self.b.add(Op::Slice { axis: 1, start: lo - before, len: hi - lo }, &[inner])?;
+        }
+        if hi - lo < len {
+            part = self.b.add(Op::Pad { axis: 1, before: lo - s, after: s + len - hi }, &[part])?;
+        }
+        Ok(Some(part))
     }
 
     /// One `RecurrenceGrad` over `hs = recurrence(xp, w_hh, b_hh, (h0))` with state gradient
