@@ -149,6 +149,25 @@ fn program(name: &str, src: &str, mode: Mode, batch: usize) -> Program {
     compile(checked.graph, &Options { batch, ..Options::default() }).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
+/// The recurrent fixtures with chunked back-propagation through time: every recurrence call
+/// (those from a checkpointed `h0` included) stays inside the arena, and the launch list
+/// names the initial state of the calls that have one.
+#[test]
+fn chunked_recurrences_stay_inside_the_arena() {
+    let config = host_config().expect("host ISA");
+    for (name, src) in sources().into_iter().filter(|(n, _)| n.contains("recurrent") || n.contains("gru")) {
+        let checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+        let opts = Options { batch: 3, rnn_chunk: Some(2), ..Options::default() };
+        let p = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let m = generate(&p, config).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_inside(&name, &m);
+        let from_h0 =
+            m.launches.iter().filter(|l| matches!(&l.call, CpuCall::Recurrence(r) if r.h0.is_some())).count();
+        assert!(from_h0 > 0, "{name}: no recurrence from a checkpoint");
+        assert_eq!(m.to_string().matches(" h0@").count(), from_h0, "{name}");
+    }
+}
+
 #[test]
 fn every_model_generates_a_module_that_stays_inside_its_arena() {
     let config = host_config().expect("host ISA");

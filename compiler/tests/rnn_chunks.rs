@@ -162,3 +162,30 @@ fn a_long_gru_plans_within_the_budget_by_chunking() {
     assert!(k < 4096 && 4096 % k == 0, "chunk {k}");
     assert!(tight.plan.arena_bytes as u64 <= budget, "{} > {budget}", tight.plan.arena_bytes);
 }
+
+/// The text form carries `init=true` (printed only when set) and reads it back: a chunked
+/// graph prints, parses and prints the same; a recurrence with `init=true` but no `h0`, or
+/// with an `h0` of the wrong width, is refused with the reason.
+#[test]
+fn initial_states_round_trip_through_the_text_form() {
+    use cvc_compiler::ir::parse::parse_graph;
+    use cvc_compiler::ir::print::print_graph;
+    let mut g = lowered(&model(5));
+    autodiff::run_chunked(&mut g, Some(2)).expect("autodiff");
+    let text = print_graph(&g, None);
+    assert!(text.contains("recurrence[cell=Gru, hidden=3, reverse=false, init=true]"), "{text}");
+    assert!(text.contains("recurrence_grad[cell=Lstm, hidden=2, reverse=true, init=true]"), "{text}");
+    assert!(text.contains("recurrence[cell=Gru, hidden=3, reverse=false]"), "{text}");
+    let parsed = parse_graph(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(print_graph(&parsed.graph, None), text);
+    // The first recurrence from a checkpoint: `... init=true](%xp, %w, %b, %h0) : ...`.
+    let line = text.lines().find(|l| l.contains("= recurrence[") && l.contains("init=true]")).expect("one");
+    let args = &line[line.find("](").unwrap() + 2..line.find(") :").unwrap()];
+    let ops: Vec<&str> = args.split(", ").collect();
+    let without = text.replacen(line, &line.replace(args, &ops[..3].join(", ")), 1);
+    let e = parse_graph(&without).expect_err("h0 missing");
+    assert!(e.message.contains("takes 4 operands"), "{e}");
+    let swapped = [ops[0], ops[1], ops[2], ops[0]].join(", ");
+    let e = parse_graph(&text.replacen(line, &line.replace(args, &swapped), 1)).expect_err("h0 of xp's type");
+    assert!(e.message.contains("recurrence initial state is [B, "), "{e}");
+}
