@@ -156,6 +156,15 @@ fn a_long_gru_plans_within_the_budget_by_chunking() {
     assert_eq!(free.facts.rnn_chunk, None);
     let mib = 1u64 << 20;
     assert!(free.plan.arena_bytes as u64 > 400 * mib, "{}", free.plan.arena_bytes);
+    // A budget the whole backward fits compiles the same graph and plan as no budget.
+    let roomy = compile(checked.graph.clone(), &Options { memory_budget: Some(1 << 30), ..opts.clone() })
+        .expect("plan");
+    assert_eq!(roomy.facts.rnn_chunk, None);
+    assert_eq!(roomy.plan.arena_bytes, free.plan.arena_bytes);
+    assert_eq!(
+        cvc_compiler::ir::print::print_graph(&roomy.graph, None),
+        cvc_compiler::ir::print::print_graph(&free.graph, None)
+    );
     let budget = 200 * mib;
     let tight = compile(checked.graph, &Options { memory_budget: Some(budget), ..opts }).expect("plan");
     let k = tight.facts.rnn_chunk.expect("the recurrence backward is chunked");

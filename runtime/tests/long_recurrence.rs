@@ -52,7 +52,7 @@ fn a_4096_step_gru_trains_within_the_budget_in_chunks() {
     assert!(ok, "{json}");
     let j: serde_json::Value = serde_json::from_str(&json).expect("json");
     let k = j["rnn_chunk"].as_u64().expect("rnn_chunk");
-    assert!(k >= 16 && k < 4096, "{k}");
+    assert!((16..4096).contains(&k), "{k}");
     assert!(j["arena_bytes"].as_u64().unwrap() <= 16 << 20, "{json}");
     let (ok, out) =
         cvc(&d, &["train", "long.cvnn", "--device", "cpu", "--memory-budget", "16MiB", "--out", "run"]);
