@@ -20,6 +20,9 @@ use std::collections::HashMap;
 pub struct AutodiffFacts {
     /// `(parameter, gradient)` pairs, in arena order of the parameters.
     pub grads: Vec<(Value, Value)>,
+    /// Forward values the backward recomputes chunk by chunk (chunked back-propagation
+    /// through time): the schedule runs them only when the chunk needs them.
+    pub recomputed: Vec<Value>,
 }
 
 /// Appends the backward pass of `g.loss` w.r.t. every `Param`, and verifies the graph.
@@ -32,9 +35,9 @@ pub fn run(g: &mut Graph) -> Result<AutodiffFacts, String> {
 pub fn run_chunked(g: &mut Graph, rnn_chunk: Option<usize>) -> Result<AutodiffFacts, String> {
     let loss = g.loss.ok_or("autodiff: the graph has no loss")?;
     let params: Vec<Value> = g.params().collect();
-    let grads = gradients_chunked(g, loss, &params, rnn_chunk)?;
+    let (grads, recomputed) = sweep(g, loss, &params, rnn_chunk)?;
     verify::verify(g).map_err(|e| format!("autodiff produced invalid IR: {e}"))?;
-    Ok(AutodiffFacts { grads: params.into_iter().zip(grads).collect() })
+    Ok(AutodiffFacts { grads: params.into_iter().zip(grads).collect(), recomputed })
 }
 
 /// Appends nodes computing `∂loss/∂wrt[i]` (conjugate-Wirtinger for complex values) and
@@ -51,6 +54,16 @@ pub fn gradients_chunked(
     wrt: &[Value],
     rnn_chunk: Option<usize>,
 ) -> Result<Vec<Value>, String> {
+    Ok(sweep(g, loss, wrt, rnn_chunk)?.0)
+}
+
+/// The reverse sweep: the gradients of `wrt`, and the forward values recomputed per chunk.
+fn sweep(
+    g: &mut Graph,
+    loss: Value,
+    wrt: &[Value],
+    rnn_chunk: Option<usize>,
+) -> Result<(Vec<Value>, Vec<Value>), String> {
     if rnn_chunk == Some(0) {
         return Err("autodiff: the recurrence chunk length must be at least 1".into());
     }
@@ -91,6 +104,7 @@ pub fn gradients_chunked(
         total: vec![None; n],
         rnn_chunk,
         splits: HashMap::new(),
+        recomputed: Vec::new(),
     };
     if active[loss.index()] {
         ad.at(loss);
@@ -120,7 +134,8 @@ pub fn gradients_chunked(
             }
         }
     }
-    wrt.iter()
+    let grads = wrt
+        .iter()
         .map(|&w| match ad.total[w.index()] {
             Some(v) => Ok(v),
             None => {
@@ -128,7 +143,8 @@ pub fn gradients_chunked(
                 ad.zeros(ad.b.graph.ty(w).clone())
             }
         })
-        .collect()
+        .collect::<Result<_, String>>()?;
+    Ok((grads, ad.recomputed))
 }
 
 /// Builder state of one reverse sweep.
@@ -144,7 +160,13 @@ struct Reverse<'g> {
     /// reductions and contractions over the chunked axis can run chunk by chunk and the
     /// concatenation itself dies unread.
     splits: HashMap<Value, Split>,
+    /// Forward values recomputed per chunk of a recurrence (see [`AutodiffFacts`]).
+    recomputed: Vec<Value>,
 }
+
+/// How many producers up a chunk's input projection is recomputed from sliced operands: the
+/// bias add, the matmul and a cast (deeper layers are read sliced, not recomputed).
+const PROJECTION_DEPTH: usize = 3;
 
 /// A value that is the concatenation of `pieces` (each with its start) along `axis`.
 #[derive(Clone, Debug)]
@@ -478,11 +500,12 @@ impl Reverse<'_> {
                 let h = self.b.add(Op::Slice { axis: 1, start: at, len: 1 }, &[hs])?;
                 Some(self.b.reshape(h, Shape(vec![batch, Dim::Fixed(sw)]))?)
             };
-            let xc = self.b.add(Op::Slice { axis: 1, start: s, len }, &[xp])?;
+            let xc = self.time_slice(xp, s, len, PROJECTION_DEPTH)?;
             let mut operands = vec![xc, w, bias];
             operands.extend(h0);
             let chunk_spec = RnnSpec { init: h0.is_some(), ..spec };
             let hc = self.b.add(Op::Recurrence { spec: chunk_spec }, &operands)?;
+            self.recomputed.push(hc);
             let dhs = self.time_chunk(g, s, len)?;
             let carried = match carry {
                 Some(c) => {
@@ -530,6 +553,43 @@ impl Reverse<'_> {
             Some(whole)
         };
         Ok(vec![dx, dw, db])
+    }
+
+    /// `v[:, s..s + len]` of a forward `[B, T, ·]` value, recomputed from the same slice of its
+    /// operands where `v` is elementwise or a matmul whose rows are the time steps (the input
+    /// projection `x·W_ihᵀ + b_ih`), so that a chunk reads `[B, K, ·]` and the forward's whole
+    /// `[B, T, G·H]` projection dies with the forward recurrence. Operands broadcast over time
+    /// are read whole; anything else, or anything `depth` producers up, is sliced as it is.
+    fn time_slice(&mut self, v: Value, s: usize, len: usize, depth: usize) -> Result<Value, String> {
+        let node = self.b.graph.node(v).clone();
+        let rank = self.ty(v).shape.rank();
+        let recompute = depth > 0
+            && node.origin.role == Role::Forward
+            && rank == 3
+            && match node.op {
+                Op::Unary(_) | Op::Binary(_) => true,
+                Op::MatMul { trans: [false, _], sum_batch: false, .. } => {
+                    self.ty(node.inputs[0]).shape.rank() == 3 && self.ty(node.inputs[1]).shape.rank() == 2
+                }
+                _ => false,
+            };
+        if !recompute {
+            let slice = self.b.add(Op::Slice { axis: 1, start: s, len }, &[v])?;
+            self.recomputed.push(slice);
+            return Ok(slice);
+        }
+        let mut operands = Vec::with_capacity(node.inputs.len());
+        for (k, &x) in node.inputs.iter().enumerate() {
+            let ty = self.ty(x).shape.clone();
+            // A matmul's weight, or an operand broadcast over the time axis, is read whole.
+            let whole = (matches!(node.op, Op::MatMul { .. }) && k == 1)
+                || ty.rank() < rank
+                || ty.0[1] == Dim::Fixed(1);
+            operands.push(if whole { x } else { self.time_slice(x, s, len, depth - 1)? });
+        }
+        let c = self.b.add(node.op.clone(), &operands)?;
+        self.recomputed.push(c);
+        Ok(c)
     }
 
     /// Steps `s..s + len` of the state gradient `g` (`[B, T, S·H]`), `None` where they are all

@@ -320,10 +320,15 @@ impl State {
             .ok_or_else(|| CompileError::internal(format!("{} ran before schedule", step.name())))
     }
 
-    /// The groups that write a recomputed value (the ones a schedule defers).
+    /// The groups that write a recomputed value (the ones a schedule defers): remat's, which
+    /// include the ones before it, or before remat placed any, autodiff's per-chunk ones.
     fn deferred(&self, step: Step) -> CompileResult<Vec<GroupId>> {
         let f = self.fused(step)?;
-        Ok(self.checkpoints.as_deref().map(|c| schedule::groups_writing(f, c)).unwrap_or_default())
+        let values: Vec<Value> = match &self.checkpoints {
+            Some(c) => c.clone(),
+            None => self.facts.recomputed.iter().map(|&(v, _)| v).collect(),
+        };
+        Ok(schedule::groups_writing(f, &values))
     }
 }
 
@@ -337,8 +342,17 @@ fn run_step(step: Step, s: &mut State, opts: &Options) -> CompileResult<bool> {
         Step::Autodiff => {
             // Reported only when some recurrence is longer than a chunk.
             let chunked = opts.rnn_chunk.filter(|&k| longest_recurrence(&s.graph) > k);
-            s.facts.grads = autodiff::run_chunked(&mut s.graph, opts.rnn_chunk)?.grads;
+            let ad = autodiff::run_chunked(&mut s.graph, opts.rnn_chunk)?;
+            s.facts.grads = ad.grads;
             s.facts.rnn_chunk = chunked;
+            let why = |g: &Graph, v: Value| {
+                format!(
+                    "{} {} recomputed per chunk of the recurrence backward",
+                    g.node(v).op.mnemonic(),
+                    g.node(v).origin.label
+                )
+            };
+            s.facts.recomputed.extend(ad.recomputed.into_iter().map(|v| (v, why(&s.graph, v))));
         }
         Step::Optimizer => {
             optimizer::run(&mut s.graph, &s.facts.grads, &opts.optimizer)?;
@@ -353,7 +367,10 @@ fn run_step(step: Step, s: &mut State, opts: &Options) -> CompileResult<bool> {
             s.facts.remap(&map)?;
         }
         Step::Fusion => s.fused = Some(fusion::run(&s.graph, opts.fuse, &mut s.facts)?),
-        Step::Schedule => s.order = Some(schedule::run(&s.graph, s.fused(step)?, opts.batch)?),
+        Step::Schedule => {
+            let deferred = s.deferred(step)?;
+            s.order = Some(schedule::order_with(&s.graph, s.fused(step)?, opts.batch, &deferred)?);
+        }
         Step::Siblings | Step::RematSiblings => {
             if step == Step::RematSiblings && s.checkpoints.is_none() {
                 return Ok(false);
