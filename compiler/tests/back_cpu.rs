@@ -133,6 +133,7 @@ fn assert_inside(name: &str, m: &CpuModule) {
                 let mut ends = vec![r.xp + steps * g * h, r.w + g * h * h * 8, r.bias + g * h * 8];
                 ends.extend(r.hs.map(|o| o + steps * s * h));
                 ends.extend(r.dhs.map(|o| o + steps * s * h));
+                ends.extend(r.h0.map(|o| o + r.b * s * h * 8));
                 ends.push(r.out + steps * if r.grad { r.spec.grad_width() } else { s * h });
                 ends
             }
@@ -146,6 +147,25 @@ fn assert_inside(name: &str, m: &CpuModule) {
 fn program(name: &str, src: &str, mode: Mode, batch: usize) -> Program {
     let checked = check_source(name, src, mode).unwrap_or_else(|d| panic!("{name}: {d:?}"));
     compile(checked.graph, &Options { batch, ..Options::default() }).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The recurrent fixtures with chunked back-propagation through time: every recurrence call
+/// (those from a checkpointed `h0` included) stays inside the arena, and the launch list
+/// names the initial state of the calls that have one.
+#[test]
+fn chunked_recurrences_stay_inside_the_arena() {
+    let config = host_config().expect("host ISA");
+    for (name, src) in sources().into_iter().filter(|(n, _)| n.contains("recurrent") || n.contains("gru")) {
+        let checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+        let opts = Options { batch: 3, rnn_chunk: Some(2), ..Options::default() };
+        let p = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let m = generate(&p, config).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_inside(&name, &m);
+        let from_h0 =
+            m.launches.iter().filter(|l| matches!(&l.call, CpuCall::Recurrence(r) if r.h0.is_some())).count();
+        assert!(from_h0 > 0, "{name}: no recurrence from a checkpoint");
+        assert_eq!(m.to_string().matches(" h0@").count(), from_h0, "{name}");
+    }
 }
 
 #[test]

@@ -210,6 +210,7 @@ fn run_pass(h: &Header, mut g: Graph, src: &str) -> Result<String, String> {
                 optimizer: h.optimizer.clone(),
                 memory_budget: h.memory_budget,
                 fuse: true,
+                rnn_chunk: None,
             };
             let mut facts = PipelineFacts { grads: h.grads.clone(), ..PipelineFacts::default() };
             // `remat` and the re-plan steps after it (`remat.fusion`, `remat.schedule`,
@@ -336,6 +337,7 @@ fn printed_ir_of_every_fixture_reads_back() {
                 optimizer: checked.train.optimizer.clone(),
                 memory_budget: None,
                 fuse: true,
+                rnn_chunk: None,
             };
             let mut failures = Vec::new();
             compile_traced(checked.graph.clone(), &opts, &mut |pass, g| {

@@ -7,7 +7,7 @@ use cvc_compiler::interp::{evaluate, SplitMix64, Tensor, TensorData};
 use cvc_compiler::ir::builder::Builder;
 use cvc_compiler::ir::verify::verify;
 use cvc_compiler::ir::*;
-use cvc_compiler::passes::autodiff::gradients;
+use cvc_compiler::passes::autodiff::{gradients, gradients_chunked};
 use std::collections::HashMap;
 
 #[path = "../../tests/src/seed.rs"]
@@ -85,6 +85,7 @@ fn run_case(
     specs: &[Spec],
     batch: usize,
     max_coords: Option<usize>,
+    rnn_chunk: Option<usize>,
     build: &BuildFn,
 ) -> Result<(), String> {
     let mut rng = SplitMix64::new(seed);
@@ -105,7 +106,7 @@ fn run_case(
     };
     g.loss = Some(loss);
     let fwd = g.clone();
-    let grads = gradients(&mut g, loss, &xs)?;
+    let grads = gradients_chunked(&mut g, loss, &xs, rnn_chunk)?;
     verify(&g)?;
     for (&x, &dx) in xs.iter().zip(&grads) {
         if g.ty(x) != g.ty(dx) {
@@ -137,7 +138,7 @@ fn check(name: &str, specs: &[Spec], build: &BuildFn) {
 
 fn check_full(name: &str, specs: &[Spec], batch: usize, max_coords: Option<usize>, build: &BuildFn) {
     let seed = seed::seed_for(&format!("gradcheck::{name}"));
-    if let Err(e) = run_case(seed, specs, batch, max_coords, build) {
+    if let Err(e) = run_case(seed, specs, batch, max_coords, None, build) {
         panic!("{name}: {e}\n  seed {seed:#x} (the line printed above says how to replay it)");
     }
 }
@@ -678,11 +679,54 @@ fn recurrence_full_derivative() {
         for reverse in [false, true] {
             let (h, t) = (2, 4);
             let gw = cell.gates() * h;
-            let rnn = RnnSpec { cell, hidden: h, reverse };
+            let rnn = RnnSpec { cell, hidden: h, reverse, init: false };
             let specs = [spec(C, &[0, t, gw]), spec(C, &[gw, h]), spec(C, &[gw])];
             check_full(&format!("recurrence_{cell:?}_{reverse}"), &specs, 2, None, &|b, x| {
                 b.add(Op::Recurrence { spec: rnn }, &[x[0], x[1], x[2]])
             });
+        }
+    }
+}
+
+/// A recurrence from a given initial state (`RnnSpec::init`): the gradient of `h0` (the first
+/// step's carry, in `RecurrenceGrad`'s last row) and of everything else against finite
+/// differences, GRU and LSTM, both directions, one step and several.
+#[test]
+fn recurrence_from_an_initial_state() {
+    for cell in [RnnCell::Gru, RnnCell::Lstm] {
+        for reverse in [false, true] {
+            for t in [1, 4] {
+                let h = 2;
+                let (gw, sw) = (cell.gates() * h, cell.states() * h);
+                let rnn = RnnSpec { cell, hidden: h, reverse, init: true };
+                let specs = [spec(C, &[0, t, gw]), spec(C, &[gw, h]), spec(C, &[gw]), spec(C, &[0, sw])];
+                check_full(&format!("recurrence_h0_{cell:?}_{reverse}_{t}"), &specs, 2, None, &|b, x| {
+                    b.add(Op::Recurrence { spec: rnn }, &[x[0], x[1], x[2], x[3]])
+                });
+            }
+        }
+    }
+}
+
+/// Chunked back-propagation through time (`gradients_chunked`) against finite differences:
+/// every chunk length from 1 to past `T`, dividing `T` or not, both cells and directions.
+#[test]
+fn chunked_recurrence_backward() {
+    for cell in [RnnCell::Gru, RnnCell::Lstm] {
+        for reverse in [false, true] {
+            let (h, t) = (2, 5);
+            let gw = cell.gates() * h;
+            let rnn = RnnSpec { cell, hidden: h, reverse, init: false };
+            let specs = [spec(C, &[0, t, gw]), spec(C, &[gw, h]), spec(C, &[gw])];
+            for k in [1, 2, 3, 4, 6] {
+                let name = format!("recurrence_chunked_{cell:?}_{reverse}_{k}");
+                let seed = seed::seed_for(&format!("gradcheck::{name}"));
+                let build =
+                    |b: &mut Builder, x: &[Value]| b.add(Op::Recurrence { spec: rnn }, &[x[0], x[1], x[2]]);
+                if let Err(e) = run_case(seed, &specs, 2, None, Some(k), &build) {
+                    panic!("{name}: {e}\n  seed {seed:#x}");
+                }
+            }
         }
     }
 }

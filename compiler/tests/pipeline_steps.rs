@@ -16,8 +16,13 @@ fn example(name: &str) -> String {
 /// The names of the steps that ran, and the final program, for seed_cnn at batch 64.
 fn traced(mode: Mode, budget: Option<u64>) -> (Vec<String>, cvc_compiler::passes::Program) {
     let checked = check_source("seed_cnn.cvnn", &example("seed_cnn.cvnn"), mode).expect("checks");
-    let opts =
-        Options { batch: 64, optimizer: checked.train.optimizer.clone(), memory_budget: budget, fuse: true };
+    let opts = Options {
+        batch: 64,
+        optimizer: checked.train.optimizer.clone(),
+        memory_budget: budget,
+        fuse: true,
+        rnn_chunk: None,
+    };
     let mut names = Vec::new();
     let p =
         compile_traced(checked.graph, &opts, &mut |pass, _| names.push(pass.to_string())).expect("compiles");

@@ -263,7 +263,7 @@ proptest! {
     ) {
         let g = random_graph(&ops);
         let optimizer = optimizer_choice(opt);
-        let opts = Options { batch, fuse, memory_budget: budget, optimizer };
+        let opts = Options { batch, fuse, memory_budget: budget, optimizer, rnn_chunk: None };
         let p = compile(g, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
         schedule::validate(&p.graph, &fusion::Fusion { groups: p.groups.clone(), recomputed: vec![] }, &p.order)
             .map_err(TestCaseError::fail)?;
@@ -442,8 +442,13 @@ fn mri_recon_rewrites_preserve_values() {
 fn budget_checkpoints_the_seed_network() {
     let src = example("seed_cnn.cvnn");
     let checked = check_source("seed_cnn.cvnn", &src, Mode::Train).expect("checks");
-    let opts =
-        Options { batch: 1024, optimizer: checked.train.optimizer.clone(), memory_budget: None, fuse: true };
+    let opts = Options {
+        batch: 1024,
+        optimizer: checked.train.optimizer.clone(),
+        memory_budget: None,
+        fuse: true,
+        rnn_chunk: None,
+    };
     let free = compile(checked.graph.clone(), &opts).expect("compiles");
     let budget = 3 * free.plan.arena_bytes as u64 / 4;
     let tight = compile(checked.graph, &Options { memory_budget: Some(budget), ..opts }).expect("compiles");
@@ -461,8 +466,13 @@ fn budget_checkpoints_the_seed_network() {
 fn seed_cnn_plan_meets_targets() {
     let src = example("seed_cnn.cvnn");
     let checked = check_source("seed_cnn.cvnn", &src, Mode::Train).expect("checks");
-    let opts =
-        Options { batch: 1024, optimizer: checked.train.optimizer.clone(), memory_budget: None, fuse: true };
+    let opts = Options {
+        batch: 1024,
+        optimizer: checked.train.optimizer.clone(),
+        memory_budget: None,
+        fuse: true,
+        rnn_chunk: None,
+    };
     let p = compile(checked.graph, &opts).expect("compiles");
     let gib = 1u64 << 30;
     assert!((p.plan.arena_bytes as u64) * 10 <= 26 * gib, "arena {} > 2.6 GiB", p.plan.arena_bytes);
@@ -648,8 +658,13 @@ fn every_network_plans_soundly() {
             checked = check_source(&name, &src, Mode::Eval).expect("checks");
         }
         for (fuse, budget) in [(true, None), (false, None), (true, Some(1u64))] {
-            let opts =
-                Options { batch: 3, optimizer: checked.train.optimizer.clone(), memory_budget: budget, fuse };
+            let opts = Options {
+                batch: 3,
+                optimizer: checked.train.optimizer.clone(),
+                memory_budget: budget,
+                fuse,
+                rnn_chunk: None,
+            };
             let p = compile(checked.graph.clone(), &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
             check_written_before_read(&p)
                 .unwrap_or_else(|e| panic!("{name} (fuse {fuse}, budget {budget:?}): {e}"));
@@ -750,8 +765,13 @@ fn attention_memory_is_linear_in_tokens() {
     let arena = |tokens: usize| {
         let src = vit_block(tokens);
         let checked = check_source("vit_block.cvnn", &src, Mode::Train).unwrap_or_else(|d| panic!("{d:?}"));
-        let opts =
-            Options { batch: 2, optimizer: checked.train.optimizer.clone(), memory_budget: None, fuse: true };
+        let opts = Options {
+            batch: 2,
+            optimizer: checked.train.optimizer.clone(),
+            memory_budget: None,
+            fuse: true,
+            rnn_chunk: None,
+        };
         let p = compile(checked.graph, &opts).expect("compiles");
         check_written_before_read(&p).expect("sound plan");
         let per_sample = |v: Value| p.graph.ty(v).shape.numel(1);

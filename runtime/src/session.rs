@@ -230,7 +230,8 @@ impl Model {
             Mode::Train => self.train_graph.clone(),
             Mode::Eval => self.eval_graph.clone(),
         };
-        let opts = Options { batch, optimizer: self.config.optimizer.clone(), memory_budget, fuse: true };
+        let opts =
+            Options { batch, optimizer: self.config.optimizer.clone(), memory_budget, ..Options::default() };
         let program = pipeline::compile(graph, &opts).map_err(|e| {
             RuntimeError(match &e {
                 cvc_compiler::CompileError::User { span: Some(_), .. } => {

@@ -536,6 +536,38 @@ fn check_network_file(rel: &str) {
     assert!(fails.is_empty(), "{rel}:\n{}", fails.join("\n"));
 }
 
+/// Chunked back-propagation through time on the CPU: the recurrent fixtures' training steps
+/// with their recurrences back-propagated in chunks (which recompute each chunk from its
+/// checkpoint through `Recurrence`/`RecurrenceGrad` with an initial state), checked group by
+/// group against the interpreter as every network is, with chunks that divide `T` and not.
+#[test]
+fn chunked_recurrences_train_like_the_interpreter() {
+    for (rel, chunk) in [
+        ("tests/fixtures/ok/recurrent.cvnn", 2),
+        ("tests/fixtures/ok/recurrent.cvnn", 4),
+        ("tests/fixtures/ok/gru_tiny.cvnn", 3),
+    ] {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel);
+        let src = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        let checked =
+            cvc_compiler::front::check_source(rel, &src, Mode::Train).unwrap_or_else(|_| panic!("{rel}"));
+        let opts = Options { batch: 2, rnn_chunk: Some(chunk), ..Options::default() };
+        let program = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{rel}: pipeline: {e}"));
+        assert_eq!(program.facts.rnn_chunk, Some(chunk), "{rel}");
+        let inits = program
+            .graph
+            .nodes
+            .iter()
+            .filter(|(_, n)| matches!(n.op, Op::RecurrenceGrad { spec } if spec.init))
+            .count();
+        assert!(inits > 0, "{rel}: no chunk starts from a checkpoint");
+        let mut rng = SplitMix64::new(seed_for(&format!("cpu_vs_interp::chunked {rel} {chunk}")));
+        let fails =
+            check_training_steps(&program, &cpu, 2, 0.0, &mut rng).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        assert!(fails.is_empty(), "{rel} in chunks of {chunk}:\n{}", fails.join("\n"));
+    }
+}
+
 /// The check must fail on a real bug, on the first seed: a kernel that computes with one
 /// constant off by 1e-3 (relative) in the backward pass of a network with relus after
 /// batchnorms (the seed CNN fixture) is found, and only in the groups that use that

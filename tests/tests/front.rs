@@ -605,7 +605,13 @@ fn plan(c: &Checked) -> bool {
             Err(_) => return false,
         }
     };
-    let opts = Options { batch: 2, optimizer: mode.train.optimizer.clone(), memory_budget: None, fuse: true };
+    let opts = Options {
+        batch: 2,
+        optimizer: mode.train.optimizer.clone(),
+        memory_budget: None,
+        fuse: true,
+        rnn_chunk: None,
+    };
     match compile(mode.graph.clone(), &opts) {
         Ok(mut p) => {
             p.facts.set_lines(&mode.src);

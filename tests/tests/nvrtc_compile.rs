@@ -927,3 +927,54 @@ fn compile_chunks(prelude: &str, todo: &[(String, String)]) {
     }
     eprintln!("{} kernels compiled", todo.len());
 }
+
+/// Chunked back-propagation through time: the recurrent fixtures with their recurrences
+/// back-propagated in chunks (recurrences and their gradients from a checkpointed initial
+/// state, a pointer operand of the kernels), and the 4,096-step GRU that `--memory-budget
+/// 200MiB` chunks at batch 32, generate kernels that compile with NVRTC for sm_90.
+#[test]
+fn chunked_recurrence_kernels_compile_with_nvrtc() {
+    let nvrtc = nvrtc_or_skip();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let long = "model LongGru {
+    input iq:    c64[B, 4096, 2]
+    input label: class[B] of 5
+    state = iq |> gru(32, returns = last)
+    logits = state |> linear(5) |> abs
+    output logits
+    loss cross_entropy(logits, label)
+}";
+    let mut cases = Vec::new();
+    for (rel, chunk) in [("tests/fixtures/ok/recurrent.cvnn", 2), ("tests/fixtures/ok/recurrent.cvnn", 4)] {
+        let src = std::fs::read_to_string(root.join(rel)).expect("readable fixture");
+        cases.push((
+            format!("{rel} in chunks of {chunk}"),
+            src,
+            Options { batch: 3, rnn_chunk: Some(chunk), ..Options::default() },
+        ));
+    }
+    let budget = Options { batch: 32, memory_budget: Some(200 << 20), ..Options::default() };
+    cases.push(("the 4,096-step GRU under 200 MiB".into(), long.to_string(), budget));
+    for (name, src, opts) in cases {
+        let checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+        let program = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(program.facts.rnn_chunk.is_some(), "{name}: not chunked");
+        let module = cuda::generate(&program, &CudaTarget::h200()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let calls = |f: &str| module.source.lines().filter(|l| l.contains(f)).collect::<Vec<_>>();
+        for f in ["rnn_fwd<", "rnn_bwd<"] {
+            let (from_state, from_zero): (Vec<&str>, Vec<&str>) =
+                calls(f).into_iter().partition(|l| !l.contains("(const float2*)0"));
+            assert!(!from_state.is_empty() && !from_zero.is_empty(), "{name}: {f} from h0 and from zeros");
+        }
+        if !nvrtc {
+            continue;
+        }
+        let cubin = cvc_runtime::cuda::compile_cubin(&module.source, "sm_90")
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        for k in &module.kernels {
+            let needle = format!("{k}\0");
+            assert!(cubin.windows(needle.len()).any(|w| w == needle.as_bytes()), "{name}: {k} missing");
+        }
+        eprintln!("{name}: {} kernels, {} bytes of cubin", module.kernels.len(), cubin.len());
+    }
+}

@@ -30,8 +30,13 @@ fn compiled(path: &Path) -> (String, cvc_compiler::passes::Program) {
     if checked.graph.loss.is_none() {
         checked = check_source(&name, &src, Mode::Eval).unwrap_or_else(|d| panic!("{name}: {d:?}"));
     }
-    let opts =
-        Options { batch: 4, optimizer: checked.train.optimizer.clone(), memory_budget: None, fuse: true };
+    let opts = Options {
+        batch: 4,
+        optimizer: checked.train.optimizer.clone(),
+        memory_budget: None,
+        fuse: true,
+        rnn_chunk: None,
+    };
     let mut program = compile(checked.graph.clone(), &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
     program.facts.set_lines(&src);
     (src, program)

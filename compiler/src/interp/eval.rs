@@ -181,6 +181,11 @@ fn eval_node(
                 xp: c(0)?,
                 w: c(1)?,
                 bias: c(2)?,
+                h0: if spec.init {
+                    Some(c(if matches!(node.op, Op::Recurrence { .. }) { 3 } else { 5 })?)
+                } else {
+                    None
+                },
             };
             TensorData::Complex(match node.op {
                 Op::Recurrence { .. } => rnn.forward(),

@@ -1,6 +1,7 @@
 //! The fused recurrences (`Recurrence`, `RecurrenceGrad`) in f64: the GRU and LSTM cells of
 //! complextorch step by step, and back-propagation through time with the gates recomputed
-//! from the stored states (the meaning in `ir::op`, written as directly as possible).
+//! from the stored states (the meaning in `ir::op`, written as directly as possible),
+//! optionally from a given initial state `h0` whose gradient the backward then delivers.
 
 use crate::ir::{RnnCell, RnnSpec};
 use num_complex::Complex64 as C;
@@ -38,7 +39,8 @@ fn dtanh(y: C) -> C {
     C::new(1.0 - y.re * y.re, 1.0 - y.im * y.im)
 }
 
-/// Extents and operands of one recurrence: `xp [B, T, G·H]`, `w [G·H, H]`, `bias [G·H]`.
+/// Extents and operands of one recurrence: `xp [B, T, G·H]`, `w [G·H, H]`, `bias [G·H]`,
+/// `h0 [B, S·H]` (the state before the first step; `None`: zeros).
 pub(crate) struct Rnn<'a> {
     pub spec: RnnSpec,
     pub b: usize,
@@ -46,6 +48,7 @@ pub(crate) struct Rnn<'a> {
     pub xp: &'a [C],
     pub w: &'a [C],
     pub bias: &'a [C],
+    pub h0: Option<&'a [C]>,
 }
 
 /// The gates of one step, recomputed from the previous state.
@@ -56,7 +59,7 @@ struct Gates {
     gh: Vec<C>,
 }
 
-impl Rnn<'_> {
+impl<'a> Rnn<'a> {
     fn gh_width(&self) -> usize {
         self.spec.cell.gates() * self.spec.hidden
     }
@@ -112,10 +115,15 @@ impl Rnn<'_> {
         out
     }
 
-    /// The state before step `s` of sample `b`, read from the stored states `hs`.
-    fn prev<'h>(&self, hs: &'h [C], b: usize, s: usize, zeros: &'h [C]) -> &'h [C] {
+    /// The state before step `s` of sample `b`, read from the stored states `hs` (before the
+    /// first step: `h0`, or `zeros`).
+    fn prev<'h>(&self, hs: &'h [C], b: usize, s: usize, zeros: &'h [C]) -> &'h [C]
+    where
+        'a: 'h,
+    {
         if s == 0 {
-            zeros
+            let sw = self.state_width();
+            self.h0.map_or(zeros, |h0| &h0[b * sw..][..sw])
         } else {
             let sw = self.state_width();
             &hs[(b * self.t + self.spec.time(s - 1, self.t)) * sw..][..sw]
@@ -205,11 +213,18 @@ impl Rnn<'_> {
                 }
                 out[row..row + gw].copy_from_slice(&dx);
                 out[row + gw..row + 2 * gw].copy_from_slice(&dgh);
-                if s > 0 {
-                    let tp = self.spec.time(s - 1, self.t);
+                // The carry goes to the previous step's row, or from the first step to `h0`'s
+                // gradient in the last step's row (whose state gradient was read already).
+                if s > 0 || self.h0.is_some() {
+                    let (tp, given) = if s > 0 {
+                        let tp = self.spec.time(s - 1, self.t);
+                        (tp, Some(tp))
+                    } else {
+                        (last, None)
+                    };
                     let prow = (b * self.t + tp) * width;
                     for k in 0..sw {
-                        let mut acc = dhs[(b * self.t + tp) * sw + k] + direct[k];
+                        let mut acc = given.map_or(zero, |tp| dhs[(b * self.t + tp) * sw + k]) + direct[k];
                         if k < h {
                             acc += (0..gw).map(|i| self.w[i * h + k].conj() * dgh[i]).sum::<C>();
                         }

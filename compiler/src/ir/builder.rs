@@ -429,14 +429,16 @@ pub fn infer(op: &Op, inputs: &[&TensorType], requested: Option<&Shape>) -> Resu
             ))
         }
         Op::Recurrence { spec } => {
-            arity(3)?;
+            arity(spec.forward_operands())?;
             let (b, t) = rnn_operands(spec, inputs)?;
+            rnn_init(spec, b, inputs.get(3))?;
             let width = spec.cell.states() * spec.hidden;
             Ok(TensorType::new(DType::C64, Shape(vec![b, Dim::Fixed(t), Dim::Fixed(width)])))
         }
         Op::RecurrenceGrad { spec } => {
-            arity(5)?;
+            arity(spec.grad_operands())?;
             let (b, t) = rnn_operands(spec, inputs)?;
+            rnn_init(spec, b, inputs.get(5))?;
             let want = Shape(vec![b, Dim::Fixed(t), Dim::Fixed(spec.cell.states() * spec.hidden)]);
             for (ty, what) in [(inputs[3], "recurrence states"), (inputs[4], "recurrence state gradient")] {
                 need(ty.dtype, DType::C64, what)?;
@@ -489,6 +491,17 @@ fn rnn_operands(spec: &RnnSpec, inputs: &[&TensorType]) -> Result<(Dim, usize), 
         return Err(format!("recurrence bias is {}, expected [{gh}]", inputs[2].shape));
     }
     Ok((xp.0[0], t))
+}
+
+/// Checks the initial state `h0` (c64 `[B, S·H]`) of a recurrence with `spec.init`.
+fn rnn_init(spec: &RnnSpec, b: Dim, h0: Option<&&TensorType>) -> Result<(), String> {
+    let Some(h0) = h0.filter(|_| spec.init) else { return Ok(()) };
+    need(h0.dtype, DType::C64, "recurrence initial state")?;
+    let want = Shape(vec![b, Dim::Fixed(spec.cell.states() * spec.hidden)]);
+    if h0.shape != want {
+        return Err(format!("recurrence initial state is {}, expected {want}", h0.shape));
+    }
+    Ok(())
 }
 
 /// The extents of an attention: q `[B, H, T, D]`, k `[B, H, S, D]`, v `[B, H, S, Dv]`.

@@ -265,7 +265,8 @@ impl RnnCell {
     }
 }
 
-/// What a fused recurrence computes: its cell, hidden size `H` and direction.
+/// What a fused recurrence computes: its cell, hidden size `H`, direction and whether it
+/// starts from a given state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct RnnSpec {
     /// The cell.
@@ -274,6 +275,10 @@ pub struct RnnSpec {
     pub hidden: usize,
     /// Runs `t = T-1 … 0` (the backward direction of a bidirectional layer).
     pub reverse: bool,
+    /// An extra last operand `h0`, c64 `[B, S·H]`: the state before the first step (zeros
+    /// without it). Chunked back-propagation through time (`passes::autodiff`) starts each
+    /// chunk's recomputation from a checkpointed state this way.
+    pub init: bool,
 }
 
 impl RnnSpec {
@@ -288,6 +293,14 @@ impl RnnSpec {
     /// Width `2·G·H + S·H` of one step of [`Op::RecurrenceGrad`]'s output.
     pub fn grad_width(&self) -> usize {
         (2 * self.cell.gates() + self.cell.states()) * self.hidden
+    }
+    /// Operands of [`Op::Recurrence`] (3, or 4 with `h0`).
+    pub fn forward_operands(&self) -> usize {
+        3 + usize::from(self.init)
+    }
+    /// Operands of [`Op::RecurrenceGrad`] (5, or 6 with `h0`).
+    pub fn grad_operands(&self) -> usize {
+        5 + usize::from(self.init)
     }
 }
 
@@ -381,10 +394,11 @@ pub enum Op {
     /// (`wrt = Q`) or `dk ‖ dv` c64 `[B, H, S, D + Dv]` (`wrt = KV`).
     AttentionGrad { spec: AttnSpec, wrt: AttnWrt },
     /// A recurrence over the time axis (a loop of `T` steps, never unrolled). Operands
-    /// `[xp (c64 [B, T, G·H]), w_hh (c64 [G·H, H]), b_hh (c64 [G·H])]`: `xp` is the input
-    /// projection `x·W_ihᵀ + b_ih` of every step (one batched matmul outside the loop). Step
-    /// `s` at time `t = spec.time(s, T)` forms `gh = W_hh·h_prev + b_hh` from the previous
-    /// step's state (zero before the first), then the cell: GRU `r = σ(x_r + gh_r)`,
+    /// `[xp (c64 [B, T, G·H]), w_hh (c64 [G·H, H]), b_hh (c64 [G·H]), (h0 (c64 [B, S·H]))]`:
+    /// `xp` is the input projection `x·W_ihᵀ + b_ih` of every step (one batched matmul outside
+    /// the loop); `h0` (when `spec.init`) the state before the first step. Step `s` at time
+    /// `t = spec.time(s, T)` forms `gh = W_hh·h_prev + b_hh` from the previous step's state
+    /// (before the first: `h0`, or zero without it), then the cell: GRU `r = σ(x_r + gh_r)`,
     /// `z = σ(x_z + gh_z)`, `n = tanh(x_n + r·gh_n)`, `h = (1 − z)·n + z·h_prev`; LSTM
     /// `i, f, o = σ(x + gh)`, `g = tanh(x_g + gh_g)`, `c = f·c_prev + i·g`, `h = o·tanh(c)`;
     /// `σ`/`tanh` split (`f(Re) + i f(Im)`), products complex. Output c64 `[B, T, S·H]`:
@@ -392,11 +406,14 @@ pub enum Op {
     Recurrence { spec: RnnSpec },
     /// Back-propagation through time of [`Op::Recurrence`]: the steps in reverse order,
     /// gates recomputed from the stored states. Operands `[xp, w_hh, b_hh, hs (the forward
-    /// output), dhs (its gradient)]`; output c64 `[B, T, 2·G·H + S·H]`: per step the gradient
-    /// of the input projection `dx` (`G·H`), of the hidden projection `dgh` (`G·H`; differs
-    /// from `dx` only in GRU's `n` block, `dx_n·conj(r)`) and the total gradient of the state
-    /// after the step (`S·H`: `dhs` plus what the later steps carry back). `dW_hh` and `db_hh`
-    /// are ordinary reductions of `dgh` outside the loop (see `passes::autodiff`).
+    /// output), dhs (its gradient), (h0)]`; output c64 `[B, T, 2·G·H + S·H]`: per step the
+    /// gradient of the input projection `dx` (`G·H`), of the hidden projection `dgh` (`G·H`;
+    /// differs from `dx` only in GRU's `n` block, `dx_n·conj(r)`) and the total gradient of the
+    /// state after the step (`S·H`: `dhs` plus what the later steps carry back). With `h0`
+    /// (`spec.init`) the state part of the last step's row (`t = T-1`, or `t = 0` reversed),
+    /// whose value there is just `dhs`, holds instead the gradient of `h0`: what the first step
+    /// carries back, `W_hhᴴ·dgh` plus the cell's direct share. `dW_hh` and `db_hh` are ordinary
+    /// reductions of `dgh` outside the loop (see `passes::autodiff`).
     RecurrenceGrad { spec: RnnSpec },
     /// Overwrite a persistent buffer (`Param`/`State`) with `value` at the end of its reads.
     /// Operands `[target, value]`; result type is the target's; nothing may read the result.

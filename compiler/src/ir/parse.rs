@@ -488,8 +488,8 @@ fn expected_arity(op: &Op) -> Option<usize> {
         Op::AttnLse { spec } => 2 + usize::from(spec.key_mask),
         Op::Attention { spec } => 4 + spec.extra_operands(),
         Op::AttentionGrad { spec, .. } => 6 + spec.extra_operands(),
-        Op::Recurrence { .. } => 3,
-        Op::RecurrenceGrad { .. } => 5,
+        Op::Recurrence { spec } => spec.forward_operands(),
+        Op::RecurrenceGrad { spec } => spec.grad_operands(),
         Op::Concat { .. } => return None,
     })
 }
@@ -725,7 +725,7 @@ fn op_with_attrs(c: &mut Cursor, mnemonic: &str, at: usize) -> Res<Op> {
     Ok(op)
 }
 
-/// `cell=Gru|Lstm, hidden=H, reverse=B`.
+/// `cell=Gru|Lstm, hidden=H, reverse=B` then `, init=true` when the op has an `h0` operand.
 fn rnn_spec(c: &mut Cursor) -> Res<RnnSpec> {
     c.key("cell")?;
     let cell_at = c.pos;
@@ -740,7 +740,13 @@ fn rnn_spec(c: &mut Cursor) -> Res<RnnSpec> {
     c.expect(",")?;
     c.key("reverse")?;
     let reverse = c.bool()?;
-    Ok(RnnSpec { cell, hidden, reverse })
+    let init = if c.eat(",") {
+        c.key("init")?;
+        c.bool()?
+    } else {
+        false
+    };
+    Ok(RnnSpec { cell, hidden, reverse, init })
 }
 
 /// `scale=S, score=Real|Abs, causal=B, key_mask=B, dropout=none|[P, SALT]`.

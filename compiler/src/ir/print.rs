@@ -39,7 +39,9 @@ pub fn attrs(op: &Op) -> String {
         Op::AttnLse { spec } | Op::Attention { spec } => format!("[{}]", attn_text(spec)),
         Op::AttentionGrad { spec, wrt } => format!("[{}, wrt={wrt:?}]", attn_text(spec)),
         Op::Recurrence { spec } | Op::RecurrenceGrad { spec } => {
-            format!("[cell={:?}, hidden={}, reverse={}]", spec.cell, spec.hidden, spec.reverse)
+            // `init` only when set, so the text of a recurrence without `h0` reads as before.
+            let init = if spec.init { ", init=true" } else { "" };
+            format!("[cell={:?}, hidden={}, reverse={}{init}]", spec.cell, spec.hidden, spec.reverse)
         }
         _ => String::new(),
     }

@@ -5,30 +5,68 @@
 //! `ḡ_a = ḡ·conj(b)`). A real operand of a complex op takes the real part of its complex
 //! gradient; a broadcast operand sums over the broadcast axes. Every backward node has
 //! [`Role::Backward`], the label `grad(<primal label>)` and the span of the primal node.
+//!
+//! With a chunk length `K` ([`run_chunked`]) a recurrence of more than `K` steps is
+//! back-propagated chunk by chunk (truncation-free BPTT with checkpoints): each chunk's states
+//! are recomputed from the stored state before it, so the backward's temporaries are
+//! `[B, K, ·]` and the forward's `[B, T, ·]` states are read only at the checkpoints.
 
 use crate::ir::builder::Builder;
 use crate::ir::*;
+use std::collections::HashMap;
 
 /// What [`run`] found: the gradient of the loss for every parameter.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AutodiffFacts {
     /// `(parameter, gradient)` pairs, in arena order of the parameters.
     pub grads: Vec<(Value, Value)>,
+    /// Forward values the backward recomputes chunk by chunk (chunked back-propagation
+    /// through time): the schedule runs them only when the chunk needs them.
+    pub recomputed: Vec<Value>,
 }
 
 /// Appends the backward pass of `g.loss` w.r.t. every `Param`, and verifies the graph.
 pub fn run(g: &mut Graph) -> Result<AutodiffFacts, String> {
+    run_chunked(g, None)
+}
+
+/// [`run`], back-propagating every recurrence of more than `rnn_chunk` steps in chunks of
+/// that many steps (see the module doc); `None`: one `RecurrenceGrad` per recurrence.
+pub fn run_chunked(g: &mut Graph, rnn_chunk: Option<usize>) -> Result<AutodiffFacts, String> {
     let loss = g.loss.ok_or("autodiff: the graph has no loss")?;
     let params: Vec<Value> = g.params().collect();
-    let grads = gradients(g, loss, &params)?;
+    let (grads, recomputed) = sweep(g, loss, &params, rnn_chunk)?;
     verify::verify(g).map_err(|e| format!("autodiff produced invalid IR: {e}"))?;
-    Ok(AutodiffFacts { grads: params.into_iter().zip(grads).collect() })
+    Ok(AutodiffFacts { grads: params.into_iter().zip(grads).collect(), recomputed })
 }
 
 /// Appends nodes computing `∂loss/∂wrt[i]` (conjugate-Wirtinger for complex values) and
 /// returns them in order. A value the loss does not depend on gets zeros. Only nodes on a
 /// path from some `wrt` to `loss` are differentiated.
 pub fn gradients(g: &mut Graph, loss: Value, wrt: &[Value]) -> Result<Vec<Value>, String> {
+    gradients_chunked(g, loss, wrt, None)
+}
+
+/// [`gradients`] with recurrences of more than `rnn_chunk` steps back-propagated in chunks.
+pub fn gradients_chunked(
+    g: &mut Graph,
+    loss: Value,
+    wrt: &[Value],
+    rnn_chunk: Option<usize>,
+) -> Result<Vec<Value>, String> {
+    Ok(sweep(g, loss, wrt, rnn_chunk)?.0)
+}
+
+/// The reverse sweep: the gradients of `wrt`, and the forward values recomputed per chunk.
+fn sweep(
+    g: &mut Graph,
+    loss: Value,
+    wrt: &[Value],
+    rnn_chunk: Option<usize>,
+) -> Result<(Vec<Value>, Vec<Value>), String> {
+    if rnn_chunk == Some(0) {
+        return Err("autodiff: the recurrence chunk length must be at least 1".into());
+    }
     if g.ty(loss).dtype != DType::F32 {
         return Err(format!("autodiff: the loss must be real, it is {}", g.ty(loss)));
     }
@@ -60,7 +98,14 @@ pub fn gradients(g: &mut Graph, loss: Value, wrt: &[Value]) -> Result<Vec<Value>
         *a &= *t;
     }
 
-    let mut ad = Reverse { b: Builder::new(g), contribs: vec![Vec::new(); n], total: vec![None; n] };
+    let mut ad = Reverse {
+        b: Builder::new(g),
+        contribs: vec![Vec::new(); n],
+        total: vec![None; n],
+        rnn_chunk,
+        splits: HashMap::new(),
+        recomputed: Vec::new(),
+    };
     if active[loss.index()] {
         ad.at(loss);
         let one = ad.b.scalar(1.0, 0);
@@ -89,7 +134,8 @@ pub fn gradients(g: &mut Graph, loss: Value, wrt: &[Value]) -> Result<Vec<Value>
             }
         }
     }
-    wrt.iter()
+    let grads = wrt
+        .iter()
         .map(|&w| match ad.total[w.index()] {
             Some(v) => Ok(v),
             None => {
@@ -97,7 +143,8 @@ pub fn gradients(g: &mut Graph, loss: Value, wrt: &[Value]) -> Result<Vec<Value>
                 ad.zeros(ad.b.graph.ty(w).clone())
             }
         })
-        .collect()
+        .collect::<Result<_, String>>()?;
+    Ok((grads, ad.recomputed))
 }
 
 /// Builder state of one reverse sweep.
@@ -107,6 +154,37 @@ struct Reverse<'g> {
     contribs: Vec<Vec<Value>>,
     /// The summed gradient of each value once its users are done.
     total: Vec<Option<Value>>,
+    /// Chunk length of chunked back-propagation through time.
+    rnn_chunk: Option<usize>,
+    /// Gradients that are a concatenation of chunks (a chunked recurrence's `dxp`), so that
+    /// reductions and contractions over the chunked axis can run chunk by chunk and the
+    /// concatenation itself dies unread.
+    splits: HashMap<Value, Split>,
+    /// Forward values recomputed per chunk of a recurrence (see [`AutodiffFacts`]).
+    recomputed: Vec<Value>,
+}
+
+/// How many producers up a chunk's input projection is recomputed from sliced operands: the
+/// bias add, the matmul and a cast (deeper layers are read sliced, not recomputed).
+const PROJECTION_DEPTH: usize = 3;
+
+/// A value that is the concatenation of `pieces` (each with its start) along `axis`.
+#[derive(Clone, Debug)]
+struct Split {
+    axis: usize,
+    pieces: Vec<(usize, Value)>,
+}
+
+/// What the back-propagation through (a chunk of) a recurrence gives.
+struct Bptt {
+    /// `dxp`, when asked for.
+    dx: Option<Value>,
+    /// `dgh`, when `W_hh` or `b_hh` needs it.
+    dgh: Option<Value>,
+    /// `dW_hh`, when asked for.
+    dw: Option<Value>,
+    /// The gradient of `h0`, `[B, S·H]`, when there is an `h0`.
+    dh0: Option<Value>,
 }
 
 /// Exclusive or, for composing conjugation flags (`conj(conj^a(x)) = conj^(!a)(x)`).
@@ -206,7 +284,21 @@ impl Reverse<'_> {
             .filter(|&i| i < lead || (want.shape.0[i - lead] == Dim::Fixed(1) && have.0[i] != Dim::Fixed(1)))
             .collect();
         if !axes.is_empty() {
-            c = self.b.sum(c, &axes)?;
+            c = match self.splits.get(&c).filter(|s| axes.contains(&s.axis)).cloned() {
+                // A sum over the chunked axis: the sum of the chunks' sums.
+                Some(split) => {
+                    let mut acc = None;
+                    for (_, piece) in split.pieces {
+                        let part = self.b.sum(piece, &axes)?;
+                        acc = Some(match acc {
+                            Some(a) => self.b.add2(a, part)?,
+                            None => part,
+                        });
+                    }
+                    acc.ok_or("autodiff: a split gradient without pieces")?
+                }
+                None => self.b.sum(c, &axes)?,
+            };
         }
         self.b.reshape(c, want.shape)
     }
@@ -344,11 +436,12 @@ impl Reverse<'_> {
         Ok(parts)
     }
 
-    /// `hs = recurrence(xp, w_hh, b_hh)`: one `RecurrenceGrad` runs the steps backwards and
-    /// gives `dxp` and `dgh` (the gradient of `gh = W_hh·h_prev + b_hh` at every step); the
+    /// `hs = recurrence(xp, w_hh, b_hh, (h0))`: one `RecurrenceGrad` runs the steps backwards
+    /// and gives `dxp` and `dgh` (the gradient of `gh = W_hh·h_prev + b_hh` at every step); the
     /// weight and bias gradients are then ordinary reductions outside the loop: `dW_hh` the
     /// matmul gradient of `h_prev·W_hhᵀ` (a `sum_batch` product over `B` of `dghᵀ·conj(h_prev)`),
-    /// `db_hh` the sum of `dgh` over `B` and `T` (by [`Reverse::fit`]).
+    /// `db_hh` the sum of `dgh` over `B` and `T` (by [`Reverse::fit`]). Longer than the chunk
+    /// length: [`Reverse::recurrence_chunked`].
     fn recurrence(
         &mut self,
         spec: RnnSpec,
@@ -357,29 +450,241 @@ impl Reverse<'_> {
         g: Value,
         need: &[bool],
     ) -> Result<Vec<Option<Value>>, String> {
-        let gw = spec.cell.gates() * spec.hidden;
         let t = self.fixed_extent(ins[0], 1)?;
-        let grad = self.b.add(Op::RecurrenceGrad { spec }, &[ins[0], ins[1], ins[2], hs, g])?;
-        let dx = self.maybe(need[0], Op::Slice { axis: 2, start: 0, len: gw }, &[grad])?;
-        let mut parts = vec![dx, None, None];
-        if need[1] || need[2] {
-            let dgh = self.b.add(Op::Slice { axis: 2, start: gw, len: gw }, &[grad])?;
-            parts[2] = Some(dgh);
-            if need[1] {
-                // The state each step started from: the previous step's `h` (zero first).
-                let mut h = hs;
-                if spec.cell.states() > 1 {
-                    h = self.b.add(Op::Slice { axis: 2, start: 0, len: spec.hidden }, &[h])?;
+        // A recurrence with its own `h0` is already a chunk (and is never chunked again).
+        if let Some(k) = self.rnn_chunk.filter(|&k| k < t && !spec.init) {
+            return self.recurrence_chunked(spec, hs, ins, g, need, k);
+        }
+        let h0 = ins.get(3).copied();
+        let r = self.bptt(spec, [ins[0], ins[1], ins[2]], hs, g, h0, need[0], need[1] || need[2], need[1])?;
+        let mut parts = vec![r.dx, r.dw, r.dgh.filter(|_| need[2])];
+        if h0.is_some() {
+            parts.push(r.dh0.filter(|_| need[3]));
+        }
+        Ok(parts)
+    }
+
+    /// Chunked back-propagation through time, last chunk (in step order) first. Chunk
+    /// `[s, e)` of the times recomputes its states with a `Recurrence` from the checkpoint (the
+    /// forward's state before its first step, `hs[s-1]`, or `hs[e]` reversed; none for the
+    /// first chunk), back-propagates `dhs[s..e]` plus the carry of the chunk after it (added
+    /// at its last step) and hands its `h0` gradient on as the next carry. `dW_hh` and `db_hh`
+    /// are sums over the chunks; `dxp` the concatenation of the chunks' `dx`, recorded as a
+    /// [`Split`] so the input projection's weight and bias gradients run chunk by chunk too.
+    fn recurrence_chunked(
+        &mut self,
+        spec: RnnSpec,
+        hs: Value,
+        ins: &[Value],
+        g: Value,
+        need: &[bool],
+        k: usize,
+    ) -> Result<Vec<Option<Value>>, String> {
+        let (xp, w, bias) = (ins[0], ins[1], ins[2]);
+        let t = self.fixed_extent(xp, 1)?;
+        let sw = spec.cell.states() * spec.hidden;
+        let batch = self.ty(hs).shape.0[0];
+        let mut chunks: Vec<(usize, usize)> = (0..t).step_by(k).map(|s| (s, (s + k).min(t))).collect();
+        if !spec.reverse {
+            chunks.reverse();
+        }
+        let (mut carry, mut dw, mut db) = (None, None, None);
+        let mut dxs = Vec::new();
+        for (s, e) in chunks {
+            let len = e - s;
+            let first = if spec.reverse { e == t } else { s == 0 };
+            let h0 = if first {
+                None
+            } else {
+                let at = if spec.reverse { e } else { s - 1 };
+                let h = self.b.add(Op::Slice { axis: 1, start: at, len: 1 }, &[hs])?;
+                Some(self.b.reshape(h, Shape(vec![batch, Dim::Fixed(sw)]))?)
+            };
+            let xc = self.time_slice(xp, s, len, PROJECTION_DEPTH)?;
+            let mut operands = vec![xc, w, bias];
+            operands.extend(h0);
+            let chunk_spec = RnnSpec { init: h0.is_some(), ..spec };
+            let hc = self.b.add(Op::Recurrence { spec: chunk_spec }, &operands)?;
+            self.recomputed.push(hc);
+            let dhs = self.time_chunk(g, s, len)?;
+            let carried = match carry {
+                Some(c) => {
+                    let c = self.b.reshape(c, Shape(vec![batch, Dim::Fixed(1), Dim::Fixed(sw)]))?;
+                    let before = if spec.reverse { 0 } else { len - 1 };
+                    Some(self.b.add(Op::Pad { axis: 1, before, after: len - 1 - before }, &[c])?)
                 }
-                let (before, after, start) = if spec.reverse { (0, 1, 1) } else { (1, 0, 0) };
-                let padded = self.b.add(Op::Pad { axis: 1, before, after }, &[h])?;
-                let prev = self.b.add(Op::Slice { axis: 1, start, len: t }, &[padded])?;
-                parts[1] = self
-                    .matmul([false, true], [false, false], false, prev, ins[1], dgh, &[false, true])?
+                None => None,
+            };
+            let dhc = match (dhs, carried) {
+                (Some(d), Some(c)) => self.b.add2(d, c)?,
+                (Some(d), None) => d,
+                (None, Some(c)) => c,
+                (None, None) => self.zeros(TensorType::new(
+                    DType::C64,
+                    Shape(vec![batch, Dim::Fixed(len), Dim::Fixed(sw)]),
+                ))?,
+            };
+            let r = self.bptt(spec, [xc, w, bias], hc, dhc, h0, need[0], need[1] || need[2], need[1])?;
+            carry = r.dh0;
+            if let Some(dx) = r.dx {
+                dxs.push((s, dx));
+            }
+            if let Some(d) = r.dw {
+                dw = Some(match dw {
+                    Some(a) => self.b.add2(a, d)?,
+                    None => d,
+                });
+            }
+            if let (true, Some(dgh)) = (need[2], r.dgh) {
+                let d = self.fit(dgh, bias)?;
+                db = Some(match db {
+                    Some(a) => self.b.add2(a, d)?,
+                    None => d,
+                });
+            }
+        }
+        let dx = if dxs.is_empty() {
+            None
+        } else {
+            dxs.sort_by_key(|&(s, _)| s);
+            let pieces: Vec<Value> = dxs.iter().map(|&(_, v)| v).collect();
+            let whole = self.b.add(Op::Concat { axis: 1 }, &pieces)?;
+            self.splits.insert(whole, Split { axis: 1, pieces: dxs });
+            Some(whole)
+        };
+        Ok(vec![dx, dw, db])
+    }
+
+    /// `v[:, s..s + len]` of a forward `[B, T, ·]` value, recomputed from the same slice of its
+    /// operands where `v` is elementwise or a matmul whose rows are the time steps (the input
+    /// projection `x·W_ihᵀ + b_ih`), so that a chunk reads `[B, K, ·]` and the forward's whole
+    /// `[B, T, G·H]` projection dies with the forward recurrence. Operands broadcast over time
+    /// are read whole; anything else, or anything `depth` producers up, is sliced as it is.
+    fn time_slice(&mut self, v: Value, s: usize, len: usize, depth: usize) -> Result<Value, String> {
+        let node = self.b.graph.node(v).clone();
+        let rank = self.ty(v).shape.rank();
+        let recompute = depth > 0
+            && node.origin.role == Role::Forward
+            && rank == 3
+            && match node.op {
+                Op::Unary(_) | Op::Binary(_) => true,
+                Op::MatMul { trans: [false, _], sum_batch: false, .. } => {
+                    self.ty(node.inputs[0]).shape.rank() == 3 && self.ty(node.inputs[1]).shape.rank() == 2
+                }
+                _ => false,
+            };
+        if !recompute {
+            let slice = self.b.add(Op::Slice { axis: 1, start: s, len }, &[v])?;
+            self.recomputed.push(slice);
+            return Ok(slice);
+        }
+        let mut operands = Vec::with_capacity(node.inputs.len());
+        for (k, &x) in node.inputs.iter().enumerate() {
+            let ty = self.ty(x).shape.clone();
+            // A matmul's weight, or an operand broadcast over the time axis, is read whole.
+            let whole = (matches!(node.op, Op::MatMul { .. }) && k == 1)
+                || ty.rank() < rank
+                || ty.0[1] == Dim::Fixed(1);
+            operands.push(if whole { x } else { self.time_slice(x, s, len, depth - 1)? });
+        }
+        let c = self.b.add(node.op.clone(), &operands)?;
+        self.recomputed.push(c);
+        Ok(c)
+    }
+
+    /// Steps `s..s + len` of the state gradient `g` (`[B, T, S·H]`), `None` where they are all
+    /// zero. A gradient that is a zero padding along time (a `returns = last` slice's) is cut
+    /// from its unpadded part, so the padded `[B, T, S·H]` value is never stored.
+    fn time_chunk(&mut self, g: Value, s: usize, len: usize) -> Result<Option<Value>, String> {
+        let node = self.b.graph.node(g);
+        let Op::Pad { axis: 1, before, .. } = node.op else {
+            return Ok(Some(self.b.add(Op::Slice { axis: 1, start: s, len }, &[g])?));
+        };
+        let inner = node.inputs[0];
+        let n = self.fixed_extent(inner, 1)?;
+        let (lo, hi) = (s.max(before), (s + len).min(before + n));
+        if lo >= hi {
+            return Ok(None);
+        }
+        let mut part = inner;
+        if hi - lo < n {
+            part = self.b.add(Op::Slice { axis: 1, start: lo - before, len: hi - lo }, &[inner])?;
+        }
+        if hi - lo < len {
+            part = self.b.add(Op::Pad { axis: 1, before: lo - s, after: s + len - hi }, &[part])?;
+        }
+        Ok(Some(part))
+    }
+
+    /// One `RecurrenceGrad` over `hs = recurrence(xp, w_hh, b_hh, (h0))` with state gradient
+    /// `dhs`: `dxp` (when `need_x`), `dgh` (when `need_gh`), `dW_hh` (when `need_w`) and, with
+    /// an `h0`, its gradient (the state part of the last step's row, see `Op::RecurrenceGrad`).
+    #[allow(clippy::too_many_arguments)]
+    fn bptt(
+        &mut self,
+        spec: RnnSpec,
+        [xp, w, bias]: [Value; 3],
+        hs: Value,
+        dhs: Value,
+        h0: Option<Value>,
+        need_x: bool,
+        need_gh: bool,
+        need_w: bool,
+    ) -> Result<Bptt, String> {
+        let spec = RnnSpec { init: h0.is_some(), ..spec };
+        let (h, gw, sw) = (spec.hidden, spec.cell.gates() * spec.hidden, spec.cell.states() * spec.hidden);
+        let t = self.fixed_extent(xp, 1)?;
+        let mut operands = vec![xp, w, bias, hs, dhs];
+        operands.extend(h0);
+        let grad = self.b.add(Op::RecurrenceGrad { spec }, &operands)?;
+        let dx = self.maybe(need_x, Op::Slice { axis: 2, start: 0, len: gw }, &[grad])?;
+        let mut r = Bptt { dx, dgh: None, dw: None, dh0: None };
+        if need_gh || need_w {
+            let dgh = self.b.add(Op::Slice { axis: 2, start: gw, len: gw }, &[grad])?;
+            r.dgh = Some(dgh);
+            if need_w {
+                // The state each step started from: the previous step's `h` (zero, or `h0`,
+                // first).
+                let mut hh = hs;
+                if spec.cell.states() > 1 {
+                    hh = self.b.add(Op::Slice { axis: 2, start: 0, len: h }, &[hh])?;
+                }
+                let prev = match h0 {
+                    None => {
+                        let (before, after, start) = if spec.reverse { (0, 1, 1) } else { (1, 0, 0) };
+                        let padded = self.b.add(Op::Pad { axis: 1, before, after }, &[hh])?;
+                        self.b.add(Op::Slice { axis: 1, start, len: t }, &[padded])?
+                    }
+                    Some(h0) => {
+                        let batch = self.ty(h0).shape.0[0];
+                        let mut first =
+                            self.b.reshape(h0, Shape(vec![batch, Dim::Fixed(1), Dim::Fixed(sw)]))?;
+                        if spec.cell.states() > 1 {
+                            first = self.b.add(Op::Slice { axis: 2, start: 0, len: h }, &[first])?;
+                        }
+                        if t == 1 {
+                            first
+                        } else {
+                            let start = usize::from(spec.reverse);
+                            let rest = self.b.add(Op::Slice { axis: 1, start, len: t - 1 }, &[hh])?;
+                            let parts = if spec.reverse { [rest, first] } else { [first, rest] };
+                            self.b.add(Op::Concat { axis: 1 }, &parts)?
+                        }
+                    }
+                };
+                r.dw = self
+                    .matmul([false, true], [false, false], false, prev, w, dgh, &[false, true])?
                     .swap_remove(1);
             }
         }
-        Ok(parts)
+        if let Some(h0) = h0 {
+            let last = spec.time(t - 1, t);
+            let row = self.b.add(Op::Slice { axis: 1, start: last, len: 1 }, &[grad])?;
+            let d = self.b.add(Op::Slice { axis: 2, start: 2 * gw, len: sw }, &[row])?;
+            let shape = self.ty(h0).shape.clone();
+            r.dh0 = Some(self.b.reshape(d, shape)?);
+        }
+        Ok(r)
     }
 
     fn maybe(&mut self, needed: bool, op: Op, operands: &[Value]) -> Result<Option<Value>, String> {
@@ -652,8 +957,28 @@ impl Reverse<'_> {
         } else {
             self.maybe(true, mm([tb, true], [xor(!cb, ca), ca], sa), &[b, g])?
         };
+        let split = self.splits.get(&g).filter(|s| s.axis + 2 == self.ty(g).shape.rank()).cloned();
         let gb = if !need[1] {
             None
+        } else if let Some(split) = split.filter(|_| !sum_batch) {
+            // `g` is chunked along its rows, which `ḡ_B` contracts: one product per chunk with
+            // the matching rows of `A`, summed.
+            let rows = self.ty(a).shape.rank() - if ta { 1 } else { 2 };
+            let mut acc = None;
+            for (start, piece) in split.pieces {
+                let len = self.fixed_extent(piece, split.axis)?;
+                let ak = self.b.add(Op::Slice { axis: rows, start, len }, &[a])?;
+                let part = if !tb {
+                    self.b.add(mm([!ta, false], [xor(!ca, cb), cb], sb), &[ak, piece])?
+                } else {
+                    self.b.add(mm([true, ta], [cb, xor(!ca, cb)], sb), &[piece, ak])?
+                };
+                acc = Some(match acc {
+                    Some(x) => self.b.add2(x, part)?,
+                    None => part,
+                });
+            }
+            acc
         } else if !tb {
             self.maybe(true, mm([!ta, false], [xor(!ca, cb), cb], sb), &[a, g])?
         } else {

@@ -47,6 +47,9 @@ pub struct PipelineFacts {
     pub combines_materialized: usize,
     /// Values recomputed instead of stored (rematerialisation), with why.
     pub recomputed: Vec<(Value, String)>,
+    /// The chunk length of chunked back-propagation through time, when some recurrence's
+    /// backward runs in chunks (see `autodiff::run_chunked`).
+    pub rnn_chunk: Option<usize>,
 }
 
 impl PipelineFacts {

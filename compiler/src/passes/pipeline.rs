@@ -7,6 +7,10 @@
 //! and by the caller's trace hook (so `cvc emit --ir --after STEP` and the snapshot tests can
 //! print the IR after any step). Steps that do not apply (autodiff of an inference graph, the
 //! re-partition when remat placed no checkpoint) do not run and are not traced.
+//!
+//! Under a memory budget a training graph with recurrences whose plan does not fit is
+//! compiled again with their backward in chunks of `T/2`, `T/4`, … steps (at least
+//! [`MIN_RNN_CHUNK`]; see `autodiff::run_chunked`), keeping the first that fits.
 
 use super::fusion::{Fusion, GroupId};
 use super::memplan::ArenaPlan;
@@ -118,17 +122,56 @@ pub struct Options {
     pub memory_budget: Option<u64>,
     /// Fuse elementwise chains (`false`: one kernel per node, the baseline).
     pub fuse: bool,
+    /// Back-propagate recurrences of more than this many steps in chunks of it (checkpointed
+    /// states; see `autodiff::run_chunked`). `None`: whole, unless a memory budget needs chunks.
+    pub rnn_chunk: Option<usize>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { batch: 1, optimizer: Optimizer::default(), memory_budget: None, fuse: true }
+        Options {
+            batch: 1,
+            optimizer: Optimizer::default(),
+            memory_budget: None,
+            fuse: true,
+            rnn_chunk: None,
+        }
     }
 }
+
+/// The shortest recurrence chunk the planner tries under a memory budget: shorter chunks
+/// save little more memory (the checkpoints grow) and launch many more kernels.
+pub const MIN_RNN_CHUNK: usize = 16;
 
 /// Compiles a lowered graph into a [`Program`].
 pub fn compile(graph: Graph, opts: &Options) -> CompileResult<Program> {
     compile_traced(graph, opts, &mut |_, _| {})
+}
+
+/// The steps of the longest recurrence of `g` (0 without one).
+fn longest_recurrence(g: &Graph) -> usize {
+    g.nodes
+        .iter()
+        .filter(|(_, n)| matches!(n.op, Op::Recurrence { .. }))
+        .filter_map(|(_, n)| n.ty.shape.0.get(1).and_then(|d| d.fixed()))
+        .max()
+        .unwrap_or(0)
+}
+
+/// The chunk lengths to try for the recurrences of `g`, longest first: `⌈T/2⌉, ⌈T/4⌉, …` of
+/// the longest recurrence, down to [`MIN_RNN_CHUNK`]. Empty without recurrences.
+fn rnn_chunk_lengths(g: &Graph) -> Vec<usize> {
+    let longest = longest_recurrence(g);
+    let mut out = Vec::new();
+    let mut parts = 2;
+    while longest.div_ceil(parts) >= MIN_RNN_CHUNK && parts <= longest {
+        let k = longest.div_ceil(parts);
+        if out.last() != Some(&k) {
+            out.push(k);
+        }
+        parts *= 2;
+    }
+    out
 }
 
 /// The most bytes all of a program's values may take together at the planned batch (1 PiB):
@@ -277,10 +320,15 @@ impl State {
             .ok_or_else(|| CompileError::internal(format!("{} ran before schedule", step.name())))
     }
 
-    /// The groups that write a recomputed value (the ones a schedule defers).
+    /// The groups that write a recomputed value (the ones a schedule defers): remat's, which
+    /// include the ones before it, or before remat placed any, autodiff's per-chunk ones.
     fn deferred(&self, step: Step) -> CompileResult<Vec<GroupId>> {
         let f = self.fused(step)?;
-        Ok(self.checkpoints.as_deref().map(|c| schedule::groups_writing(f, c)).unwrap_or_default())
+        let values: Vec<Value> = match &self.checkpoints {
+            Some(c) => c.clone(),
+            None => self.facts.recomputed.iter().map(|&(v, _)| v).collect(),
+        };
+        Ok(schedule::groups_writing(f, &values))
     }
 }
 
@@ -291,7 +339,21 @@ fn run_step(step: Step, s: &mut State, opts: &Options) -> CompileResult<bool> {
         Step::Lower => {}
         Step::Cast => s.facts.casts = cast::run(&mut s.graph)?,
         Step::Autodiff | Step::Optimizer if !train => return Ok(false),
-        Step::Autodiff => s.facts.grads = autodiff::run(&mut s.graph)?.grads,
+        Step::Autodiff => {
+            // Reported only when some recurrence is longer than a chunk.
+            let chunked = opts.rnn_chunk.filter(|&k| longest_recurrence(&s.graph) > k);
+            let ad = autodiff::run_chunked(&mut s.graph, opts.rnn_chunk)?;
+            s.facts.grads = ad.grads;
+            s.facts.rnn_chunk = chunked;
+            let why = |g: &Graph, v: Value| {
+                format!(
+                    "{} {} recomputed per chunk of the recurrence backward",
+                    g.node(v).op.mnemonic(),
+                    g.node(v).origin.label
+                )
+            };
+            s.facts.recomputed.extend(ad.recomputed.into_iter().map(|v| (v, why(&s.graph, v))));
+        }
         Step::Optimizer => {
             optimizer::run(&mut s.graph, &s.facts.grads, &opts.optimizer)?;
         }
@@ -305,7 +367,10 @@ fn run_step(step: Step, s: &mut State, opts: &Options) -> CompileResult<bool> {
             s.facts.remap(&map)?;
         }
         Step::Fusion => s.fused = Some(fusion::run(&s.graph, opts.fuse, &mut s.facts)?),
-        Step::Schedule => s.order = Some(schedule::run(&s.graph, s.fused(step)?, opts.batch)?),
+        Step::Schedule => {
+            let deferred = s.deferred(step)?;
+            s.order = Some(schedule::order_with(&s.graph, s.fused(step)?, opts.batch, &deferred)?);
+        }
         Step::Siblings | Step::RematSiblings => {
             if step == Step::RematSiblings && s.checkpoints.is_none() {
                 return Ok(false);
@@ -340,7 +405,9 @@ fn run_step(step: Step, s: &mut State, opts: &Options) -> CompileResult<bool> {
 }
 
 /// Compiles like [`compile`], calling `trace(step, graph)` after every step that runs with the
-/// IR as that step left it (`step` is one of [`PASSES`]).
+/// IR as that step left it (`step` is one of [`PASSES`]). Under a memory budget that the plan
+/// misses, a training graph with recurrences is compiled with chunked back-propagation
+/// through time (see the module doc); the trace sees only the compilation that is returned.
 pub fn compile_traced(
     graph: Graph,
     opts: &Options,
@@ -350,6 +417,43 @@ pub fn compile_traced(
         return Err(CompileError::user("the batch size must be at least 1"));
     }
     check_batch_statistics(&graph, opts.batch)?;
+    let chosen = match opts.memory_budget {
+        Some(budget) if opts.rnn_chunk.is_none() && graph.mode == Mode::Train => {
+            choose_rnn_chunk(&graph, opts, budget)?
+        }
+        _ => None,
+    };
+    match chosen {
+        Some(k) => run_pipeline(graph, &Options { rnn_chunk: Some(k), ..opts.clone() }, trace),
+        None => run_pipeline(graph, opts, trace),
+    }
+}
+
+/// The recurrence chunk length to compile `graph` with under `budget`: `None` when the whole
+/// backward fits (or there is no recurrence), else the longest chunk whose plan fits. When
+/// none fits the graph compiles unchunked, as without recurrences: the caller reports that
+/// plan's size against the budget, as before chunking existed.
+fn choose_rnn_chunk(graph: &Graph, opts: &Options, budget: u64) -> CompileResult<Option<usize>> {
+    let lengths = rnn_chunk_lengths(graph);
+    if lengths.is_empty() {
+        return Ok(None);
+    }
+    let fits = |o: &Options| -> CompileResult<bool> {
+        Ok(run_pipeline(graph.clone(), o, &mut |_, _| {})?.plan.arena_bytes as u64 <= budget)
+    };
+    if fits(opts)? {
+        return Ok(None);
+    }
+    for k in lengths {
+        if fits(&Options { rnn_chunk: Some(k), ..opts.clone() })? {
+            return Ok(Some(k));
+        }
+    }
+    Ok(None)
+}
+
+/// Runs every step of [`STEPS`] on `graph` with `opts` as they are.
+fn run_pipeline(graph: Graph, opts: &Options, trace: &mut dyn FnMut(&str, &Graph)) -> CompileResult<Program> {
     let mut s = State {
         graph,
         facts: PipelineFacts::default(),

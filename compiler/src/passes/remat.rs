@@ -38,7 +38,8 @@ pub fn run(
     if g.mode != Mode::Train {
         return Ok(None);
     }
-    let mut deferred: Vec<Value> = Vec::new();
+    // Recomputations placed before (autodiff's, per chunk of a recurrence) stay deferred.
+    let mut deferred: Vec<Value> = facts.recomputed.iter().map(|&(v, _)| v).collect();
     let mut placed = false;
     let mut fused = fused.clone();
     let mut arena = memplan::plan_keeping(g, &fused, order, opts.batch, &facts.kept()).arena_bytes;

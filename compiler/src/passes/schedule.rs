@@ -3,7 +3,8 @@
 //! Greedy list scheduling: among the groups whose dependencies have run, take the one that
 //! frees the most bytes net of what it allocates (so an optimizer update runs as soon as its
 //! gradient is ready, and the gradient dies), ties broken by the fusion order. Groups marked
-//! as recomputations run only when a reader needs them. Besides data dependencies, every
+//! as recomputations (remat's checkpoints, the chunks of a recurrence's backward) run only
+//! when nothing else is ready and a reader at the end of their chain then can run. Besides data dependencies, every
 //! group that reads a parameter or state buffer runs before the `Assign` that overwrites it.
 //! The pipeline's next step, `siblings` ([`super::siblings::run`]), moves sums over the same
 //! data next to each other, so a back end can compute them in one pass.
@@ -148,21 +149,18 @@ pub fn order_with(
     let mut order = Vec::with_capacity(n);
     let mut done = vec![false; n];
     while !ready.is_empty() {
-        let wanted = |gi: GroupId, done: &[bool]| {
-            !is_deferred[gi]
-                || succs[gi]
-                    .iter()
-                    .any(|&s| !done[s] && deps[s].iter().all(|&p| p == gi || done[p] || is_deferred[p]))
-        };
+        let wanted = |gi: GroupId, done: &[bool]| wanted(gi, done, &is_deferred, &succs, &deps, WANT_DEPTH);
         let score = |gi: GroupId| -> i64 {
             let freed: i64 =
                 reads[gi].iter().filter(|&&b| remaining[b] == 1 && !pinned[b]).map(|&b| bytes(b)).sum();
             freed - allocates[gi]
         };
+        // A recomputation runs only when nothing else is ready.
+        let eager = ready.iter().any(|&gi| !is_deferred[gi]);
         let pick = ready
             .iter()
             .enumerate()
-            .filter(|(_, &gi)| wanted(gi, &done))
+            .filter(|(_, &gi)| if eager { !is_deferred[gi] } else { wanted(gi, &done) })
             .max_by_key(|(_, &gi)| (score(gi), std::cmp::Reverse(gi)))
             .or_else(|| ready.iter().enumerate().min_by_key(|(_, &gi)| gi))
             .map(|(i, _)| i);
@@ -187,6 +185,31 @@ pub fn order_with(
         ));
     }
     Ok(order)
+}
+
+/// How far [`wanted`] follows a chain of deferred groups (beyond it, a group counts as wanted).
+const WANT_DEPTH: usize = 8;
+
+/// Whether group `gi` may run now: it is not deferred, or it is and one of its successors
+/// could run right after it (its other producers done or deferred) and is itself wanted. So
+/// a chain of recomputations (a chunk's input projection, then the chunk's states) starts
+/// only when the reader at its end is otherwise ready.
+fn wanted(
+    gi: GroupId,
+    done: &[bool],
+    is_deferred: &[bool],
+    succs: &[Vec<GroupId>],
+    deps: &[Vec<GroupId>],
+    depth: usize,
+) -> bool {
+    if !is_deferred[gi] || depth == 0 {
+        return true;
+    }
+    succs[gi].iter().any(|&s| {
+        !done[s]
+            && deps[s].iter().all(|&p| p == gi || done[p] || is_deferred[p])
+            && wanted(s, done, is_deferred, succs, deps, depth - 1)
+    })
 }
 
 /// `flags[gi]`: whether group `gi` is one of `deferred`.

@@ -182,6 +182,7 @@ pub fn options(c: &Checked, batch: Option<usize>, budget: Option<u64>, fuse: boo
         optimizer: c.train.optimizer.clone(),
         memory_budget: budget.or(c.train.memory_budget),
         fuse,
+        rnn_chunk: None,
     }
 }
 
@@ -329,6 +330,7 @@ fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool, backend: &Back
                     "lower_bound_bytes": p.plan.lower_bound_bytes,
                     "backend": backend.describe(),
                     "recomputed_values": p.facts.recomputed.len(),
+                    "rnn_chunk": p.facts.rnn_chunk,
                     "capped_by_backend": capped.as_ref().map(|(b, why)| serde_json::json!({
                         "refused_batch": b,
                         "reason": why,
@@ -353,9 +355,17 @@ fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool, backend: &Back
                 // The batch fits only with the recomputation the planner adds under this
                 // budget: a run at that batch needs the same budget, or its plan is larger.
                 let recomputed = p.facts.recomputed.len();
-                if recomputed > 0 {
+                let how = match (recomputed, p.facts.rnn_chunk) {
+                    (0, None) => None,
+                    (n, None) => Some(format!("{n} values recomputed")),
+                    (0, Some(k)) => Some(format!("the recurrence backward in chunks of {k} steps")),
+                    (n, Some(k)) => Some(format!(
+                        "{n} values recomputed and the recurrence backward in chunks of {k} steps"
+                    )),
+                };
+                if let Some(how) = how {
                     print_out(&format!(
-                        "it fits with {recomputed} values recomputed: train it with `--batch {batch} --memory-budget {}`\n",
+                        "it fits with {how}: train it with `--batch {batch} --memory-budget {}`\n",
                         human_bytes(budget).replace(' ', "")
                     ))?;
                 }
@@ -430,6 +440,9 @@ pub fn brief(p: &Program, src: &str, model: &str) -> String {
         p.facts.combines_materialized,
         p.facts.recomputed.len()
     );
+    if let Some(k) = p.facts.rnn_chunk {
+        let _ = writeln!(s, "{}", chunk_line(k));
+    }
     let _ = writeln!(s, "\nmemory (batch {}):", plan.batch);
     let _ = writeln!(s, "  arena        {:>12}  ({})", human_bytes(plan.arena_bytes as u64), plan.heuristic);
     let _ = writeln!(
@@ -555,6 +568,9 @@ pub fn summary(p: &Program, src: &str, model: &str) -> String {
     }
     let _ = writeln!(s, "combines materialised: {}", p.facts.combines_materialized);
     let _ = writeln!(s, "recomputed: {} values", p.facts.recomputed.len());
+    if let Some(k) = p.facts.rnn_chunk {
+        let _ = writeln!(s, "{}", chunk_line(k));
+    }
     // One line per source layer: which values it recomputes instead of storing.
     let mut by_layer: Vec<(String, usize, Vec<String>)> = Vec::new();
     for (v, why) in &p.facts.recomputed {
@@ -683,10 +699,16 @@ pub fn json(p: &Program, src: &str) -> serde_json::Value {
         "casts": casts,
         "combines_materialized": p.facts.combines_materialized,
         "recomputed": recomputed,
+        "rnn_chunk": p.facts.rnn_chunk,
         "peak_step": plan.peak_step,
         "steps": plan.steps,
         "live_at_peak": live,
     })
+}
+
+/// The report line of chunked back-propagation through time in chunks of `k` steps.
+fn chunk_line(k: usize) -> String {
+    format!("recurrence backward in chunks of {k} steps (states recomputed from checkpoints)")
 }
 
 /// The CUDA kernels of a plan by index type: `(launches, 64-bit launches)` and the 64-bit

@@ -1,6 +1,8 @@
 //! Fused recurrences on the CPU: `Recurrence` (the cell applied step by step) and
 //! `RecurrenceGrad` (back-propagation through time, gates recomputed from the stored states),
-//! in f32 with complex values interleaved. A sample's steps are sequential; samples are split
+//! optionally from a given initial state `h0` (whose gradient the backward then writes into
+//! the last step's row, as `ir::Op::RecurrenceGrad` says), in f32 with complex values
+//! interleaved. A sample's steps are sequential; samples are split
 //! across the pool's threads, each with its own workspace, writing disjoint output rows.
 
 use super::pool::Pool;
@@ -56,6 +58,7 @@ struct Ptrs {
     bias: *const C,
     hs: *const C,
     dhs: *const C,
+    h0: *const C,
     out: *mut C,
 }
 
@@ -83,6 +86,7 @@ pub unsafe fn run(
         bias: at(Some(call.bias)),
         hs: at(call.hs),
         dhs: at(call.dhs),
+        h0: at(call.h0),
         out: base.add(call.out) as *mut C,
     };
     let h = call.spec.hidden;
@@ -143,6 +147,15 @@ fn gates(cell: RnnCell, h: usize, x: &[C], hid: &Hidden, prev: Option<&[C]>, gh:
     }
 }
 
+/// The initial state of sample `b` (`None`: zeros).
+///
+/// # Safety
+/// As [`run`].
+unsafe fn initial<'a>(call: &RecurrenceCall, p: &Ptrs, b: usize) -> Option<&'a [C]> {
+    let sw = call.spec.cell.states() * call.spec.hidden;
+    (!p.h0.is_null()).then(|| std::slice::from_raw_parts(p.h0.add(b * sw), sw))
+}
+
 /// The steps of sample `b`.
 ///
 /// # Safety
@@ -156,10 +169,11 @@ unsafe fn forward(call: &RecurrenceCall, p: &Ptrs, ws: *mut C, b: usize) {
     let out = std::slice::from_raw_parts_mut(p.out.add(b * t * sw), t * sw);
     let gh = std::slice::from_raw_parts_mut(ws, gw);
     let act = std::slice::from_raw_parts_mut(ws.add(gw), gw);
+    let h0 = initial(call, p, b);
     for s in 0..t {
         let tt = call.spec.time(s, t);
         let (prev, cur) = if s == 0 {
-            (None, &mut out[tt * sw..(tt + 1) * sw])
+            (h0, &mut out[tt * sw..(tt + 1) * sw])
         } else {
             let tp = call.spec.time(s - 1, t);
             // Rows `tp` and `tt` are adjacent and distinct.
@@ -207,14 +221,17 @@ unsafe fn backward(call: &RecurrenceCall, p: &Ptrs, ws: *mut C, b: usize) {
     let gh = std::slice::from_raw_parts_mut(ws, gw);
     let act = std::slice::from_raw_parts_mut(ws.add(gw), gw);
     let carry = std::slice::from_raw_parts_mut(ws.add(2 * gw), sw);
+    let h0 = initial(call, p, b);
     let last = call.spec.time(t - 1, t);
     out[last * width + 2 * gw..(last + 1) * width].copy_from_slice(&dhs[last * sw..(last + 1) * sw]);
     for s in (0..t).rev() {
         let tt = call.spec.time(s, t);
-        let prev = (s > 0).then(|| {
+        let prev = if s > 0 {
             let tp = call.spec.time(s - 1, t);
-            &hs[tp * sw..(tp + 1) * sw]
-        });
+            Some(&hs[tp * sw..(tp + 1) * sw])
+        } else {
+            h0
+        };
         gates(cell, h, &xp[tt * gw..(tt + 1) * gw], &Hidden { w, bias }, prev, gh, act);
         let row = &mut out[tt * width..(tt + 1) * width];
         let (d, dstate) = row.split_at_mut(2 * gw);
@@ -256,16 +273,21 @@ unsafe fn backward(call: &RecurrenceCall, p: &Ptrs, ws: *mut C, b: usize) {
                 }
             }
         }
-        if s > 0 {
+        if s > 0 || h0.is_some() {
             // The previous state's share of gh: conj(W_hh)ᵀ·dgh.
             for (i, dg) in dgh.iter().enumerate() {
                 for (c, wij) in carry[..h].iter_mut().zip(&w[i * h..(i + 1) * h]) {
                     *c = c.add(dg.mulc(*wij));
                 }
             }
-            let tp = call.spec.time(s - 1, t);
-            for k in 0..sw {
-                out[tp * width + 2 * gw + k] = dhs[tp * sw + k].add(carry[k]);
+            if s > 0 {
+                let tp = call.spec.time(s - 1, t);
+                for k in 0..sw {
+                    out[tp * width + 2 * gw + k] = dhs[tp * sw + k].add(carry[k]);
+                }
+            } else {
+                // h0's gradient, in the last step's row (its state gradient was read already).
+                out[last * width + 2 * gw..(last + 1) * width].copy_from_slice(&carry[..sw]);
             }
         }
     }

@@ -483,7 +483,7 @@ impl std::fmt::Display for CpuModule {
                     let opt = |o: Option<usize>| o.map_or("-".to_string(), |o| format!("@{o}"));
                     writeln!(
                         f,
-                        "{} {:?} [{}, {}, {}] reverse={}  xp@{} w@{} b@{} hs{} dhs{} -> @{}",
+                        "{} {:?} [{}, {}, {}] reverse={}  xp@{} w@{} b@{} hs{} dhs{}{} -> @{}",
                         if r.grad { "recurrence_grad" } else { "recurrence" },
                         r.spec.cell,
                         r.b,
@@ -495,6 +495,7 @@ impl std::fmt::Display for CpuModule {
                         r.bias,
                         opt(r.hs),
                         opt(r.dhs),
+                        r.h0.map_or(String::new(), |o| format!(" h0@{o}")),
                         r.out
                     )
                 }

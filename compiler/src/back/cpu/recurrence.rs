@@ -27,6 +27,8 @@ pub struct RecurrenceCall {
     pub hs: Option<usize>,
     /// Their gradient `[B, T, S·H]` (`grad` only).
     pub dhs: Option<usize>,
+    /// The initial state `[B, S·H]` (`spec.init` only; zeros without it).
+    pub h0: Option<usize>,
     /// The output.
     pub out: usize,
 }
@@ -60,6 +62,7 @@ pub(crate) fn recurrence(cx: &NodeCtx) -> CompileResult<RecurrenceCall> {
         bias: at(2)?,
         hs: if grad { Some(at(3)?) } else { None },
         dhs: if grad { Some(at(4)?) } else { None },
+        h0: if spec.init { Some(at(if grad { 5 } else { 3 })?) } else { None },
         out: cx.offset(cx.v)?,
     })
 }

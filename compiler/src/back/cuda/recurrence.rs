@@ -4,6 +4,8 @@
 //! thread owns hidden units `u ≡ threadIdx.x (mod blockDim.x)`: it forms the `G` rows of
 //! `gh = W_hh·h_prev + b_hh` for its units and applies the cell; the backward recomputes the
 //! gates from the stored states and carries `W_hhᴴ·dgh` to the previous step after a barrier.
+//! An initial state `h0` (chunked back-propagation through time) is a pointer operand, null
+//! when absent; its gradient is the first step's carry, written into the last step's row.
 
 use super::{Ctx, Kernel};
 use crate::error::CompileResult;
@@ -50,13 +52,14 @@ static __device__ __forceinline__ void rnn_gates(const float2* x, const float2* 
   }
 }
 template <int LSTM, int H, int T, int REV>
-static __device__ void rnn_fwd(const float2* __restrict__ xp, const float2* __restrict__ w, const float2* __restrict__ bias, float2* out) {
+static __device__ void rnn_fwd(const float2* __restrict__ xp, const float2* __restrict__ w, const float2* __restrict__ bias, const float2* h0, float2* out) {
   constexpr int G = LSTM ? 4 : 3, SW = (LSTM ? 2 : 1) * H;
   xp += (size_t)blockIdx.x * T * G * H;
   out += (size_t)blockIdx.x * T * SW;
+  if (h0) h0 += (size_t)blockIdx.x * SW;
   for (int s = 0; s < T; ++s) {
     const int t = REV ? T - 1 - s : s;
-    const float2* prev = s == 0 ? (const float2*)0 : out + (size_t)(REV ? t + 1 : t - 1) * SW;
+    const float2* prev = s == 0 ? h0 : out + (size_t)(REV ? t + 1 : t - 1) * SW;
     const float2* x = xp + (size_t)t * G * H;
     float2* o = out + (size_t)t * SW;
     for (int u = threadIdx.x; u < H; u += blockDim.x) {
@@ -77,21 +80,26 @@ static __device__ void rnn_fwd(const float2* __restrict__ xp, const float2* __re
   }
 }
 template <int LSTM, int H, int T, int REV>
-static __device__ void rnn_bwd(const float2* __restrict__ xp, const float2* __restrict__ w, const float2* __restrict__ bias, const float2* __restrict__ hs, const float2* __restrict__ dhs, float2* out) {
+static __device__ void rnn_bwd(const float2* __restrict__ xp, const float2* __restrict__ w, const float2* __restrict__ bias, const float2* __restrict__ hs, const float2* __restrict__ dhs, const float2* h0, float2* out) {
   constexpr int G = LSTM ? 4 : 3, GH = G * H, SW = (LSTM ? 2 : 1) * H, W = 2 * GH + SW;
+  const float2 zero = make_float2(0.0f, 0.0f);
   xp += (size_t)blockIdx.x * T * GH;
   hs += (size_t)blockIdx.x * T * SW;
   dhs += (size_t)blockIdx.x * T * SW;
   out += (size_t)blockIdx.x * T * W;
+  if (h0) h0 += (size_t)blockIdx.x * SW;
   const int last = REV ? 0 : T - 1;
   for (int k = threadIdx.x; k < SW; k += blockDim.x) out[(size_t)last * W + 2 * GH + k] = dhs[(size_t)last * SW + k];
   __syncthreads();
   for (int s = T - 1; s >= 0; --s) {
     const int t = REV ? T - 1 - s : s, tp = REV ? t + 1 : t - 1;
-    const float2* prev = s == 0 ? (const float2*)0 : hs + (size_t)tp * SW;
+    const float2* prev = s == 0 ? h0 : hs + (size_t)tp * SW;
+    // The carry's target: the previous step's row, or h0's gradient in the last step's row
+    // (read already), which receives no dhs.
+    const float2* dp = s == 0 ? (const float2*)0 : dhs + (size_t)tp * SW;
     const float2* x = xp + (size_t)t * GH;
     float2* o = out + (size_t)t * W;
-    float2* po = out + (size_t)tp * W;
+    float2* po = out + (size_t)(s == 0 ? last : tp) * W;
     for (int u = threadIdx.x; u < H; u += blockDim.x) {
       float2 a[4], ghn;
       rnn_gates<LSTM, H>(x, w, bias, prev, u, a, &ghn);
@@ -108,11 +116,11 @@ static __device__ void rnn_bwd(const float2* __restrict__ xp, const float2* __re
           o[GH + k * H + u] = p[k];
         }
         if (prev) {
-          po[2 * GH + u] = dhs[(size_t)tp * SW + u];
-          po[2 * GH + H + u] = rnn_add(dhs[(size_t)tp * SW + H + u], rnn_mulc(dc, a[1]));
+          po[2 * GH + u] = dp ? dp[u] : zero;
+          po[2 * GH + H + u] = rnn_add(dp ? dp[H + u] : zero, rnn_mulc(dc, a[1]));
         }
       } else {
-        const float2 hp = prev ? prev[u] : make_float2(0.0f, 0.0f);
+        const float2 hp = prev ? prev[u] : zero;
         const float2 dn = rnn_mulc(dh, make_float2(1.0f - a[1].x, -a[1].y));
         const float2 dz = rnn_mulc(dh, rnn_sub(hp, a[2]));
         const float2 dn_pre = rnn_dtanh(a[2], dn);
@@ -124,11 +132,11 @@ static __device__ void rnn_bwd(const float2* __restrict__ xp, const float2* __re
         o[GH + u] = dr_pre;
         o[GH + H + u] = dz_pre;
         o[GH + 2 * H + u] = rnn_mulc(dn_pre, a[0]);
-        if (prev) po[2 * GH + u] = rnn_add(dhs[(size_t)tp * SW + u], rnn_mulc(dh, a[1]));
+        if (prev) po[2 * GH + u] = rnn_add(dp ? dp[u] : zero, rnn_mulc(dh, a[1]));
       }
     }
     __syncthreads();
-    if (s > 0) {
+    if (prev) {
       // The previous state's share of gh: conj(W_hh)^T . dgh.
       for (int u = threadIdx.x; u < H; u += blockDim.x) {
         float2 acc = make_float2(0.0f, 0.0f);
@@ -156,7 +164,9 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
         other => return Err(internal!("{v}: {} is not a recurrence", other.mnemonic())),
     };
     let ins = &node.inputs;
-    if ins.len() != if grad { 5 } else { 3 } || ins.iter().any(|&x| ctx.dtype(x) != DType::C64) {
+    if ins.len() != if grad { spec.grad_operands() } else { spec.forward_operands() }
+        || ins.iter().any(|&x| ctx.dtype(x) != DType::C64)
+    {
         return Err(internal!("{v}: malformed {} operands", node.op.mnemonic()));
     }
     let [b, t, _] = ctx.shape(ins[0])[..] else {
@@ -179,10 +189,22 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
     let lstm = u8::from(spec.cell == RnnCell::Lstm);
     let tpl = format!("{lstm}, {}, {t}, {}", spec.hidden, u8::from(spec.reverse));
     let p = |i: usize| ctx.ptr(ins[i]);
+    let h0 = match ins.get(if grad { 5 } else { 3 }) {
+        Some(&h0) => ctx.ptr(h0)?,
+        None => "(const float2*)0".to_string(),
+    };
     let call = if grad {
-        format!("rnn_bwd<{tpl}>({}, {}, {}, {}, {}, {});", p(0)?, p(1)?, p(2)?, p(3)?, p(4)?, ctx.ptr(v)?)
+        format!(
+            "rnn_bwd<{tpl}>({}, {}, {}, {}, {}, {h0}, {});",
+            p(0)?,
+            p(1)?,
+            p(2)?,
+            p(3)?,
+            p(4)?,
+            ctx.ptr(v)?
+        )
     } else {
-        format!("rnn_fwd<{tpl}>({}, {}, {}, {});", p(0)?, p(1)?, p(2)?, ctx.ptr(v)?)
+        format!("rnn_fwd<{tpl}>({}, {}, {}, {h0}, {});", p(0)?, p(1)?, p(2)?, ctx.ptr(v)?)
     };
     let block = block_of(spec.hidden);
     let code =

@@ -70,7 +70,7 @@ fn recurrent(ctx: &mut LowerCtx, site: &Site, x: &Operand, cell: RnnCell) -> Res
             let w_hh = ctx.param(site, &format!("weight_hh_{suffix}"), init(), c64(&[gw, hidden]));
             let b_ih = ctx.param(site, &format!("bias_ih_{suffix}"), init(), c64(&[gw]));
             let b_hh = ctx.param(site, &format!("bias_hh_{suffix}"), init(), c64(&[gw]));
-            let spec = RnnSpec { cell, hidden, reverse };
+            let spec = RnnSpec { cell, hidden, reverse, init: false };
             let b = &mut ctx.b;
             let h = (|| -> Result<Value, String> {
                 let mm = Op::MatMul { trans: [false, true], conj: [false, false], sum_batch: false };
