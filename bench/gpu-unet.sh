@@ -10,15 +10,16 @@
 #
 # Usage: bench/gpu-unet.sh [--batch N] [--size S] [--steps N] [--no-train] [--no-peers]
 #                          [--no-cvc] [--no-compile] [--peer-timeout SECONDS]
-#                          [--budget-fraction F]
-# --budget-fraction F adds a cvc run under --memory-budget F x the smallest peer peak.
+#                          [--budget-fraction F] [--budget SIZE] [--no-cvc-plain]
+# --budget-fraction F adds a cvc run under --memory-budget F x the smallest peer peak;
+# --budget SIZE one under --memory-budget SIZE; --no-cvc-plain skips cvc's run without one.
 # Logs go to $OUT (the device tool's output folder) or bench/out/unet.
 set -u
 cd "$(dirname "$0")/.."
 BIN=${CVC_GPU_BIN:-.gpu}
 LOG=${OUT:-bench/out}/unet
 mkdir -p "$LOG"
-TRAIN=1 PEERS=1 CVC=1 COMPILE=1 STEPS=20 BATCH=32 SIZE=64 PEER_TIMEOUT=1200 BUDGET_FRACTION=
+TRAIN=1 PEERS=1 CVC=1 COMPILE=1 STEPS=20 BATCH=32 SIZE=64 PEER_TIMEOUT=1200 BUDGET_FRACTION= BUDGET= PLAIN=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --batch) BATCH=$2; shift ;;
@@ -30,6 +31,8 @@ while [ $# -gt 0 ]; do
     --no-compile) COMPILE=0 ;;
     --peer-timeout) PEER_TIMEOUT=$2; shift ;;
     --budget-fraction) BUDGET_FRACTION=$2; shift ;;
+    --budget) BUDGET=$2; shift ;;
+    --no-cvc-plain) PLAIN=0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -83,7 +86,8 @@ print(json.dumps(r))
 PY
   tail -1 "$LOG/cvc.jsonl"
 }
-[ "$CVC" = 1 ] && run_cvc cvc_unet
+[ "$CVC" = 1 ] && [ "$PLAIN" = 1 ] && run_cvc cvc_unet
+[ -n "$BUDGET" ] && run_cvc "cvc_unet_budget_$BUDGET" --memory-budget "$BUDGET"
 
 if [ "$PEERS" = 1 ]; then
   common="--size $SIZE --batch $BATCH --steps $STEPS --precision fp32"

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 export CVC_GPU_BIN=.gpu
 S=${OUT:-/tmp}/summary.txt
 say() { tee -a "$S"; }
-( OUT=/tmp timeout 150 bash bench/gpu-gru.sh --batch 128 --length 4096 --hidden 32 --steps 10 --no-compile --peer-timeout 100 --budget "${2:-90MiB}" 2>&1 | tail -5 ) | say
+( OUT=/tmp timeout 150 bash bench/gpu-gru.sh --batch 128 --length 4096 --hidden 32 --steps 10 --no-compile --peer-timeout 100 --budget "${2:-100MiB}" 2>&1 | tail -5 ) | say
 grep -h -E "arena|chunk" /tmp/gru/plan_cvc_budget_*_b128_l4096_h32.txt 2>/dev/null | head -4 | say
 ( OUT=/tmp timeout 430 bash bench/gpu-unet.sh --batch "${1:-6144}" --steps 3 --no-train --no-compile --peer-timeout 150 --budget-fraction 0.38 2>&1 | tail -8 ) | say
 grep -h -E "arena|recomputed" /tmp/unet/*.plan 2>/dev/null | head -6 | say

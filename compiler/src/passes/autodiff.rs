@@ -950,14 +950,26 @@ impl Reverse<'_> {
         let sa = !sum_batch && a2 && !b2;
         let sb = !sum_batch && b2 && !a2;
         let mm = |trans, conj, sum_batch| Op::MatMul { trans, conj, sum_batch };
+        let split = self.splits.get(&g).filter(|s| s.axis + 2 == self.ty(g).shape.rank()).cloned();
         let ga = if !need[0] {
             None
+        } else if let Some(split) = split.clone().filter(|_| !ta && !sa && !sum_batch) {
+            // `g` is chunked along its rows, which are `ḡ_A`'s rows: one product per chunk,
+            // concatenated (and recorded as chunked again), so the whole `g` is never read.
+            let op = mm([false, !tb], [ca, xor(!cb, ca)], sa);
+            let mut pieces = Vec::new();
+            for &(start, piece) in &split.pieces {
+                pieces.push((start, self.b.add(op.clone(), &[piece, b])?));
+            }
+            let parts: Vec<Value> = pieces.iter().map(|&(_, v)| v).collect();
+            let whole = self.b.add(Op::Concat { axis: split.axis }, &parts)?;
+            self.splits.insert(whole, Split { axis: split.axis, pieces });
+            Some(whole)
         } else if !ta {
             self.maybe(true, mm([false, !tb], [ca, xor(!cb, ca)], sa), &[g, b])?
         } else {
             self.maybe(true, mm([tb, true], [xor(!cb, ca), ca], sa), &[b, g])?
         };
-        let split = self.splits.get(&g).filter(|s| s.axis + 2 == self.ty(g).shape.rank()).cloned();
         let gb = if !need[1] {
             None
         } else if let Some(split) = split.filter(|_| !sum_batch) {
