@@ -172,6 +172,37 @@ fn a_long_gru_plans_within_the_budget_by_chunking() {
     assert!(tight.plan.arena_bytes as u64 <= budget, "{} > {budget}", tight.plan.arena_bytes);
 }
 
+/// With a trainable layer before a chunked recurrence, the gradient of its input is formed
+/// chunk by chunk too: no backward value spans all `T` steps of the gate width `G·H` (the
+/// concatenation of the chunks' `dxp` is never read).
+#[test]
+fn a_chunked_recurrence_after_a_layer_keeps_no_whole_sequence_gradient() {
+    let src = "model Front {
+    input x:     c64[B, 512, 2]
+    input label: class[B] of 5
+    state = x |> linear(8) |> gru(32, returns = last)
+    logits = state |> linear(5) |> abs
+    output logits
+    loss cross_entropy(logits, label)
+}";
+    let checked = check_source("front.cvnn", src, Mode::Train).expect("checks");
+    let opts = Options { batch: 4, rnn_chunk: Some(64), ..Options::default() };
+    let p = compile(checked.graph, &opts).expect("compiles");
+    assert_eq!(p.facts.rnn_chunk, Some(64));
+    let whole: Vec<String> = p
+        .graph
+        .nodes
+        .iter()
+        .filter(|(_, n)| n.origin.role == Role::Backward)
+        .filter(|(_, n)| {
+            let d = &n.ty.shape.0;
+            d.len() == 3 && d[1].fixed() == Some(512) && d[2].fixed() == Some(96)
+        })
+        .map(|(h, n)| format!("{h} {} {}", n.op.mnemonic(), n.origin.label))
+        .collect();
+    assert!(whole.is_empty(), "whole-sequence gradients: {whole:?}");
+}
+
 /// The text form carries `init=true` (printed only when set) and reads it back: a chunked
 /// graph prints, parses and prints the same; a recurrence with `init=true` but no `h0`, or
 /// with an `h0` of the wrong width, is refused with the reason.

@@ -3,14 +3,12 @@
 //! Cheap values (normalise, activation, pooling prologues, casts) are already recomputed by
 //! the fusion pass, which inlines them into every kernel that reads them instead of storing
 //! them. With a memory budget this pass goes further: while the plan does not fit, it takes
-//! the largest stored contraction or concatenation output that the backward pass reads
-//! (a concatenation copies values the graph stores anyway, so its recomputation is one copy
-//! kernel), clones its producer right before its first backward reader, and keeps the clone
-//! when the arena shrinks. The schedule runs a clone only when a reader needs it, so the
-//! original dies after the forward pass. Each trial is measured with a fresh partition,
-//! schedule and memory plan; after the pass, the pipeline runs those as steps of their own
-//! (`remat.fusion`, `remat.schedule`, `remat.siblings`) on the graph with the checkpoints
-//! kept.
+//! the largest stored contraction output that the backward pass reads, clones the
+//! contraction right before its first backward reader, and keeps the clone when the arena
+//! shrinks. The schedule runs a clone only when a reader needs it, so the original dies
+//! after the forward pass. Each trial is measured with a fresh partition, schedule and memory
+//! plan; after the pass, the pipeline runs those as steps of their own (`remat.fusion`,
+//! `remat.schedule`, `remat.siblings`) on the graph with the checkpoints kept.
 
 use super::fusion::{self, Fusion, GroupId};
 use super::pipeline::Options;
@@ -91,16 +89,14 @@ fn replan(
     Ok((f, order))
 }
 
-/// The largest stored forward value read by the backward pass, not tried yet, among the
-/// contraction outputs and the concatenations (a U-Net's skip joins: a copy of values the
-/// graph keeps anyway, so recomputing it costs one copy kernel).
+/// The largest stored forward contraction output read by the backward pass, not tried yet.
 fn candidate(g: &Graph, fused: &Fusion, batch: usize, tried: &[String]) -> Option<Value> {
     let users = g.users();
     let mat = fused.materialized(g);
     g.nodes
         .iter()
         .filter(|(h, n)| {
-            (n.op.is_contraction() || matches!(n.op, Op::Concat { .. }))
+            n.op.is_contraction()
                 && n.origin.role == Role::Forward
                 && mat[h.index()]
                 && !backward_readers(g, &users, *h).1.is_empty()
