@@ -62,4 +62,43 @@ pub enum Precision {
     Fp32,
     /// TF32 tensor cores for contractions.
     Tf32,
+    /// Activations, their gradients and saved forward values stored as bfloat16 (complex: a
+    /// pair), computed in f32; contractions on tensor cores with f32 accumulation; parameters,
+    /// their gradients, optimizer state and reductions in f32.
+    Bf16,
+    /// As [`Precision::Bf16`] with IEEE half floats, and dynamic loss scaling (skipped steps
+    /// are reported).
+    Fp16,
+}
+
+impl Precision {
+    /// Every precision, in the order the docs list them.
+    pub const ALL: [Precision; 4] = [Precision::Fp32, Precision::Tf32, Precision::Bf16, Precision::Fp16];
+    /// The train section's spelling (`fp32`, `tf32`, `bf16`, `fp16`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Tf32 => "tf32",
+            Precision::Bf16 => "bf16",
+            Precision::Fp16 => "fp16",
+        }
+    }
+    /// The precision spelled `name`.
+    pub fn from_name(name: &str) -> Option<Precision> {
+        Precision::ALL.into_iter().find(|p| p.name() == name)
+    }
+    /// How activations are stored on the GPU under this precision.
+    pub fn storage(self) -> crate::ir::Storage {
+        match self {
+            Precision::Fp32 | Precision::Tf32 => crate::ir::Storage::Full,
+            Precision::Bf16 => crate::ir::Storage::Bf16,
+            Precision::Fp16 => crate::ir::Storage::F16,
+        }
+    }
+    /// Whether contractions run on tensor cores (TF32 `mma.sync` with f32 accumulation: a
+    /// bf16 or fp16 operand widens to a TF32 number exactly, so the products are the ones a
+    /// 16-bit MMA would form).
+    pub fn tensor_cores(self) -> bool {
+        self != Precision::Fp32
+    }
 }

@@ -211,6 +211,7 @@ fn run_pass(h: &Header, mut g: Graph, src: &str) -> Result<String, String> {
                 memory_budget: h.memory_budget,
                 fuse: true,
                 rnn_chunk: None,
+                ..Options::default()
             };
             let mut facts = PipelineFacts { grads: h.grads.clone(), ..PipelineFacts::default() };
             // `remat` and the re-plan steps after it (`remat.fusion`, `remat.schedule`,
@@ -338,6 +339,7 @@ fn printed_ir_of_every_fixture_reads_back() {
                 memory_budget: None,
                 fuse: true,
                 rnn_chunk: None,
+                ..Options::default()
             };
             let mut failures = Vec::new();
             compile_traced(checked.graph.clone(), &opts, &mut |pass, g| {

@@ -22,6 +22,7 @@ fn traced(mode: Mode, budget: Option<u64>) -> (Vec<String>, cvc_compiler::passes
         memory_budget: budget,
         fuse: true,
         rnn_chunk: None,
+        ..Options::default()
     };
     let mut names = Vec::new();
     let p =

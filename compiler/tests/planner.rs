@@ -263,7 +263,7 @@ proptest! {
     ) {
         let g = random_graph(&ops);
         let optimizer = optimizer_choice(opt);
-        let opts = Options { batch, fuse, memory_budget: budget, optimizer, rnn_chunk: None };
+        let opts = Options { batch, fuse, memory_budget: budget, optimizer, rnn_chunk: None, ..Options::default() };
         let p = compile(g, &opts).map_err(|e| TestCaseError::fail(e.to_string()))?;
         schedule::validate(&p.graph, &fusion::Fusion { groups: p.groups.clone(), recomputed: vec![] }, &p.order)
             .map_err(TestCaseError::fail)?;
@@ -448,6 +448,7 @@ fn budget_checkpoints_the_seed_network() {
         memory_budget: None,
         fuse: true,
         rnn_chunk: None,
+        ..Options::default()
     };
     let free = compile(checked.graph.clone(), &opts).expect("compiles");
     let budget = 3 * free.plan.arena_bytes as u64 / 4;
@@ -496,6 +497,7 @@ fn seed_cnn_plan_meets_targets() {
         memory_budget: None,
         fuse: true,
         rnn_chunk: None,
+        ..Options::default()
     };
     let p = compile(checked.graph, &opts).expect("compiles");
     let gib = 1u64 << 30;
@@ -688,6 +690,7 @@ fn every_network_plans_soundly() {
                 memory_budget: budget,
                 fuse,
                 rnn_chunk: None,
+                ..Options::default()
             };
             let p = compile(checked.graph.clone(), &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
             check_written_before_read(&p)
@@ -795,6 +798,7 @@ fn attention_memory_is_linear_in_tokens() {
             memory_budget: None,
             fuse: true,
             rnn_chunk: None,
+            ..Options::default()
         };
         let p = compile(checked.graph, &opts).expect("compiles");
         check_written_before_read(&p).expect("sound plan");

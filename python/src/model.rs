@@ -49,11 +49,9 @@ fn device_of(name: &str) -> PyResult<Device> {
 }
 
 fn precision_of(name: &str) -> PyResult<Precision> {
-    match name {
-        "fp32" => Ok(Precision::Fp32),
-        "tf32" => Ok(Precision::Tf32),
-        other => Err(bad_argument(format!("precision={other:?}: expected \"fp32\" or \"tf32\""))),
-    }
+    Precision::from_name(name).ok_or_else(|| {
+        bad_argument(format!("precision={name:?}: expected \"fp32\", \"tf32\", \"bf16\" or \"fp16\""))
+    })
 }
 
 fn shape_list(py: Python<'_>, shape: &cvc_compiler::ir::Shape) -> PyResult<Py<PyAny>> {
@@ -169,7 +167,8 @@ impl PyModel {
 
     /// A session: parameters initialised from the `train` section's seed, on `device`
     /// (`"auto"`: CUDA when usable, else the CPU), with training steps of `batch` rows.
-    /// `precision`: `"fp32"` or `"tf32"` (GPU contractions). Unset arguments come from the
+    /// `precision`: `"fp32"`, `"tf32"` (GPU contractions), `"bf16"` or `"fp16"` (16-bit
+    /// activations on the GPU; the CPU computes in f32). Unset arguments come from the
     /// `train` section.
     #[pyo3(signature = (device = "auto", batch = None, precision = None, seed = None, memory_budget = None))]
     fn session(

@@ -1,8 +1,40 @@
 //! The interface every execution back end implements (CPU JIT, CUDA), and host tensors.
 
 use crate::numerics::NonFinite;
-use cvc_compiler::ir::{DType, Value};
+use cvc_compiler::ir::{DType, Storage, Value};
 use std::fmt;
+
+/// One 16-bit word (little-endian) of a buffer stored as `storage` (bf16 or fp16), widened to f32.
+pub fn widen_half(word: [u8; 2], storage: Storage) -> f32 {
+    let bits = u16::from_le_bytes(word);
+    match storage {
+        Storage::Bf16 => half::bf16::from_bits(bits).to_f32(),
+        Storage::F16 => half::f16::from_bits(bits).to_f32(),
+        Storage::Full => f32::from(bits),
+    }
+}
+
+/// Bytes of a 16-bit buffer (`storage`) widened to little-endian f32 words, as a full-width
+/// buffer of the same values would hold them.
+pub fn widen_half_bytes(bytes: &[u8], storage: Storage) -> Vec<u8> {
+    bytes.chunks_exact(2).flat_map(|c| widen_half([c[0], c[1]], storage).to_le_bytes()).collect()
+}
+
+/// Little-endian f32 words rounded (to nearest even, as the GPU's stores do) to 16-bit words
+/// of `storage`.
+pub fn narrow_to_half(bytes: &[u8], storage: Storage) -> Vec<u8> {
+    bytes
+        .chunks_exact(4)
+        .flat_map(|c| {
+            let x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            match storage {
+                Storage::Bf16 => half::bf16::from_f32(x).to_bits(),
+                _ => half::f16::from_f32(x).to_bits(),
+            }
+            .to_le_bytes()
+        })
+        .collect()
+}
 
 /// Element storage of a host tensor: f32 (complex interleaved re, im) or i32 (labels, step).
 #[derive(Clone, Debug, PartialEq)]

@@ -35,6 +35,13 @@ pub struct EpochMetrics {
     pub planned_arena_bytes: usize,
     /// Measured peak bytes (CPU: peak resident set of the process; CUDA: device memory).
     pub measured_peak_bytes: Option<usize>,
+    /// Under dynamic loss scaling (`precision = fp16`): training steps skipped in this epoch
+    /// because a gradient overflowed (the update kept the old values).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped_steps: Option<u64>,
+    /// Under dynamic loss scaling: the loss scale at the epoch's end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f64>,
 }
 
 impl EpochMetrics {

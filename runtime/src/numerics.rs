@@ -15,6 +15,7 @@
 //! [`Backend::step`]: crate::backend::Backend::step
 
 use crate::backend::{HostData, HostTensor, RuntimeError};
+use cvc_compiler::ir::Storage;
 use cvc_compiler::ir::{DType, Dim, Graph, Op, Value};
 use cvc_compiler::passes::fusion::{GroupId, GroupKind};
 use cvc_compiler::passes::memplan::storage_root;
@@ -76,6 +77,8 @@ pub struct CheckedBuffer {
     pub bytes: usize,
     /// Whether elements are complex (two words each).
     pub complex: bool,
+    /// How the words are stored (f32, or bf16/fp16 under a 16-bit precision).
+    pub storage: Storage,
 }
 
 /// The f32/c64 buffers group `gid` writes, in the group's node order.
@@ -93,13 +96,14 @@ pub fn written_buffers(program: &Program, gid: GroupId) -> Vec<CheckedBuffer> {
                 return None;
             }
             let slot = program.plan.slot(storage_root(g, v))?;
-            let bytes = ty.bytes(program.plan.batch).min(slot.bytes);
+            let bytes = g.bytes(v, program.plan.batch).min(slot.bytes);
             Some(CheckedBuffer {
                 group: gid,
                 value: v,
                 offset: slot.offset,
                 bytes,
                 complex: ty.dtype == DType::C64,
+                storage: g.storage(v),
             })
         })
         .collect()
@@ -134,15 +138,27 @@ pub fn scan_plan(program: &Program, launch_groups: &[Option<GroupId>]) -> Vec<Ve
 
 /// The first word of `bytes` (little-endian f32s) that is NaN or infinite, with its value.
 pub fn first_non_finite(bytes: &[u8]) -> Option<(usize, f32)> {
-    bytes.chunks_exact(4).enumerate().find_map(|(i, c)| {
-        let x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        (!x.is_finite()).then_some((i, x))
-    })
+    first_non_finite_stored(bytes, Storage::Full)
+}
+
+/// The first word of `bytes`, stored as `storage` (f32, bf16 or fp16 words), that is NaN or
+/// infinite, with its value widened to f32.
+pub fn first_non_finite_stored(bytes: &[u8], storage: Storage) -> Option<(usize, f32)> {
+    match storage {
+        Storage::Full => bytes.chunks_exact(4).enumerate().find_map(|(i, c)| {
+            let x = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            (!x.is_finite()).then_some((i, x))
+        }),
+        Storage::Bf16 | Storage::F16 => bytes.chunks_exact(2).enumerate().find_map(|(i, c)| {
+            let x = crate::backend::widen_half([c[0], c[1]], storage);
+            (!x.is_finite()).then_some((i, x))
+        }),
+    }
 }
 
 /// Scans one buffer's bytes; a non-finite word becomes a [`NonFinite`] of its value.
 pub fn scan(buf: &CheckedBuffer, bytes: &[u8]) -> Option<NonFinite> {
-    first_non_finite(bytes).map(|(w, x)| NonFinite {
+    first_non_finite_stored(bytes, buf.storage).map(|(w, x)| NonFinite {
         group: buf.group,
         value: buf.value,
         element: if buf.complex { w / 2 } else { w },

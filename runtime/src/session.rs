@@ -22,7 +22,7 @@ use crate::numerics::{self, BadOperand, NonFinite, NumericsFinding};
 use cvc_compiler::config::Precision;
 use cvc_compiler::front::train::{DeviceChoice, TrainConfig};
 use cvc_compiler::init::{init_values, name_hash, SplitMix64};
-use cvc_compiler::ir::{DType, Graph, Mode, Value};
+use cvc_compiler::ir::{DType, Graph, Mode, Storage, Value};
 use cvc_compiler::passes::memplan::ArenaPlan;
 use cvc_compiler::passes::optimizer::LR;
 use cvc_compiler::passes::pipeline::{self, Options};
@@ -226,12 +226,29 @@ impl Model {
         batch: usize,
         memory_budget: Option<u64>,
     ) -> Result<Program, RuntimeError> {
+        self.compile_stored(mode, batch, memory_budget, Storage::Full)
+    }
+
+    /// Compiles like [`Model::compile`] with activations stored as `half` (the CUDA back end's
+    /// `precision = bf16 | fp16`; see [`cvc_compiler::ir::storage`]).
+    pub fn compile_stored(
+        &self,
+        mode: Mode,
+        batch: usize,
+        memory_budget: Option<u64>,
+        half: Storage,
+    ) -> Result<Program, RuntimeError> {
         let graph = match mode {
             Mode::Train => self.train_graph.clone(),
             Mode::Eval => self.eval_graph.clone(),
         };
-        let opts =
-            Options { batch, optimizer: self.config.optimizer.clone(), memory_budget, ..Options::default() };
+        let opts = Options {
+            batch,
+            optimizer: self.config.optimizer.clone(),
+            memory_budget,
+            half,
+            ..Options::default()
+        };
         let program = pipeline::compile(graph, &opts).map_err(|e| {
             RuntimeError(match &e {
                 cvc_compiler::CompileError::User { span: Some(_), .. } => {
@@ -396,6 +413,24 @@ pub fn resolve_device(request: Device) -> Result<(Device, Option<String>), Runti
     }
 }
 
+/// How activations are stored for `precision` on `device`: the precision's 16-bit format on
+/// CUDA; full width elsewhere, with the note saying so (the CPU back end computes in f32).
+pub fn storage_on(device: Device, precision: Precision) -> (Storage, Option<String>) {
+    let half = precision.storage();
+    match device {
+        Device::Cuda => (half, None),
+        _ if half.is_half() => (
+            Storage::Full,
+            Some(format!(
+                "precision {} applies on CUDA GPUs; the {} computes and stores in f32",
+                precision.name(),
+                if device == Device::Interp { "reference interpreter" } else { "CPU back end" }
+            )),
+        ),
+        _ => (Storage::Full, None),
+    }
+}
+
 fn backend_for(
     device: Device,
     program: &Program,
@@ -455,10 +490,15 @@ pub struct Session {
 impl Session {
     fn new(model: &Model, opts: &SessionOptions) -> Result<Session, RuntimeError> {
         let (device, note) = resolve_device(opts.device)?;
+        let (half, half_note) = storage_on(device, opts.precision);
+        let note = match (note, half_note) {
+            (Some(a), Some(b)) => Some(format!("{a}; {b}")),
+            (a, b) => a.or(b),
+        };
         // A model without a loss has no training step: its parameters live in an inference
         // program, so weights can still be loaded and `infer` run.
         let mode = if model.train_graph.loss.is_some() { Mode::Train } else { Mode::Eval };
-        let program = model.compile(mode, opts.batch, opts.memory_budget)?;
+        let program = model.compile_stored(mode, opts.batch, opts.memory_budget, half)?;
         let backend = backend_for(device, &program, opts.precision)?;
         let mut train = Exec { program, backend, synced: 0 };
         let counters = unassigned_counters(&train.program.graph);
@@ -719,6 +759,22 @@ impl Session {
         Ok(out)
     }
 
+    /// Dynamic loss scaling's state (`precision = fp16` on the GPU): the current loss scale and
+    /// the steps skipped so far for a non-finite gradient; `None` without loss scaling.
+    pub fn loss_scaling(&mut self) -> Result<Option<(f64, u64)>, RuntimeError> {
+        use cvc_compiler::passes::optimizer::{LOSS_SCALE, SKIPPED};
+        let g = &self.train.program.graph;
+        let (Some(scale), Some(skipped)) = (g.find_leaf(LOSS_SCALE), g.find_leaf(SKIPPED)) else {
+            return Ok(None);
+        };
+        let read = |be: &mut Box<dyn Backend>, v: Value| -> Result<f64, RuntimeError> {
+            Ok(be.download(v)?.f32s().first().copied().unwrap_or(f32::NAN) as f64)
+        };
+        let s = read(&mut self.train.backend, scale)?;
+        let k = read(&mut self.train.backend, skipped)?;
+        Ok(Some((s, k as u64)))
+    }
+
     /// Every parameter and state buffer, by leaf name, in arena order.
     pub fn state_tensors(&mut self) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
         let g = &self.train.program.graph;
@@ -814,7 +870,8 @@ impl Session {
         if let Some(i) = self.evals.iter().position(|e| e.program.plan.batch == batch) {
             return Ok(i);
         }
-        let program = self.model.compile(Mode::Eval, batch, self.memory_budget)?;
+        let (half, _) = storage_on(self.device, self.precision);
+        let program = self.model.compile_stored(Mode::Eval, batch, self.memory_budget, half)?;
         let backend = backend_for(self.device, &program, self.precision)?;
         self.evals.push(Exec { program, backend, synced: 0 });
         Ok(self.evals.len() - 1)

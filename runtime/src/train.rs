@@ -24,6 +24,7 @@ use crate::metrics::{self, Confusion, EpochMetrics};
 use crate::numerics::CheckNumerics;
 use crate::run_dir::{self, Reuse, RunDir};
 use crate::session::{Device, Model, Session, SessionOptions, StagedBatch, StepFailure};
+use cvc_compiler::config::Precision;
 use cvc_compiler::front::train::Schedule;
 use cvc_compiler::ir::DType;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -55,6 +56,8 @@ pub struct TrainOptions {
     pub verbose: bool,
     /// Which steps are checked for NaN and infinities (`--check-numerics`).
     pub check_numerics: CheckNumerics,
+    /// Numerics on the GPU (`precision`, `--precision`).
+    pub precision: Precision,
 }
 
 impl TrainOptions {
@@ -72,6 +75,7 @@ impl TrainOptions {
             overwrite: false,
             verbose: false,
             check_numerics: CheckNumerics::default(),
+            precision: c.precision,
         }
     }
 }
@@ -250,7 +254,7 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
         batch: opts.batch,
         seed: opts.seed,
         memory_budget: opts.memory_budget,
-        precision: cfg.precision,
+        precision: opts.precision,
     };
     // Before the session allocates an arena for the batch.
     let split = data::split(data.len, cfg.split, opts.seed);
@@ -295,6 +299,7 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
         session.set_lr(lr as f32)?;
         let order = data::epoch_order(&split.train, opts.seed, epoch);
         let bar = progress_bar(steps, epoch, opts.epochs, opts.verbose);
+        let skipped_before = session.loss_scaling()?.map(|(_, k)| k);
         let mut loss_sum = 0.0;
         let mut times = Vec::with_capacity(steps);
         let mut train_cm = classifier.as_ref().map(|c| c.confusion());
@@ -398,6 +403,16 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
             samples_per_s: (steps * opts.batch) as f64 / train_secs.max(1e-9),
             planned_arena_bytes: session.plan().arena_bytes,
             measured_peak_bytes: session.measured_peak_bytes(),
+            skipped_steps: None,
+            loss_scale: None,
+        };
+        let m = match session.loss_scaling()? {
+            Some((scale, skipped)) => EpochMetrics {
+                skipped_steps: Some(skipped - skipped_before.unwrap_or(0).min(skipped)),
+                loss_scale: Some(scale),
+                ..m
+            },
+            None => m,
         };
         // Higher accuracy is better; without one, lower validation (or training) loss.
         let score = m.val_acc.or(m.val_loss.map(|l| -l)).unwrap_or(-m.train_loss);
@@ -468,7 +483,7 @@ pub fn run_identity(model: &Model, data: &Dataset, opts: &TrainOptions) -> Vec<(
         json(&cfg.optimizer),
         json(&cfg.schedule),
         cfg.split,
-        json(&cfg.precision)
+        json(&opts.precision)
     );
     let mut parts: Vec<Vec<u8>> = Vec::new();
     for (name, t) in &data.arrays {
@@ -565,7 +580,10 @@ pub fn epoch_line(m: &EpochMetrics, epochs: usize) -> String {
         m.lr,
         m.step_ms,
         m.samples_per_s
-    )
+    ) + &match (m.skipped_steps, m.loss_scale) {
+        (Some(k), Some(s)) => format!("  loss scale {s:e} ({k} steps skipped)"),
+        _ => String::new(),
+    }
 }
 
 /// What a training run holds in host memory outside the training arena (label, bytes): the
@@ -649,10 +667,10 @@ pub fn memory_report(session: &Session, outside: &[(String, usize)]) -> String {
         .live_at_peak
         .iter()
         .map(|&v| {
-            let bytes = plan.slot(v).map(|sl| sl.bytes).unwrap_or_else(|| g.ty(v).bytes(plan.batch));
+            let bytes = plan.slot(v).map(|sl| sl.bytes).unwrap_or_else(|| g.bytes(v, plan.batch));
             let n = g.node(v);
             let line = model.line_of(g.span(v));
-            let ty = format!("{}{:?}", n.ty.dtype, n.ty.shape.resolve(plan.batch));
+            let ty = format!("{}{:?}", g.stored_name(v), n.ty.shape.resolve(plan.batch));
             (
                 bytes,
                 format!(

@@ -611,6 +611,7 @@ fn plan(c: &Checked) -> bool {
         memory_budget: None,
         fuse: true,
         rnn_chunk: None,
+        ..Options::default()
     };
     match compile(mode.graph.clone(), &opts) {
         Ok(mut p) => {

@@ -112,6 +112,16 @@ struct Example {
 }
 
 fn load(path: &Path, batch: usize, optimizer: Option<Optimizer>) -> Example {
+    load_stored(path, batch, optimizer, Default::default())
+}
+
+/// [`load`] with activations stored as `half` (`Precision::storage`).
+fn load_stored(
+    path: &Path,
+    batch: usize,
+    optimizer: Option<Optimizer>,
+    half: cvc_compiler::ir::Storage,
+) -> Example {
     let name = path.display().to_string();
     let src = std::fs::read_to_string(path).expect("readable example");
     let mut checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
@@ -121,7 +131,7 @@ fn load(path: &Path, batch: usize, optimizer: Option<Optimizer>) -> Example {
     }
     let classes = checked.inputs.iter().filter_map(|i| i.classes.map(|c| (i.name.clone(), c))).collect();
     let optimizer = optimizer.unwrap_or_else(|| checked.train.optimizer.clone());
-    let opts = Options { batch, optimizer, ..Options::default() };
+    let opts = Options { batch, optimizer, half, ..Options::default() };
     let program = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
     Example { name, program, classes }
 }
@@ -376,7 +386,8 @@ fn train_two_steps(path: &Path, rng: &mut SplitMix64) -> Vec<String> {
 
 /// The benchmark half of `bench/gpu.sh` (run with `--ignored`): `examples/seed_cnn.cvnn` at
 /// batch `CVC_BENCH_BATCH` (default 1024), data resident on the device as the peers keep it,
-/// 3 warm-up steps, then the median of `CVC_BENCH_STEPS` (default 20) synchronised steps.
+/// 3 warm-up steps, then the median of `CVC_BENCH_STEPS` (default 20) synchronised steps, in
+/// fp32, tf32, bf16 and fp16.
 /// Prints one JSON line (`mode`, `peak_mib`, `step_ms`, ...) and a per-kernel profile.
 #[test]
 #[ignore = "benchmark: run by bench/gpu.sh on a GPU"]
@@ -389,9 +400,9 @@ fn bench_seed_cnn() {
     let steps = env("CVC_BENCH_STEPS", 20);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("root").to_path_buf();
     let mut rng = SplitMix64::new(seed_for("gpu::bench_seed_cnn"));
-    for precision in [Precision::Fp32, Precision::Tf32] {
+    for precision in Precision::ALL {
         let t = std::time::Instant::now();
-        let ex = load(&root.join("examples/seed_cnn.cvnn"), batch, None);
+        let ex = load_stored(&root.join("examples/seed_cnn.cvnn"), batch, None, precision.storage());
         let compile_s = t.elapsed().as_secs_f64();
         let g = &ex.program.graph;
         let session = Session::new(g, batch, 7);
@@ -432,7 +443,8 @@ fn bench_seed_cnn() {
             times[0],
             be.module().kernels.len(),
         );
-        if precision == Precision::Fp32 {
+        if matches!(precision, Precision::Fp32 | Precision::Bf16) {
+            eprintln!("{precision:?}:");
             let prof = be.profile_step().expect("profile");
             let total: f64 = prof.iter().map(|p| p.1).sum();
             let mut by_kind: HashMap<&str, (f64, usize)> = HashMap::new();
@@ -670,4 +682,171 @@ fn volume_layers_match_the_interpreter() {
             .collect();
     each_file(&files, forward_backward);
     each_file(&files, train_two_steps);
+}
+
+/// Unit roundoff of the format a precision rounds to: bf16 keeps 8 significant bits (2⁻⁸),
+/// fp16 and TF32 11 (2⁻¹¹), fp32 24.
+fn unit_roundoff(p: Precision) -> f64 {
+    match p {
+        Precision::Fp32 => 2f64.powi(-24),
+        Precision::Tf32 | Precision::Fp16 => 2f64.powi(-11),
+        Precision::Bf16 => 2f64.powi(-8),
+    }
+}
+
+/// Forward tolerance, in unit roundoffs: every stored activation (bf16, fp16) or contraction
+/// operand (TF32) is rounded once per layer, a relative error of `u` each, and a layer passes
+/// its input's error on about unchanged (norm-wise), so a network of a dozen layers sits
+/// within `~12 u`; 16 leaves room for the operand rounding of the tensor-core products.
+const FORWARD_ULPS: f64 = 16.0;
+/// Gradient tolerance, in unit roundoffs, on the whole step: `‖g − g*‖ / ‖g*‖` over every
+/// parameter's gradient together (the direction the optimizer moves in). The backward rounds
+/// the activation gradients as the forward rounds activations and reads the rounded forward
+/// values again (twice the forward's error), and a kink (ReLU, max-pool, magnitude) that flips
+/// under rounding moves a few elements by their whole size; 64. (One parameter's gradient on
+/// its own can be ill-conditioned: a batchnorm shift's gradient is a sum over the batch that
+/// nearly cancels, so its relative error is printed, not bounded.)
+const GRADIENT_ULPS: f64 = 64.0;
+
+/// One training step (SGD, lr 1) of every example and of the fixtures in TF32, bf16 and fp16
+/// on the GPU against the f64 interpreter from the same f32-rounded leaves: the outputs and
+/// the loss within [`FORWARD_ULPS`] unit roundoffs of the format (norm-wise relative error),
+/// and the step's gradient (every parameter's `p_old − p_new` at lr 1, together) within
+/// [`GRADIENT_ULPS`]. In bf16 the plan's arena is at most fp32's. fp16 programs carry
+/// dynamic loss scaling (the interpreter runs the same scaled graph). Files are limited to
+/// those whose path contains `CVC_PRECISION_FILES` when set.
+#[test]
+fn reduced_precision_matches_the_interpreter_within_the_formats_rounding() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let filter = std::env::var("CVC_PRECISION_FILES").unwrap_or_default();
+    let mut files = examples();
+    files.extend(cvnn_files("tests/fixtures/ok"));
+    files.retain(|p| p.to_string_lossy().contains(&filter));
+    let mut rng = SplitMix64::new(seed_for("gpu::reduced_precision"));
+    let mut failures = Vec::new();
+    for path in &files {
+        let name = path.display().to_string();
+        let src = std::fs::read_to_string(path).expect("readable .cvnn");
+        let mut checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+        if checked.graph.loss.is_none() {
+            checked = check_source(&name, &src, Mode::Eval).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+        }
+        let batch = batch_for(path);
+        let sgd = Optimizer {
+            kind: OptimizerKind::Sgd { momentum: 0.0, nesterov: false },
+            lr: 1.0,
+            weight_decay: 0.0,
+        };
+        let base = Options { batch, optimizer: sgd, ..Options::default() };
+        let g = &checked.graph;
+        let probe = compile(g.clone(), &base).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let named = cvc_tests::differential::random_leaves(&probe.graph, batch, &mut rng);
+        let named: HashMap<String, Tensor> = named
+            .into_iter()
+            .map(|(v, t)| (probe.graph.leaf_name(v).expect("leaf").to_string(), t))
+            .collect();
+        for precision in [Precision::Tf32, Precision::Bf16, Precision::Fp16] {
+            let opts = Options { half: precision.storage(), ..base.clone() };
+            let program = compile(g.clone(), &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let pg = &program.graph;
+            // (fp16 adds the loss-scale state and unscaled gradients: a tiny model's arena can
+            // grow by those few hundred bytes.)
+            if precision == Precision::Bf16 {
+                assert!(
+                    program.plan.arena_bytes <= probe.plan.arena_bytes,
+                    "{name} {precision:?}: arena grew"
+                );
+            }
+            // The same leaves by name; leaves only this program has (the loss-scale state)
+            // take their initial values.
+            let mut leaves = cvc_tests::differential::random_leaves(pg, batch, &mut SplitMix64::new(0));
+            for (v, t) in leaves.iter_mut() {
+                if let Some(x) = pg.leaf_name(*v).and_then(|n| named.get(n)) {
+                    *t = x.clone();
+                }
+            }
+            let want = match cvc_compiler::interp::evaluate(pg, batch, &leaves) {
+                Ok(w) => w,
+                Err(e) => panic!("{name}: interpreter: {e}"),
+            };
+            let mut be =
+                CudaBackend::new(&program, precision, &kernels()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            for (&v, t) in &leaves {
+                if program.plan.slot(v).is_some() {
+                    be.upload(v, &to_host(t)).unwrap_or_else(|e| panic!("{name}: upload: {}", e.0));
+                }
+            }
+            be.step().unwrap_or_else(|e| panic!("{name} {precision:?}: step: {}", e.0));
+            let u = unit_roundoff(precision);
+            let mut worst: (f64, String) = (0.0, String::new());
+            let mut ends: Vec<(String, Value)> =
+                pg.outputs.iter().map(|o| (o.name.clone(), o.value)).collect();
+            ends.extend(pg.loss.map(|l| ("loss".to_string(), l)));
+            for (what, v) in ends {
+                let (Some(w), true) = (want[v.index()].as_ref(), program.plan.slot(v).is_some()) else {
+                    continue;
+                };
+                if w.dtype() == DType::I32 {
+                    continue;
+                }
+                let got = from_host(&be.download(v).expect("download"));
+                let e = cvc_tests::differential::rel_err(&got, w);
+                if e.is_nan() || e > FORWARD_ULPS * u {
+                    failures.push(format!(
+                        "{name} {precision:?}: output {what}: {e:.2e} > {:.2e}",
+                        FORWARD_ULPS * u
+                    ));
+                }
+                if e > worst.0 {
+                    worst = (e, format!("output {what}"));
+                }
+            }
+            let (mut diff2, mut norm2, mut worst_param) = (0.0f64, 0.0f64, (0.0f64, String::new()));
+            for (assign, target) in pg.assigns() {
+                if !pg.is_param(target) || program.plan.slot(target).is_none() {
+                    continue;
+                }
+                let (Some(w), Some(old)) = (want[assign.index()].as_ref(), leaves.get(&target)) else {
+                    continue;
+                };
+                let got = from_host(&be.download(target).expect("download"));
+                let old = old.to_complex_vec();
+                let (gs, ws) = (got.to_complex_vec(), w.to_complex_vec());
+                let (mut d2, mut n2) = (0.0, 0.0);
+                for ((a, b), o) in gs.iter().zip(&ws).zip(&old) {
+                    d2 += (a - b).norm_sqr();
+                    n2 += (b - o).norm_sqr();
+                }
+                diff2 += d2;
+                norm2 += n2;
+                let e = if n2 > 0.0 { (d2 / n2).sqrt() } else { d2.sqrt() };
+                if e > worst_param.0 {
+                    worst_param = (e, pg.leaf_name(target).unwrap_or("?").to_string());
+                }
+            }
+            let grad_err = if norm2 > 0.0 { (diff2 / norm2).sqrt() } else { diff2.sqrt() };
+            if grad_err.is_nan() || grad_err > GRADIENT_ULPS * u {
+                failures.push(format!(
+                    "{name} {precision:?}: gradient {grad_err:.2e} > {:.2e}",
+                    GRADIENT_ULPS * u
+                ));
+            }
+            println!(
+                "{name} {precision:?}: {} values in 16 bits, arena {} vs fp32 {}; outputs worst {:.2e} ({:.1} u, {}); \
+                 gradient {grad_err:.2e} ({:.1} u); one parameter's worst {:.2e} ({})",
+                pg.nodes.handles().filter(|&v| pg.storage(v).is_half()).count(),
+                program.plan.arena_bytes,
+                probe.plan.arena_bytes,
+                worst.0,
+                worst.0 / u,
+                worst.1,
+                grad_err / u,
+                worst_param.0,
+                worst_param.1
+            );
+        }
+    }
+    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
 }

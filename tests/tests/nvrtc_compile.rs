@@ -198,6 +198,68 @@ fn tf32_kernels_compile_with_nvrtc_for_sm90() {
     eprintln!("{compiled} TF32 kernels compiled");
 }
 
+/// Under `precision = bf16 | fp16` every example and `ok` fixture (train and eval programs)
+/// stores its activations in 16 bits: the kernels that read or write them differ from the
+/// fp32 ones and compile to PTX. bf16 covers every file; fp16 (the same code with the other
+/// element types) the examples. Each program really has 16-bit buffers and its arena is
+/// smaller than the fp32 one.
+#[test]
+fn half_precision_kernels_compile_with_nvrtc_for_sm90() {
+    if !nvrtc_or_skip() {
+        return;
+    }
+    let mut compiled = 0;
+    for precision in [Precision::Bf16, Precision::Fp16] {
+        let mut seen = HashSet::new();
+        for path in cvnn_files() {
+            let example = path.parent().is_some_and(|d| d.ends_with("examples"));
+            if precision == Precision::Fp16 && !example {
+                continue;
+            }
+            let src = std::fs::read_to_string(&path).expect("readable .cvnn");
+            let name = path.display().to_string();
+            for mode in [Mode::Train, Mode::Eval] {
+                let checked = check_source(&name, &src, mode).unwrap_or_else(|d| panic!("{name}: {d:?}"));
+                if mode == Mode::Train && checked.graph.loss.is_none() {
+                    continue;
+                }
+                let opts = Options {
+                    batch: 3,
+                    optimizer: checked.train.optimizer.clone(),
+                    half: precision.storage(),
+                    ..Options::default()
+                };
+                let full =
+                    compile(checked.graph.clone(), &Options { half: Default::default(), ..opts.clone() })
+                        .unwrap_or_else(|e| panic!("{name}: {e}"));
+                let program = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+                let g = &program.graph;
+                let halves = g.nodes.handles().filter(|&v| g.storage(v).is_half()).count();
+                // (A fixture of views and outputs only may have no 16-bit value.)
+                assert!(
+                    halves > 0 || !example,
+                    "{name} ({mode:?}, {precision:?}): no value is stored in 16 bits"
+                );
+                // Tiny fixtures can round to the same aligned arena; the examples must shrink.
+                let (smaller, full_bytes) = (program.plan.arena_bytes, full.plan.arena_bytes);
+                assert!(
+                    smaller < full_bytes || (!example && smaller == full_bytes),
+                    "{name} ({mode:?}, {precision:?}): arena {smaller} is not below fp32's {full_bytes}"
+                );
+                let module = cuda::generate(&program, &CudaTarget::h200().with_precision(precision))
+                    .unwrap_or_else(|e| panic!("{name} ({precision:?}): {e}"));
+                compiled += compile_new_kernels(
+                    &format!("{name} ({mode:?}, {precision:?})"),
+                    &module,
+                    &mut seen,
+                    Output::Ptx,
+                );
+            }
+        }
+    }
+    eprintln!("{compiled} 16-bit kernels compiled");
+}
+
 /// The unfused baseline (one kernel per node) also compiles: every op's kernel on its own.
 #[test]
 fn unfused_kernels_compile_with_nvrtc() {

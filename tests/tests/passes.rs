@@ -36,6 +36,7 @@ fn compiled(path: &Path) -> (String, cvc_compiler::passes::Program) {
         memory_budget: None,
         fuse: true,
         rnn_chunk: None,
+        ..Options::default()
     };
     let mut program = compile(checked.graph.clone(), &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
     program.facts.set_lines(&src);

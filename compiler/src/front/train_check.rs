@@ -331,12 +331,20 @@ fn apply(
         }
         "precision" => {
             cfg.precision = match v {
-                TVal::Word(w) if w == "fp32" => Precision::Fp32,
-                TVal::Word(w) if w == "tf32" => Precision::Tf32,
-                TVal::Word(w) => return Err(unknown_choice("precision", w, &["fp32", "tf32"], span)),
+                TVal::Word(w) => match Precision::from_name(w) {
+                    Some(p) => p,
+                    None => {
+                        return Err(unknown_choice(
+                            "precision",
+                            w,
+                            &Precision::ALL.map(Precision::name),
+                            span,
+                        ))
+                    }
+                },
                 other => {
                     return Err(Diagnostic::error(
-                        format!("`precision` is `fp32` or `tf32`, got {}", describe(other)),
+                        format!("`precision` is `fp32`, `tf32`, `bf16` or `fp16`, got {}", describe(other)),
                         span,
                         "not a precision",
                     ))

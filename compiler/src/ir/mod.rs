@@ -16,6 +16,7 @@ pub mod builder;
 pub mod op;
 pub mod parse;
 pub mod print;
+pub mod storage;
 pub mod types;
 pub mod verify;
 
@@ -99,12 +100,22 @@ pub struct Graph {
     pub mode: Mode,
     /// The model's name.
     pub name: String,
+    /// The 16-bit format activations and their gradients are stored in ([`Storage::Full`]:
+    /// none); which values it applies to is [`storage::stored`]'s rule.
+    pub half: Storage,
 }
 
 impl Graph {
     /// An empty graph.
     pub fn new(name: &str, mode: Mode) -> Self {
-        Graph { nodes: Arena::new(), outputs: Vec::new(), loss: None, mode, name: name.into() }
+        Graph {
+            nodes: Arena::new(),
+            outputs: Vec::new(),
+            loss: None,
+            mode,
+            name: name.into(),
+            half: Storage::Full,
+        }
     }
     /// The node computing `v`.
     pub fn node(&self, v: Value) -> &Node {

@@ -36,6 +36,55 @@ impl DType {
     }
 }
 
+/// How the elements of a buffer are stored: in the value's own precision, or (activations and
+/// their gradients under `precision = bf16 | fp16`) as 16-bit floats, a complex value as a
+/// pair of them. Kernels compute in f32 whatever the storage: a load widens, a store rounds
+/// to nearest even.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub enum Storage {
+    /// The dtype's own width (f32, c64 as two f32, i32).
+    #[default]
+    Full,
+    /// bfloat16: f32's exponent range, 8 significant bits.
+    Bf16,
+    /// IEEE binary16: 5 exponent bits (largest finite 65504), 11 significant bits.
+    F16,
+}
+
+impl Storage {
+    /// Bytes per element of a `dtype` value stored this way (i32 is always full width).
+    pub fn elem_bytes(self, dtype: DType) -> usize {
+        match (self, dtype) {
+            (Storage::Full, _) | (_, DType::I32) => dtype.bytes(),
+            (_, DType::F32) => 2,
+            (_, DType::C64) => 4,
+        }
+    }
+    /// Whether elements are 16-bit floats.
+    pub fn is_half(self) -> bool {
+        self != Storage::Full
+    }
+    /// The stored element type's name: `f32`, `c64`, `i32`, `bf16`, `cbf16` (a pair of
+    /// bf16), `f16`, `cf16`.
+    pub fn stored_name(self, dtype: DType) -> &'static str {
+        match (self, dtype) {
+            (Storage::Full, d) | (_, d @ DType::I32) => d.name(),
+            (Storage::Bf16, DType::F32) => "bf16",
+            (Storage::Bf16, DType::C64) => "cbf16",
+            (Storage::F16, DType::F32) => "f16",
+            (Storage::F16, DType::C64) => "cf16",
+        }
+    }
+    /// Text form of the format (`full`, `bf16`, `fp16`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Storage::Full => "full",
+            Storage::Bf16 => "bf16",
+            Storage::F16 => "fp16",
+        }
+    }
+}
+
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())

@@ -108,7 +108,12 @@ fn sweep(
     };
     if active[loss.index()] {
         ad.at(loss);
-        let one = ad.b.scalar(1.0, 0);
+        // Under dynamic loss scaling (fp16) the backward starts from the scale, not from 1:
+        // every gradient is the scaled one, and the optimizer divides it back out.
+        let one = match ad.b.graph.find_leaf(super::optimizer::LOSS_SCALE) {
+            Some(scale) => scale,
+            None => ad.b.scalar(1.0, 0),
+        };
         let shape = ad.b.graph.ty(loss).shape.clone();
         let seed = ad.b.expand(one, shape)?;
         ad.contribs[loss.index()].push(seed);

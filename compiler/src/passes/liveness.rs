@@ -127,7 +127,7 @@ pub fn analyze_keeping(
     // Buffers: one per root, except in-place outputs joining an input's buffer.
     let mut buffer_of: Vec<Option<usize>> = vec![None; n];
     let mut intervals: Vec<LiveInterval> = Vec::new();
-    let bytes_of = |v: Value| align(g.ty(v).bytes(batch));
+    let bytes_of = |v: Value| align(g.bytes(v, batch));
     let new_buffer = |v: Value, intervals: &mut Vec<LiveInterval>, buffer_of: &mut Vec<Option<usize>>| {
         let (first, last) = range[v.index()].expect("materialised value has a range");
         buffer_of[v.index()] = Some(intervals.len());
@@ -204,11 +204,10 @@ fn in_place_donor(
             continue;
         }
         // Every read of that buffer in this kernel must be at the output's own index.
-        let same_index = k
-            .inputs
-            .iter()
-            .filter(|&&j| storage_root(g, j) == r)
-            .all(|&j| g.ty(j).shape == k.domain && g.ty(j).dtype.bytes() == g.ty(o).dtype.bytes());
+        let same_index = k.inputs.iter().filter(|&&j| storage_root(g, j) == r).all(|&j| {
+            g.ty(j).shape == k.domain
+                && g.storage(j).elem_bytes(g.ty(j).dtype) == g.storage(o).elem_bytes(g.ty(o).dtype)
+        });
         let Some(b) = buffer_of[r.index()] else { continue };
         if same_index && !claimed.contains(&b) {
             return Some(b);

@@ -76,19 +76,8 @@ pub fn align(bytes: usize) -> usize {
 }
 
 /// The buffer a value's memory belongs to: views resolve to their source, assigns to their target.
-pub fn storage_root(g: &Graph, mut v: Value) -> Value {
-    loop {
-        match g.node(v).op.class() {
-            OpClass::View | OpClass::Assign => v = g.node(v).inputs[0],
-            OpClass::Leaf
-            | OpClass::Elementwise
-            | OpClass::Reduce
-            | OpClass::Movement
-            | OpClass::Contraction
-            | OpClass::Attention
-            | OpClass::Recurrence => return v,
-        }
-    }
+pub fn storage_root(g: &Graph, v: Value) -> Value {
+    crate::ir::storage::buffer_root(g, v)
 }
 
 /// A plan with no reuse: every materialised buffer gets its own range. The baseline.
@@ -102,7 +91,7 @@ pub fn bump(g: &Graph, fusion: &Fusion, order: &[GroupId], batch: usize) -> Aren
         if !materialized[h.index()] || storage_root(g, h) != h {
             continue;
         }
-        let bytes = n.ty.bytes(batch);
+        let bytes = g.bytes(h, batch);
         slots[h.index()] = Some(Slot { offset, bytes });
         offset += align(bytes);
         if matches!(n.op, Op::Param { .. }) {
@@ -268,7 +257,7 @@ pub fn plan_keeping(
     let mut slots: Vec<Option<Slot>> = vec![None; g.nodes.len()];
     for h in g.nodes.handles() {
         if let Some(b) = live.buffer_of[h.index()] {
-            slots[h.index()] = Some(Slot { offset: best.offsets[b], bytes: g.ty(h).bytes(batch) });
+            slots[h.index()] = Some(Slot { offset: best.offsets[b], bytes: g.bytes(h, batch) });
         }
     }
     let mut param_bytes = 0;

@@ -6,6 +6,15 @@
 //! for the schedule); Adam's step count is the state scalar [`STEP`], incremented by an
 //! `Assign`, and its bias corrections `1 - βᵗ` are computed as `1 - exp(t·ln β)`.
 //!
+//! Under dynamic loss scaling (`precision = fp16`: [`add_loss_scale`] runs before autodiff,
+//! which then seeds the backward with the scale `S` instead of 1) the pass divides every
+//! gradient by `S` before the update, and guards the update as PyTorch's `GradScaler` does:
+//! when any gradient holds an infinity or NaN, every `Assign` of the update keeps its target's
+//! old value (the step is skipped: parameters, moments and Adam's step count unchanged), `S`
+//! halves and the skip counter [`SKIPPED`] grows; after [`GROWTH_INTERVAL`] finite steps in a
+//! row `S` doubles. All of it is graph state, so checkpoints carry it and the runtime only
+//! reads [`LOSS_SCALE`] and [`SKIPPED`] for its reports.
+//!
 //! Complex parameters follow PyTorch's `view_as_real` semantics: the second moment is kept
 //! per component, in a complex buffer whose re holds the average of `Re(g)²` and im that of
 //! `Im(g)²`, and the Adam step divides each component by its own denominator.
@@ -19,6 +28,31 @@ use cvc_grammar::Span;
 pub const LR: &str = "optimizer.lr";
 /// Name of Adam's step-count state scalar (f32 `[]`, 0 before the first step).
 pub const STEP: &str = "optimizer.t";
+
+/// Name of the loss-scale state scalar (f32 `[]`) of dynamic loss scaling.
+pub const LOSS_SCALE: &str = "amp.loss_scale";
+/// Name of the state scalar counting finite steps since the scale last changed.
+pub const GOOD_STEPS: &str = "amp.good_steps";
+/// Name of the state scalar counting skipped (non-finite) steps since training began.
+pub const SKIPPED: &str = "amp.skipped_steps";
+/// The first loss scale (PyTorch's `GradScaler(init_scale=2.0**16)`).
+pub const INIT_SCALE: f64 = 65536.0;
+/// Finite steps after which the scale doubles (PyTorch's `growth_interval`).
+pub const GROWTH_INTERVAL: f64 = 2000.0;
+
+/// Adds the loss-scale state leaf that turns on dynamic loss scaling: autodiff seeds the
+/// backward with it and [`run`] unscales and guards the update. A training graph only.
+pub fn add_loss_scale(g: &mut Graph) -> Value {
+    if let Some(v) = g.find_leaf(LOSS_SCALE) {
+        return v;
+    }
+    let mut b = Builder::new(g);
+    b.at(Span::default(), Role::State, LOSS_SCALE);
+    b.leaf(
+        Op::State { name: LOSS_SCALE.into(), init: Init::Constant(INIT_SCALE) },
+        TensorType::new(DType::F32, Shape::scalar()),
+    )
+}
 
 /// What the optimizer pass appended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,10 +78,17 @@ pub fn run(g: &mut Graph, grads: &[(Value, Value)], opt: &Optimizer) -> Result<O
             return Err(format!("optimizer: gradient {} does not match parameter {}", g.ty(dp), g.ty(p)));
         }
     }
-    let mut u = Update { b: Builder::new(g), facts: None };
+    let loss_scale = g.find_leaf(LOSS_SCALE);
+    let mut u = Update { b: Builder::new(g), facts: None, ok: None };
     u.b.at(Span::default(), Role::State, LR);
     let lr = u.state(LR, Init::Constant(opt.lr), TensorType::new(DType::F32, Shape::scalar()), None);
     u.facts = Some(OptimizerFacts { lr, step: None, states: vec![(None, lr)], assigns: Vec::new() });
+    let (grads, finite) = match loss_scale {
+        Some(scale) => u.unscale(grads, scale)?,
+        None => (grads.to_vec(), None),
+    };
+    u.ok = finite;
+    let grads = grads.as_slice();
     match opt.kind {
         OptimizerKind::Sgd { momentum, nesterov } => {
             for &(p, dp) in grads {
@@ -62,10 +103,17 @@ pub fn run(g: &mut Graph, grads: &[(Value, Value)], opt: &Optimizer) -> Result<O
             }
         }
     }
+    if let (Some(scale), Some(ok)) = (loss_scale, finite) {
+        u.ok = None;
+        u.scale_update(scale, ok)?;
+    }
     let facts = u.facts.take().ok_or("optimizer: facts missing")?;
     verify::verify(g).map_err(|e| format!("optimizer produced invalid IR: {e}"))?;
     Ok(facts)
 }
+
+/// `(parameter, gradient)` pairs.
+type Grads = Vec<(Value, Value)>;
 
 /// Adam's per-step values shared by every parameter.
 struct AdamShared {
@@ -90,6 +138,9 @@ struct AdamHyper {
 struct Update<'g> {
     b: Builder<'g>,
     facts: Option<OptimizerFacts>,
+    /// Under loss scaling, the flag (1: every gradient finite) that each update's `Assign` is
+    /// guarded by: `select(ok, new, old)`.
+    ok: Option<Value>,
 }
 
 impl Update<'_> {
@@ -114,11 +165,72 @@ impl Update<'_> {
     }
 
     fn assign(&mut self, target: Value, value: Value) -> Result<(), String> {
+        let value = match self.ok {
+            Some(ok) => self.b.add(Op::Select, &[ok, value, target])?,
+            None => value,
+        };
         let a = self.b.add(Op::Assign, &[target, value])?;
         if let Some(f) = &mut self.facts {
             f.assigns.push(a);
         }
         Ok(())
+    }
+
+    /// The gradients divided by the loss scale, and the flag `ok` (1 when every gradient is
+    /// finite, else 0): `Σ |g|²` over all of them is finite exactly then (an overflow of the
+    /// sum itself counts as non-finite, as it would overflow the update too), and `x − x` is 0
+    /// for a finite `x` and NaN otherwise.
+    fn unscale(&mut self, grads: &[(Value, Value)], scale: Value) -> Result<(Grads, Option<Value>), String> {
+        self.b.at(Span::default(), Role::Update, "update(loss scale)");
+        let inv = self.b.unary(UnaryOp::Recip, scale)?;
+        let mut total: Option<Value> = None;
+        let mut out = Vec::new();
+        for &(p, dp) in grads {
+            let rank = self.b.graph.ty(dp).shape.rank();
+            let sq = self.b.unary(UnaryOp::Abs2, dp)?;
+            let axes: Vec<usize> = (0..rank).collect();
+            let s = if rank == 0 { sq } else { self.b.sum(sq, &axes)? };
+            let s = self.b.reshape(s, Shape::scalar())?;
+            total = Some(match total {
+                Some(t) => self.b.add2(t, s)?,
+                None => s,
+            });
+            self.at_param(p);
+            out.push((p, self.b.mul(dp, inv)?));
+        }
+        let Some(total) = total else { return Ok((out, None)) };
+        self.b.at(Span::default(), Role::Update, "update(loss scale)");
+        let zero = self.b.sub(total, total)?;
+        let z = self.b.scalar(0.0, 0);
+        let ok = self.b.binary(BinaryOp::Equal, zero, z)?;
+        Ok((out, Some(ok)))
+    }
+
+    /// The scale's own update (halve on a skipped step, double after [`GROWTH_INTERVAL`]
+    /// finite ones in a row) and the skip counter.
+    fn scale_update(&mut self, scale: Value, ok: Value) -> Result<(), String> {
+        let scalar = TensorType::new(DType::F32, Shape::scalar());
+        self.b.at(Span::default(), Role::State, GOOD_STEPS);
+        let good = self.state(GOOD_STEPS, Init::Zeros, scalar.clone(), None);
+        self.b.at(Span::default(), Role::State, SKIPPED);
+        let skipped = self.state(SKIPPED, Init::Zeros, scalar, None);
+        self.b.at(Span::default(), Role::Update, "update(loss scale)");
+        let one = self.b.scalar(1.0, 0);
+        let good_next = self.b.add2(good, one)?;
+        let interval = self.b.scalar(GROWTH_INTERVAL, 0);
+        let grow = self.b.binary(BinaryOp::Equal, good_next, interval)?;
+        let doubled = self.b.scale(scale, 2.0)?;
+        let halved = self.b.scale(scale, 0.5)?;
+        let grown = self.b.add(Op::Select, &[grow, doubled, scale])?;
+        let scale_new = self.b.add(Op::Select, &[ok, grown, halved])?;
+        let zero = self.b.scalar(0.0, 0);
+        let good_kept = self.b.add(Op::Select, &[grow, zero, good_next])?;
+        let good_new = self.b.add(Op::Select, &[ok, good_kept, zero])?;
+        let one_minus_ok = self.b.sub(one, ok)?;
+        let skipped_new = self.b.add2(skipped, one_minus_ok)?;
+        self.assign(scale, scale_new)?;
+        self.assign(good, good_new)?;
+        self.assign(skipped, skipped_new)
     }
 
     /// `a + c·b` for a constant `c`.

@@ -125,6 +125,12 @@ pub struct Options {
     /// Back-propagate recurrences of more than this many steps in chunks of it (checkpointed
     /// states; see `autodiff::run_chunked`). `None`: whole, unless a memory budget needs chunks.
     pub rnn_chunk: Option<usize>,
+    /// The 16-bit format of activations and their gradients (`precision = bf16 | fp16` on
+    /// the GPU; [`Storage::Full`] elsewhere). Which values it covers: [`crate::ir::storage`].
+    pub half: Storage,
+    /// Dynamic loss scaling of the training step (`optimizer::add_loss_scale`); always on when
+    /// activations are stored in fp16, whose range (6·10⁻⁸ to 65504) a gradient leaves easily.
+    pub loss_scaling: bool,
 }
 
 impl Default for Options {
@@ -135,6 +141,8 @@ impl Default for Options {
             memory_budget: None,
             fuse: true,
             rnn_chunk: None,
+            half: Storage::Full,
+            loss_scaling: false,
         }
     }
 }
@@ -184,8 +192,8 @@ pub fn check_size(g: &Graph, batch: usize) -> CompileResult<()> {
     // The first value past the limit, or `None` when all fit.
     let over = |batch: usize| {
         let mut total: u64 = 0;
-        for (h, n) in g.nodes.iter() {
-            let bytes = n.ty.checked_bytes(batch).and_then(|b| u64::try_from(b).ok());
+        for h in g.nodes.handles() {
+            let bytes = g.checked_bytes(h, batch).and_then(|b| u64::try_from(b).ok());
             match bytes.and_then(|b| total.checked_add(b)) {
                 Some(t) if t <= MAX_PROGRAM_BYTES => total = t,
                 _ => return Some(h),
@@ -342,6 +350,9 @@ fn run_step(step: Step, s: &mut State, opts: &Options) -> CompileResult<bool> {
         Step::Autodiff => {
             // Reported only when some recurrence is longer than a chunk.
             let chunked = opts.rnn_chunk.filter(|&k| longest_recurrence(&s.graph) > k);
+            if opts.loss_scaling || opts.half == Storage::F16 {
+                optimizer::add_loss_scale(&mut s.graph);
+            }
             let ad = autodiff::run_chunked(&mut s.graph, opts.rnn_chunk)?;
             s.facts.grads = ad.grads;
             s.facts.rnn_chunk = chunked;
@@ -463,9 +474,12 @@ fn run_pipeline(graph: Graph, opts: &Options, trace: &mut dyn FnMut(&str, &Graph
         plan: None,
     };
     for step in STEPS {
+        // Before every step: a pass that rebuilds the arena starts from `Graph::new`.
+        s.graph.half = opts.half;
         if !run_step(step, &mut s, opts)? {
             continue;
         }
+        s.graph.half = opts.half;
         verify_after(step, &s.graph)?;
         check_size(&s.graph, opts.batch)?;
         s.facts.passes.push(step.name().to_string());

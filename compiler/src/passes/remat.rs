@@ -102,7 +102,7 @@ fn candidate(g: &Graph, fused: &Fusion, batch: usize, tried: &[String]) -> Optio
                 && !backward_readers(g, &users, *h).1.is_empty()
                 && !tried.contains(&(n.origin.label.clone() + &h.to_string()))
         })
-        .max_by_key(|(h, n)| (n.ty.bytes(batch), std::cmp::Reverse(*h)))
+        .max_by_key(|(h, _)| (g.bytes(*h, batch), std::cmp::Reverse(*h)))
         .map(|(h, _)| h)
 }
 

@@ -133,7 +133,7 @@ pub fn order_with(
             remaining[b] += 1;
         }
     }
-    let bytes = |v: usize| align(g.nodes[Value::from_index(v)].ty.bytes(batch)) as i64;
+    let bytes = |v: usize| align(g.bytes(Value::from_index(v), batch)) as i64;
     let allocates: Vec<i64> = fusion
         .groups
         .iter()

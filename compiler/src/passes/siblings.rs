@@ -38,7 +38,7 @@ fn sum_key<'a>(g: &'a Graph, fusion: &'a Fusion, gi: GroupId) -> Option<(&'a Sha
 
 fn small(g: &Graph, fusion: &Fusion, gi: GroupId, batch: usize) -> bool {
     let k = &fusion.groups[gi];
-    k.kind == GroupKind::View || k.outputs.iter().all(|&o| g.ty(o).bytes(batch) <= SMALL)
+    k.kind == GroupKind::View || k.outputs.iter().all(|&o| g.bytes(o, batch) <= SMALL)
 }
 
 /// The siblings step: [`gather`] over the schedule `order` of `fusion`, where the groups in

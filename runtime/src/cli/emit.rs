@@ -59,7 +59,9 @@ pub fn run(args: &EmitArgs) -> CliResult {
         )));
     }
     let checked = load(&args.file, args.eval)?;
-    let opts = options(&checked, args.batch, None, true);
+    // CUDA source is generated with the train section's precision, and so its storage.
+    let half = if args.cuda { checked.train.precision.storage() } else { Default::default() };
+    let opts = options(&checked, args.batch, None, true, half);
     if args.ir {
         let mut text = None;
         let src = checked.src.clone();

@@ -14,7 +14,7 @@ use crate::buffers::{line_of, BufferKind};
 use cvc_compiler::back::cuda::{CudaModule, CudaStep, IndexWidth};
 use cvc_compiler::front::train::DeviceChoice;
 use cvc_compiler::front::{check_file, render_all, Checked};
-use cvc_compiler::ir::{Mode, Value};
+use cvc_compiler::ir::{Mode, Storage, Value};
 use cvc_compiler::passes::fusion::GroupKind;
 use cvc_compiler::passes::pipeline::{compile, Options};
 use cvc_compiler::passes::Program;
@@ -115,6 +115,15 @@ impl Backend {
         }
     }
 
+    /// How activations are stored on this back end: the precision's 16-bit format on CUDA
+    /// (`bf16`, `fp16`), full width on the CPU (which computes and stores in f32).
+    pub fn half(&self) -> Storage {
+        match self {
+            Backend::Cpu => Storage::Full,
+            Backend::Cuda { target, .. } => target.precision.storage(),
+        }
+    }
+
     /// `CUDA (sm_90, this machine's GPU)`, `CUDA (sm_90, an H200: no GPU here)` or `CPU`.
     pub fn describe(&self) -> String {
         match self {
@@ -175,14 +184,17 @@ pub fn load(file: &Path, eval: bool) -> Result<Checked, CliError> {
     Ok(checked)
 }
 
-/// Compile options for a checked model.
-pub fn options(c: &Checked, batch: Option<usize>, budget: Option<u64>, fuse: bool) -> Options {
+/// Compile options for a checked model, with activations stored as `half` (the train
+/// section's precision on the CUDA back end: [`Backend::half`]).
+pub fn options(c: &Checked, batch: Option<usize>, budget: Option<u64>, fuse: bool, half: Storage) -> Options {
     Options {
         batch: batch.unwrap_or(c.train.batch),
         optimizer: c.train.optimizer.clone(),
         memory_budget: budget.or(c.train.memory_budget),
         fuse,
         rnn_chunk: None,
+        half,
+        loss_scaling: false,
     }
 }
 
@@ -197,7 +209,7 @@ pub fn run(args: &PlanArgs) -> CliResult {
     if let Some(budget) = args.max_batch {
         return max_batch(&checked, budget, fuse, args.json, &backend);
     }
-    let opts = options(&checked, args.batch, args.memory_budget, fuse);
+    let opts = options(&checked, args.batch, args.memory_budget, fuse, backend.half());
     let mut program =
         compile(checked.graph.clone(), &opts).map_err(|e| super::compile_failed(&checked, &e))?;
     program.facts.set_lines(&checked.src);
@@ -259,7 +271,7 @@ pub fn largest_batch(
         if cvc_compiler::passes::pipeline::check_size(&c.graph, b).is_err() {
             return Ok(Err(None));
         }
-        let p = compile(c.graph.clone(), &options(c, Some(b), Some(budget), fuse))?;
+        let p = compile(c.graph.clone(), &options(c, Some(b), Some(budget), fuse, backend.half()))?;
         if p.plan.arena_bytes as u64 > budget {
             return Ok(Err(None));
         }
@@ -315,7 +327,7 @@ fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool, backend: &Back
                 "even batch 1 needs more than {} ({} of parameters and state alone)",
                 human_bytes(budget),
                 human_bytes(
-                    compile(c.graph.clone(), &options(c, Some(1), None, fuse))
+                    compile(c.graph.clone(), &options(c, Some(1), None, fuse, backend.half()))
                         .map(|p| p.plan.persistent_bytes as u64)
                         .unwrap_or(0)
                 )
@@ -445,6 +457,14 @@ pub fn brief(p: &Program, src: &str, model: &str) -> String {
     }
     let _ = writeln!(s, "\nmemory (batch {}):", plan.batch);
     let _ = writeln!(s, "  arena        {:>12}  ({})", human_bytes(plan.arena_bytes as u64), plan.heuristic);
+    if p.graph.half.is_half() {
+        let _ = writeln!(
+            s,
+            "  at the peak  {}  (activations stored in {}: docs/PRECISION.md)",
+            bytes_by_dtype(p),
+            p.graph.half.name()
+        );
+    }
     let _ = writeln!(
         s,
         "  lower bound  {:>12}  (fragmentation {:.2}%)",
@@ -496,18 +516,33 @@ struct PeakLayer {
     kinds: Vec<&'static str>,
 }
 
+/// The bytes alive at the peak per stored dtype, largest first: `cbf16 40.0 MiB, f32 1.2 MiB`.
+pub fn bytes_by_dtype(p: &Program) -> String {
+    let g = &p.graph;
+    let mut sums: Vec<(&'static str, usize)> = Vec::new();
+    for &v in &p.plan.live_at_peak {
+        let b = g.bytes(v, p.plan.batch);
+        match sums.iter_mut().find(|(n, _)| *n == g.stored_name(v)) {
+            Some((_, s)) => *s += b,
+            None => sums.push((g.stored_name(v), b)),
+        }
+    }
+    sums.sort_by_key(|&(n, b)| (std::cmp::Reverse(b), n));
+    sums.iter().map(|(n, b)| format!("{n} {}", human_bytes(*b as u64))).collect::<Vec<_>>().join(", ")
+}
+
 /// The values alive at the peak grouped by layer, largest first.
 fn peak_layers(p: &Program, lines: &LineIndex) -> Vec<PeakLayer> {
     let g = &p.graph;
     let plan = &p.plan;
     let mut out: Vec<PeakLayer> = Vec::new();
     let mut live = plan.live_at_peak.clone();
-    live.sort_by_key(|&v| std::cmp::Reverse(g.ty(v).bytes(plan.batch)));
+    live.sort_by_key(|&v| std::cmp::Reverse(g.bytes(v, plan.batch)));
     for v in live {
         let n = g.node(v);
         let layer = if n.origin.label.is_empty() { n.op.mnemonic() } else { n.origin.label.clone() };
         let line = line_of(g, v, lines);
-        let bytes = g.ty(v).bytes(plan.batch);
+        let bytes = g.bytes(v, plan.batch);
         let kind = BufferKind::of(p, v).name();
         match out.iter_mut().find(|l| l.layer == layer && l.line == line) {
             Some(l) => {
@@ -626,16 +661,16 @@ pub fn summary(p: &Program, src: &str, model: &str) -> String {
     }
     let _ = writeln!(s, "\npeak at step {} of {}; alive there:", plan.peak_step, plan.steps);
     let mut live: Vec<Value> = plan.live_at_peak.clone();
-    live.sort_by_key(|&v| std::cmp::Reverse(g.ty(v).bytes(plan.batch)));
+    live.sort_by_key(|&v| std::cmp::Reverse(g.bytes(v, plan.batch)));
     for v in live {
         let n = g.node(v);
         let line = line_of(g, v, &lines);
         let _ = writeln!(
             s,
             "  {:>12}  {:<18} {:<16} {}{}",
-            human_bytes(n.ty.bytes(plan.batch) as u64),
+            human_bytes(g.bytes(v, plan.batch) as u64),
             BufferKind::of(p, v).name(),
-            n.ty.to_string(),
+            format!("{}{}", g.stored_name(v), n.ty.shape),
             if n.origin.label.is_empty() { n.op.mnemonic() } else { n.origin.label.clone() },
             if line > 0 { format!("  @{line}") } else { String::new() }
         );
@@ -676,7 +711,8 @@ pub fn json(p: &Program, src: &str) -> serde_json::Value {
         .map(|&v| {
             serde_json::json!({
                 "value": v.index(),
-                "bytes": g.ty(v).bytes(plan.batch),
+                "bytes": g.bytes(v, plan.batch),
+                "dtype": g.stored_name(v),
                 "kind": BufferKind::of(p, v).name(),
                 "label": g.node(v).origin.label,
                 "line": line_of(g, v, &lines),

@@ -39,7 +39,7 @@ pub fn run(args: &ReportArgs) -> CliResult {
         (args.path.display().to_string(), metrics, plan, args.path.join("report.html"))
     } else {
         let checked = super::plan::load(&args.path, false)?;
-        let opts = super::plan::options(&checked, args.batch, None, true);
+        let opts = super::plan::options(&checked, args.batch, None, true, Default::default());
         let mut program = cvc_compiler::passes::pipeline::compile(checked.graph.clone(), &opts)
             .map_err(|e| super::compile_failed(&checked, &e))?;
         program.facts.set_lines(&checked.src);

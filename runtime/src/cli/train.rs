@@ -75,6 +75,36 @@ pub struct TrainArgs {
     /// `always` every step (slow), `off` none (docs/NUMERICS.md).
     #[arg(long, value_enum, default_value = "first")]
     pub check_numerics: crate::numerics::CheckNumerics,
+    /// Numerics on the GPU (default: the train section's `precision`): fp32, tf32 (tensor-core
+    /// contractions), bf16 or fp16 (activations stored in 16 bits; docs/PRECISION.md). The
+    /// CPU back end computes in f32 whatever this says.
+    #[arg(long, value_enum)]
+    pub precision: Option<PrecisionArg>,
+}
+
+/// `--precision` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrecisionArg {
+    /// fp32 everywhere.
+    Fp32,
+    /// TF32 tensor cores for contractions.
+    Tf32,
+    /// bfloat16 activations, f32 weights and optimizer state.
+    Bf16,
+    /// IEEE half activations with dynamic loss scaling.
+    Fp16,
+}
+
+impl From<PrecisionArg> for cvc_compiler::config::Precision {
+    fn from(p: PrecisionArg) -> Self {
+        use cvc_compiler::config::Precision;
+        match p {
+            PrecisionArg::Fp32 => Precision::Fp32,
+            PrecisionArg::Tf32 => Precision::Tf32,
+            PrecisionArg::Bf16 => Precision::Bf16,
+            PrecisionArg::Fp16 => Precision::Fp16,
+        }
+    }
 }
 
 /// Loads and checks a model, printing diagnostics on failure.
@@ -120,12 +150,19 @@ pub fn run(args: &TrainArgs) -> CliResult {
     opts.resume = args.resume;
     opts.overwrite = args.overwrite;
     opts.check_numerics = args.check_numerics;
+    if let Some(p) = args.precision {
+        opts.precision = p.into();
+    }
     opts.verbose = !args.quiet;
     if opts.memory_budget.is_some() {
         // Before the data is read or generated (which can take longer than compiling): a plan
         // over the budget stops here, as in `cvc plan`. The session compiles it again.
         let mode = if model.train_graph().loss.is_some() { Mode::Train } else { Mode::Eval };
-        model.compile(mode, opts.batch, opts.memory_budget).map_err(|e| CliError::Message(e.0))?;
+        let device = crate::session::resolve_device(opts.device).map_err(|e| CliError::Message(e.0))?.0;
+        let half = crate::session::storage_on(device, opts.precision).0;
+        model
+            .compile_stored(mode, opts.batch, opts.memory_budget, half)
+            .map_err(|e| CliError::Message(e.0))?;
     }
     let data = Dataset::from_source(&cfg.data, model.dir(), model.inputs()).map_err(CliError::Message)?;
     if opts.verbose {

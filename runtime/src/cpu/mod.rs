@@ -157,6 +157,14 @@ impl CpuBackend {
     /// Generates the CPU module of `program`, JIT-compiles its loop kernels and allocates its
     /// arena and workspaces (the program is cloned; the backend owns its copy).
     pub fn new(program: &Program) -> Result<CpuBackend, RuntimeError> {
+        if program.graph.half.is_half() {
+            // The session compiles full-width programs for the CPU (and says so once).
+            return Err(RuntimeError(format!(
+                "the CPU back end computes and stores in f32; this program stores activations as {} \
+                 (compile it with Storage::Full)",
+                program.graph.half.name()
+            )));
+        }
         let program = program.clone();
         let threads = thread_count();
         let module = gen::generate(&program, host_config()?)?;

@@ -11,7 +11,7 @@ use crate::numerics::{self, CheckedBuffer, NonFinite};
 use cudarc::driver::{result, sys};
 use cvc_compiler::back::cuda::{self, CudaModule, CudaStep};
 use cvc_compiler::config::Precision;
-use cvc_compiler::ir::{DType, Value};
+use cvc_compiler::ir::{DType, Storage, Value};
 use cvc_compiler::passes::memplan::Slot;
 use cvc_compiler::passes::Program;
 use cvc_compiler::target::{CudaDevice, CudaTarget, KernelConfig};
@@ -317,6 +317,8 @@ pub struct CudaBackend {
     arena_bytes: usize,
     /// Per value: dtype, concrete shape and slot.
     values: Vec<(DType, Vec<usize>, Option<Slot>)>,
+    /// How each value is stored (16-bit activations under `precision = bf16 | fp16`).
+    storage: Vec<Storage>,
     free_before: usize,
     peak: Cell<usize>,
     name: String,
@@ -386,6 +388,7 @@ impl CudaBackend {
             arena: 0,
             arena_bytes: 0,
             values: Vec::new(),
+            storage: Vec::new(),
             free_before: 0,
             peak: Cell::new(0),
             name,
@@ -482,6 +485,7 @@ impl CudaBackend {
             .iter()
             .map(|(h, n)| (n.ty.dtype, n.ty.shape.resolve(program.plan.batch), program.plan.slot(h)))
             .collect();
+        self.storage = g.nodes.handles().map(|h| g.storage(h)).collect();
         Ok(())
     }
 
@@ -519,6 +523,11 @@ impl CudaBackend {
                 self.peak.set(used);
             }
         }
+    }
+
+    /// How `v` is stored.
+    fn storage_of(&self, v: Value) -> Storage {
+        self.storage.get(v.index()).copied().unwrap_or_default()
     }
 
     fn slot(&self, v: Value) -> Result<(DType, Vec<usize>, Slot), RuntimeError> {
@@ -634,7 +643,10 @@ impl Backend for CudaBackend {
                 t.dtype, t.shape
             )));
         }
-        let bytes = t.as_bytes();
+        let bytes = match self.storage_of(v) {
+            Storage::Full => t.as_bytes(),
+            half => std::borrow::Cow::Owned(crate::backend::narrow_to_half(&t.as_bytes(), half)),
+        };
         if bytes.len() > slot.bytes {
             return Err(RuntimeError(format!(
                 "upload to {v}: {} bytes into a {}-byte buffer",
@@ -657,6 +669,10 @@ impl Backend for CudaBackend {
     ) -> Result<(), RuntimeError> {
         self.bind()?;
         let (dt, want, slot) = self.slot(v)?;
+        let bytes = match self.storage_of(v) {
+            Storage::Full => std::borrow::Cow::Borrowed(bytes),
+            half => std::borrow::Cow::Owned(crate::backend::narrow_to_half(bytes, half)),
+        };
         if dt != dtype || want.as_slice() != shape || bytes.len() > slot.bytes {
             return Err(RuntimeError(format!(
                 "upload to {v}: expected {dt}{want:?} ({} bytes), got {dtype}{shape:?} ({} bytes)",
@@ -666,13 +682,18 @@ impl Backend for CudaBackend {
         }
         // SAFETY: `bytes.len() <= slot.bytes` (checked above) and the slot lies inside the
         // arena; the copy is synchronous, so `bytes` outlives it.
-        unsafe { result::memcpy_htod_sync(self.arena + slot.offset as u64, bytes) }
+        unsafe { result::memcpy_htod_sync(self.arena + slot.offset as u64, &bytes) }
             .map_err(driver_err("upload"))
     }
 
     fn upload_device(&mut self, v: Value, ptr: u64, len: usize) -> Result<(), RuntimeError> {
         self.bind()?;
         let (_, _, slot) = self.slot(v)?;
+        if self.storage_of(v).is_half() {
+            return Err(RuntimeError(format!(
+                "upload to {v}: the buffer holds 16-bit values; device memory is copied without conversion"
+            )));
+        }
         if len > slot.bytes {
             return Err(RuntimeError(format!(
                 "upload to {v}: {len} bytes of device memory into a {}-byte buffer",
@@ -690,12 +711,16 @@ impl Backend for CudaBackend {
     fn download(&mut self, v: Value) -> Result<HostTensor, RuntimeError> {
         self.bind()?;
         let (dt, shape, slot) = self.slot(v)?;
-        let n: usize = shape.iter().product::<usize>() * dt.bytes();
+        let storage = self.storage_of(v);
+        let n: usize = shape.iter().product::<usize>() * storage.elem_bytes(dt);
         let mut bytes = vec![0u8; n.min(slot.bytes)];
         // SAFETY: `bytes` has at most `slot.bytes` bytes, read from inside the arena; the copy
         // is synchronous.
         unsafe { result::memcpy_dtoh_sync(&mut bytes, self.arena + slot.offset as u64) }
             .map_err(driver_err("download"))?;
+        if storage.is_half() && dt != DType::I32 {
+            bytes = crate::backend::widen_half_bytes(&bytes, storage);
+        }
         Ok(HostTensor::from_bytes(dt, &shape, &bytes))
     }
 

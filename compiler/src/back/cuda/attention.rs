@@ -230,25 +230,25 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
 pub const LIB: &str = r#"// Fused complex attention (back/cuda/attention.rs): 256 threads, a 16 x 16 thread grid, a
 // score tile of BM = 16 RM queries x BN = 16 RN keys.
 // Rows [r0, r0 + R) x columns [c0, c0 + 16) of a row-major N x W matrix into dst (zero outside).
-template <int R, int N, int W>
-static __device__ __forceinline__ void attn_stage16(float2 (*dst)[17], const float2* __restrict__ src, int r0, int c0) {
+template <int R, int N, int W, typename T_src>
+static __device__ __forceinline__ void attn_stage16(float2 (*dst)[17], const T_src* __restrict__ src, int r0, int c0) {
   for (int e = threadIdx.x; e < R * 16; e += 256) {
     const int r = e >> 4, c = e & 15, gr = r0 + r, gc = c0 + c;
     dst[r][c] = (gr < N && gc < W) ? src[(size_t)gr * W + gc] : make_float2(0.0f, 0.0f);
   }
 }
 // Rows [r0, r0 + R) of a row-major N x W matrix into dst[R * W] (zero past row N).
-template <int R, int N, int W>
-static __device__ __forceinline__ void attn_stage_rows(float2* dst, const float2* __restrict__ src, int r0) {
-  const float2* s = src + (size_t)r0 * W;
+template <int R, int N, int W, typename T_src>
+static __device__ __forceinline__ void attn_stage_rows(float2* dst, const T_src* __restrict__ src, int r0) {
+  const auto* s = src + (size_t)r0 * W;
   const int n = (N - r0 < R ? N - r0 : R) * W;
   for (int e = threadIdx.x; e < R * W; e += 256) dst[e] = e < n ? s[e] : make_float2(0.0f, 0.0f);
 }
 // cr[a][b] (+ i ci[a][b] when IM) = sum over w < W of x[i0 + ty + 16a][w] * conj(y[j0 + tx + 16b][w]),
 // x an NX x W and y an NY x W matrix, in chunks of 16 columns staged in xs and ys (zero-padded).
-template <int RM, int RN, int NX, int NY, int W, int IM>
+template <int RM, int RN, int NX, int NY, int W, int IM, typename T_x, typename T_y>
 static __device__ __forceinline__ void attn_dots(float (&cr)[RM][RN], float (&ci)[RM][RN],
-    const float2* __restrict__ x, const float2* __restrict__ y, int i0, int j0, float2 (*xs)[17], float2 (*ys)[17]) {
+    const T_x* __restrict__ x, const T_y* __restrict__ y, int i0, int j0, float2 (*xs)[17], float2 (*ys)[17]) {
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
   #pragma unroll
   for (int a = 0; a < RM; ++a) {
@@ -299,15 +299,15 @@ static __device__ __forceinline__ u32 attn_index(int bh, int i, int j) {
 }
 
 // AttnLse: lse_i = log sum_j exp(s_ij) over the unmasked keys (0 when there is none).
-template <int H, int T, int S, int D, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN>
-static __device__ void attn_lse(const float2* __restrict__ q, const float2* __restrict__ k,
+template <int H, int T, int S, int D, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k>
+static __device__ void attn_lse(const T_q* __restrict__ q, const T_k* __restrict__ k,
     const float* __restrict__ mask, float* __restrict__ lse, float scale, u32, float, u32, u32) {
   constexpr int BM = 16 * RM, BN = 16 * RN, TILES = (T + BM - 1) / BM;
   __shared__ float2 xs[BM][17], ys[BN][17];
   const int bh = blockIdx.x / TILES, i0 = (blockIdx.x % TILES) * BM;
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-  const float2* qb = q + (size_t)bh * T * D;
-  const float2* kb = k + (size_t)bh * S * D;
+  const auto* qb = q + (size_t)bh * T * D;
+  const auto* kb = k + (size_t)bh * S * D;
   const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
   float m[RM], l[RM];
   #pragma unroll
@@ -348,10 +348,10 @@ static __device__ void attn_lse(const float2* __restrict__ q, const float2* __re
 }
 
 // Attention: o_i = sum_j keep_ij exp(s_ij - lse_i) v_j.
-template <int H, int T, int S, int D, int DV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN>
-static __device__ void attn_fwd(const float2* __restrict__ q, const float2* __restrict__ k,
-    const float2* __restrict__ v, const float* __restrict__ lse, const float* __restrict__ mask,
-    float2* __restrict__ out, float scale, u32 thr, float keep, u32 salt, u32 step) {
+template <int H, int T, int S, int D, int DV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k, typename T_v, typename T_out>
+static __device__ void attn_fwd(const T_q* __restrict__ q, const T_k* __restrict__ k,
+    const T_v* __restrict__ v, const float* __restrict__ lse, const float* __restrict__ mask,
+    T_out* __restrict__ out, float scale, u32 thr, float keep, u32 salt, u32 step) {
   constexpr int BM = 16 * RM, BN = 16 * RN, CV = (DV + 15) / 16, TILES = (T + BM - 1) / BM;
   // The V tile is staged VC keys at a time where the score chunks were.
   constexpr int VC = DV > 64 ? 16 : (BN < 32 ? BN : 32);
@@ -363,9 +363,9 @@ static __device__ void attn_fwd(const float2* __restrict__ q, const float2* __re
   __shared__ float ps[BM][BN + 1];
   const int bh = blockIdx.x / TILES, i0 = (blockIdx.x % TILES) * BM;
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-  const float2* qb = q + (size_t)bh * T * D;
-  const float2* kb = k + (size_t)bh * S * D;
-  const float2* vb = v + (size_t)bh * S * DV;
+  const auto* qb = q + (size_t)bh * T * D;
+  const auto* kb = k + (size_t)bh * S * D;
+  const auto* vb = v + (size_t)bh * S * DV;
   const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
   float lr[RM];
   float2 acc[RM][CV];
@@ -429,8 +429,8 @@ static __device__ void attn_fwd(const float2* __restrict__ q, const float2* __re
 
 // delta_i = Re sum_d dO_id conj(o_id) and lse_i of the BM query rows from i0 into shared memory
 // (256 / BM threads per row); ob, dob and lb point at the head's rows.
-template <int T, int DV, int BM>
-static __device__ __forceinline__ void attn_rows(const float2* __restrict__ ob, const float2* __restrict__ dob,
+template <int T, int DV, int BM, typename T_ob, typename T_dob>
+static __device__ __forceinline__ void attn_rows(const T_ob* __restrict__ ob, const T_dob* __restrict__ dob,
     const float* __restrict__ lb, int i0, float* delta_s, float* lse_s) {
   constexpr int L = 256 / BM;
   const int r = threadIdx.x / L, part = threadIdx.x % L, i = i0 + r;
@@ -462,10 +462,10 @@ static __device__ __forceinline__ float2 attn_grad(float cr, float ci, float dp,
 }
 
 // AttentionGrad w.r.t. q: dq_i = sum_j g_ij k_j.
-template <int H, int T, int S, int D, int DV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN>
-static __device__ void attn_dq(const float2* __restrict__ q, const float2* __restrict__ k,
-    const float2* __restrict__ v, const float2* __restrict__ o, const float2* __restrict__ dout,
-    const float* __restrict__ lse, const float* __restrict__ mask, float2* __restrict__ dq,
+template <int H, int T, int S, int D, int DV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k, typename T_v, typename T_o, typename T_dout, typename T_dq>
+static __device__ void attn_dq(const T_q* __restrict__ q, const T_k* __restrict__ k,
+    const T_v* __restrict__ v, const T_o* __restrict__ o, const T_dout* __restrict__ dout,
+    const float* __restrict__ lse, const float* __restrict__ mask, T_dq* __restrict__ dq,
     float scale, u32 thr, float keep, u32 salt, u32 step) {
   constexpr int BM = 16 * RM, BN = 16 * RN, CD = (D + 15) / 16, TILES = (T + BM - 1) / BM;
   // The K tile is staged KC keys at a time where the score chunks were.
@@ -480,10 +480,10 @@ static __device__ void attn_dq(const float2* __restrict__ q, const float2* __res
   __shared__ float delta_s[BM], lse_s[BM];
   const int bh = blockIdx.x / TILES, i0 = (blockIdx.x % TILES) * BM;
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-  const float2* qb = q + (size_t)bh * T * D;
-  const float2* kb = k + (size_t)bh * S * D;
-  const float2* vb = v + (size_t)bh * S * DV;
-  const float2* dob = dout + (size_t)bh * T * DV;
+  const auto* qb = q + (size_t)bh * T * D;
+  const auto* kb = k + (size_t)bh * S * D;
+  const auto* vb = v + (size_t)bh * S * DV;
+  const auto* dob = dout + (size_t)bh * T * DV;
   const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
   attn_rows<T, DV, BM>(o + (size_t)bh * T * DV, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
   float2 acc[RM][CD];
@@ -555,10 +555,10 @@ static __device__ void attn_dq(const float2* __restrict__ q, const float2* __res
 // dv_j = sum_i p~_ij dO_i, written side by side as out[b, h, j, 0 .. D + DV). A block owns BN
 // keys; each thread accumulates two of them (j and j + BN/2), 512 / BN threads per key pair;
 // the queries' rows are staged RC at a time where the score chunks were.
-template <int H, int T, int S, int D, int DV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, int RC>
-static __device__ void attn_dkv(const float2* __restrict__ q, const float2* __restrict__ k,
-    const float2* __restrict__ v, const float2* __restrict__ o, const float2* __restrict__ dout,
-    const float* __restrict__ lse, const float* __restrict__ mask, float2* __restrict__ dkv,
+template <int H, int T, int S, int D, int DV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, int RC, typename T_q, typename T_k, typename T_v, typename T_o, typename T_dout, typename T_dkv>
+static __device__ void attn_dkv(const T_q* __restrict__ q, const T_k* __restrict__ k,
+    const T_v* __restrict__ v, const T_o* __restrict__ o, const T_dout* __restrict__ dout,
+    const float* __restrict__ lse, const float* __restrict__ mask, T_dkv* __restrict__ dkv,
     float scale, u32 thr, float keep, u32 salt, u32 step) {
   constexpr int BM = 16 * RM, BN = 16 * RN, TILES = (S + BN - 1) / BN, L = 512 / BN, HB = BN / 2;
   constexpr int CK = (D + L - 1) / L, CV = (DV + L - 1) / L;
@@ -574,11 +574,11 @@ static __device__ void attn_dkv(const float2* __restrict__ q, const float2* __re
   const int bh = blockIdx.x / TILES, j0 = (blockIdx.x % TILES) * BN;
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
   const int kr = threadIdx.x / L, kc = threadIdx.x % L;
-  const float2* qb = q + (size_t)bh * T * D;
-  const float2* kb = k + (size_t)bh * S * D;
-  const float2* vb = v + (size_t)bh * S * DV;
-  const float2* ob = o + (size_t)bh * T * DV;
-  const float2* dob = dout + (size_t)bh * T * DV;
+  const auto* qb = q + (size_t)bh * T * D;
+  const auto* kb = k + (size_t)bh * S * D;
+  const auto* vb = v + (size_t)bh * S * DV;
+  const auto* ob = o + (size_t)bh * T * DV;
+  const auto* dob = dout + (size_t)bh * T * DV;
   const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
   float2 dk[2][CK], dv[2][CV];
   #pragma unroll
@@ -659,7 +659,7 @@ static __device__ void attn_dkv(const float2* __restrict__ q, const float2* __re
   for (int u = 0; u < 2; ++u) {
     const int j = j0 + kr + HB * u;
     if (j < S) {
-      float2* row = dkv + ((size_t)bh * S + j) * (D + DV);
+      auto* row = dkv + ((size_t)bh * S + j) * (D + DV);
       #pragma unroll
       for (int e = 0; e < CK; ++e)
         if (kc + L * e < D) row[kc + L * e] = dk[u][e];

@@ -402,17 +402,21 @@ fn tile(extent: usize, max: usize) -> usize {
     extent.next_power_of_two().clamp(16, max)
 }
 
-/// Split of K over blocks: `(splits, chunk)`.
-fn split_k(ctx: &Ctx, gm: &Gemm, tiles: usize, bk: usize) -> (usize, usize) {
+/// Split of K over blocks: `(splits, chunk)`. Never for an output stored in 16 bits: partial
+/// sums added with atomics would round at every addition.
+fn split_k(ctx: &Ctx, gm: &Gemm, v: Value, tiles: usize, bk: usize) -> (usize, usize) {
     let fill = ctx.target.contraction_fill();
-    let splits =
-        if tiles < fill && gm.k >= 4 * 1024 { fill.div_ceil(tiles).min(gm.k / 1024).max(1) } else { 1 };
+    let splits = if tiles < fill && gm.k >= 4 * 1024 && !ctx.storage(v).is_half() {
+        fill.div_ceil(tiles).min(gm.k / 1024).max(1)
+    } else {
+        1
+    };
     let chunk = gm.k.div_ceil(splits).div_ceil(bk) * bk;
     (gm.k.div_ceil(chunk), chunk)
 }
 
 fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
-    if ctx.precision() == Precision::Tf32 {
+    if ctx.precision().tensor_cores() {
         return emit_tf32(ctx, gm, v, name);
     }
     let bm = tile(gm.m, 64);
@@ -428,7 +432,7 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
     let gx = gm.n.div_ceil(bn);
     let gy = gm.m.div_ceil(bm);
     let tiles = gx * gy * gm.groups;
-    let (splits, chunk) = split_k(ctx, gm, tiles, bk);
+    let (splits, chunk) = split_k(ctx, gm, v, tiles, bk);
     let grid = Grid::new(ctx, [gx, gy, gm.groups * splits], &kernel_name(ctx, v))?;
     let index = indexing(ctx, gm, v, [bm, bn, bk], splits * chunk);
     let (ta, tb, tc) = (ctype(gm.ta), ctype(gm.tb), ctype(gm.tc));
@@ -500,7 +504,8 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
     Ok(Kernel { code: c, grid: grid.launch, block: [256, 1, 1], zero, scratch: 0, index })
 }
 
-/// The tensor-core variant (`Precision::Tf32`): the same tiles and gathers, with each warp
+/// The tensor-core variant (`Precision::Tf32`, and `Bf16`/`Fp16`, whose 16-bit operands widen
+/// to TF32 exactly): the same tiles and gathers, with each warp
 /// computing a 32 × 16 piece of the block tile through `mma.sync.m16n8k8` on TF32 operands.
 /// Complex operands are kept as separate re/im planes in shared memory and multiplied as
 /// real products (4 for complex × complex, 2 for mixed, 1 for real).
@@ -511,7 +516,7 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
     let gx = gm.n.div_ceil(bn);
     let gy = gm.m.div_ceil(bm);
     let tiles = gx * gy * gm.groups;
-    let (splits, chunk) = split_k(ctx, gm, tiles, BK);
+    let (splits, chunk) = split_k(ctx, gm, v, tiles, BK);
     let grid = Grid::new(ctx, [gx, gy, gm.groups * splits], &kernel_name(ctx, v))?;
     let index = indexing(ctx, gm, v, [bm, bn, BK], splits * chunk);
     let (ca, cb, cc) = (gm.ta == DType::C64, gm.tb == DType::C64, gm.tc == DType::C64);

@@ -670,7 +670,7 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileRes
             let scale = norm.scale(len, *inverse);
             let sign = if *inverse { "" } else { "-" };
             format!(
-                "const ix k = {c};\n    const float2* row = {p} + (i - k * {inner}u);\n    \
+                "const ix k = {c};\n    const auto* row = {p} + (i - k * {inner}u);\n    \
                  double sx = 0.0, sy = 0.0;\n    ix m = 0u;\n    \
                  for (ix j = 0; j < {len}u; ++j) {{\n      float s, c; sincospif({sign}2.0f * (float)m / {len}.0f, &s, &c);\n      \
                  const float2 z = row[j * {inner}u];\n      sx += (double)z.x * c - (double)z.y * s;\n      sy += (double)z.x * s + (double)z.y * c;\n      \

@@ -150,10 +150,18 @@ pub fn emit_source(program: &Program, target: &CudaTarget) -> CompileResult<Stri
 /// shared memory and grids of the kernels, and its kernel choices pick between the direct and
 /// implicit-GEMM kernels and their tilings.
 pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaModule> {
-    if target.precision == Precision::Tf32 && target.device.compute_capability < (8, 0) {
+    if target.precision.tensor_cores() && target.device.compute_capability < (8, 0) {
         return Err(user!(
-            "TF32 tensor cores need compute capability 8.0 or newer; the target is {} (use precision = fp32)",
+            "precision {} needs tensor cores of compute capability 8.0 or newer; the target is {} (use precision = fp32)",
+            target.precision.name(),
             target.device.arch()
+        ));
+    }
+    if program.graph.half.is_half() && program.graph.half != target.precision.storage() {
+        return Err(internal!(
+            "the program stores activations as {} but the target's precision is {}",
+            program.graph.half.name(),
+            target.precision.name()
         ));
     }
     let ctx = Ctx { g: &program.graph, plan: &program.plan, batch: program.plan.batch, target };
@@ -460,13 +468,19 @@ impl Ctx<'_> {
             )
         })
     }
-    /// A typed pointer expression to `v`'s buffer.
+    /// A typed pointer expression to `v`'s buffer: `float*`, `float2*`, `int*`, or for a
+    /// value stored in 16 bits one of the prelude's `bf16s`, `cbf16s`, `f16s`, `cf16s`
+    /// (read and written like the full-width element).
     pub fn ptr(&self, v: Value) -> CompileResult<String> {
-        Ok(format!("(({}*)(A + {}ull))", ctype(self.dtype(v)), self.offset(v)?))
+        Ok(format!("(({}*)(A + {}ull))", stored_ctype(self.g.storage(v), self.dtype(v)), self.offset(v)?))
+    }
+    /// How `v` is stored.
+    pub fn storage(&self, v: Value) -> Storage {
+        self.g.storage(v)
     }
     /// Bytes of `v`'s buffer.
     pub fn bytes(&self, v: Value) -> usize {
-        self.g.ty(v).bytes(self.batch)
+        self.g.bytes(v, self.batch)
     }
 }
 
@@ -476,6 +490,17 @@ pub(crate) fn ctype(d: DType) -> &'static str {
         DType::F32 => "float",
         DType::C64 => "float2",
         DType::I32 => "int",
+    }
+}
+
+/// The C element type of a buffer of `dtype` stored as `storage`.
+pub(crate) fn stored_ctype(storage: Storage, d: DType) -> &'static str {
+    match (storage, d) {
+        (Storage::Full, d) | (_, d @ DType::I32) => ctype(d),
+        (Storage::Bf16, DType::F32) => "bf16s",
+        (Storage::Bf16, DType::C64) => "cbf16s",
+        (Storage::F16, DType::F32) => "f16s",
+        (Storage::F16, DType::C64) => "cf16s",
     }
 }
 
@@ -590,6 +615,42 @@ static __device__ __forceinline__ void mma_tf32(float* d, const u32* a, const u3
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+// 16-bit storage (precision = bf16 | fp16, ir/storage.rs): an element widens to f32 when read
+// and rounds to nearest even when written, so kernels index these like float / float2 arrays.
+struct __align__(2) bf16s {
+  unsigned short b;
+  __device__ __forceinline__ operator float() const { return __uint_as_float((u32)b << 16); }
+  __device__ __forceinline__ bf16s& operator=(float x) {
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(x)); return *this;
+  }
+};
+struct __align__(4) cbf16s {
+  u32 u;  // im in the high half, re in the low half: (re, im) in memory order
+  __device__ __forceinline__ operator float2() const {
+    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+  }
+  __device__ __forceinline__ cbf16s& operator=(float2 z) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(z.y), "f"(z.x)); return *this;
+  }
+};
+struct __align__(2) f16s {
+  unsigned short b;
+  __device__ __forceinline__ operator float() const { float r; asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(b)); return r; }
+  __device__ __forceinline__ f16s& operator=(float x) {
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(x)); return *this;
+  }
+};
+struct __align__(4) cf16s {
+  u32 u;
+  __device__ __forceinline__ operator float2() const {
+    float a, b;
+    asm("{.reg .b16 l, h; mov.b32 {l, h}, %2; cvt.f32.f16 %0, l; cvt.f32.f16 %1, h;}" : "=f"(a), "=f"(b) : "r"(u));
+    return make_float2(a, b);
+  }
+  __device__ __forceinline__ cf16s& operator=(float2 z) {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(z.y), "f"(z.x)); return *this;
+  }
+};
 static __device__ __forceinline__ void atomic_acc(float* p, float v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void atomic_acc(float2* p, float2 v) { atomicAdd(&p->x, v.x); atomicAdd(&p->y, v.y); }
 // The dropout hash of cvc_compiler::ir::dropout_hash (lowbias32 of salt, step, index).

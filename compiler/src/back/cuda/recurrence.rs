@@ -26,19 +26,28 @@ static __device__ __forceinline__ float2 rnn_tanh(float2 z) { return make_float2
 // Through a split activation from its output: sigmoid' = s(1 - s), tanh' = 1 - y^2 per part.
 static __device__ __forceinline__ float2 rnn_dsig(float2 s, float2 g) { return make_float2(s.x * (1.0f - s.x) * g.x, s.y * (1.0f - s.y) * g.y); }
 static __device__ __forceinline__ float2 rnn_dtanh(float2 y, float2 g) { return make_float2((1.0f - y.x * y.x) * g.x, (1.0f - y.y * y.y) * g.y); }
+// The previous step's state row: h0's (null: none) on the first step, else a stored state
+// (the two may be stored in different formats: 16-bit activations, full-width states).
+template <typename A, typename B>
+struct rnn_rows {
+  const A* a;
+  const B* b;
+  __device__ __forceinline__ float2 operator[](int i) const { return a ? (float2)a[i] : (float2)b[i]; }
+  __device__ __forceinline__ explicit operator bool() const { return a != nullptr || b != nullptr; }
+};
 // gh row `row` = W_hh[row, :] . prev + b_hh[row] (prev = 0: the bias alone).
-template <int H>
-static __device__ __forceinline__ float2 rnn_row(const float2* __restrict__ w, const float2* __restrict__ bias, const float2* prev, int row) {
+template <int H, typename TW, typename TB, typename P>
+static __device__ __forceinline__ float2 rnn_row(const TW* __restrict__ w, const TB* __restrict__ bias, const P& prev, int row) {
   float2 acc = bias[row];
   if (prev) {
-    const float2* wr = w + (size_t)row * H;
+    const auto* wr = w + (size_t)row * H;
     for (int j = 0; j < H; ++j) acc = rnn_add(acc, rnn_mul(wr[j], prev[j]));
   }
   return acc;
 }
 // The activated gates of unit u (GRU: r z n; LSTM: i f g o) and gh of GRU's n block.
-template <int LSTM, int H>
-static __device__ __forceinline__ void rnn_gates(const float2* x, const float2* w, const float2* bias, const float2* prev, int u, float2* a, float2* ghn) {
+template <int LSTM, int H, typename TX, typename TW, typename TB, typename P>
+static __device__ __forceinline__ void rnn_gates(const TX* x, const TW* w, const TB* bias, const P& prev, int u, float2* a, float2* ghn) {
   if (LSTM) {
     a[0] = rnn_sig(rnn_add(x[u], rnn_row<H>(w, bias, prev, u)));
     a[1] = rnn_sig(rnn_add(x[H + u], rnn_row<H>(w, bias, prev, H + u)));
@@ -51,17 +60,18 @@ static __device__ __forceinline__ void rnn_gates(const float2* x, const float2* 
     a[2] = rnn_tanh(rnn_add(x[2 * H + u], rnn_mul(a[0], *ghn)));
   }
 }
-template <int LSTM, int H, int T, int REV>
-static __device__ void rnn_fwd(const float2* __restrict__ xp, const float2* __restrict__ w, const float2* __restrict__ bias, const float2* h0, float2* out) {
+template <int LSTM, int H, int T, int REV, typename TX, typename TW, typename TB, typename T0, typename TO>
+static __device__ void rnn_fwd(const TX* __restrict__ xp, const TW* __restrict__ w, const TB* __restrict__ bias, const T0* h0, TO* out) {
   constexpr int G = LSTM ? 4 : 3, SW = (LSTM ? 2 : 1) * H;
   xp += (size_t)blockIdx.x * T * G * H;
   out += (size_t)blockIdx.x * T * SW;
   if (h0) h0 += (size_t)blockIdx.x * SW;
   for (int s = 0; s < T; ++s) {
     const int t = REV ? T - 1 - s : s;
-    const float2* prev = s == 0 ? h0 : out + (size_t)(REV ? t + 1 : t - 1) * SW;
-    const float2* x = xp + (size_t)t * G * H;
-    float2* o = out + (size_t)t * SW;
+    const rnn_rows<T0, TO> prev = s == 0 ? rnn_rows<T0, TO>{h0, nullptr}
+                                         : rnn_rows<T0, TO>{nullptr, out + (size_t)(REV ? t + 1 : t - 1) * SW};
+    const auto* x = xp + (size_t)t * G * H;
+    auto* o = out + (size_t)t * SW;
     for (int u = threadIdx.x; u < H; u += blockDim.x) {
       float2 a[4], ghn;
       rnn_gates<LSTM, H>(x, w, bias, prev, u, a, &ghn);
@@ -79,8 +89,8 @@ static __device__ void rnn_fwd(const float2* __restrict__ xp, const float2* __re
     __syncthreads();
   }
 }
-template <int LSTM, int H, int T, int REV>
-static __device__ void rnn_bwd(const float2* __restrict__ xp, const float2* __restrict__ w, const float2* __restrict__ bias, const float2* __restrict__ hs, const float2* __restrict__ dhs, const float2* h0, float2* out) {
+template <int LSTM, int H, int T, int REV, typename TX, typename TW, typename TB, typename TS, typename TD, typename T0, typename TO>
+static __device__ void rnn_bwd(const TX* __restrict__ xp, const TW* __restrict__ w, const TB* __restrict__ bias, const TS* __restrict__ hs, const TD* __restrict__ dhs, const T0* h0, TO* out) {
   constexpr int G = LSTM ? 4 : 3, GH = G * H, SW = (LSTM ? 2 : 1) * H, W = 2 * GH + SW;
   const float2 zero = make_float2(0.0f, 0.0f);
   xp += (size_t)blockIdx.x * T * GH;
@@ -93,13 +103,13 @@ static __device__ void rnn_bwd(const float2* __restrict__ xp, const float2* __re
   __syncthreads();
   for (int s = T - 1; s >= 0; --s) {
     const int t = REV ? T - 1 - s : s, tp = REV ? t + 1 : t - 1;
-    const float2* prev = s == 0 ? h0 : hs + (size_t)tp * SW;
+    const rnn_rows<T0, TS> prev = s == 0 ? rnn_rows<T0, TS>{h0, nullptr} : rnn_rows<T0, TS>{nullptr, hs + (size_t)tp * SW};
     // The carry's target: the previous step's row, or h0's gradient in the last step's row
     // (read already), which receives no dhs.
-    const float2* dp = s == 0 ? (const float2*)0 : dhs + (size_t)tp * SW;
-    const float2* x = xp + (size_t)t * GH;
-    float2* o = out + (size_t)t * W;
-    float2* po = out + (size_t)(s == 0 ? last : tp) * W;
+    const TD* dp = s == 0 ? nullptr : dhs + (size_t)tp * SW;
+    const auto* x = xp + (size_t)t * GH;
+    auto* o = out + (size_t)t * W;
+    auto* po = out + (size_t)(s == 0 ? last : tp) * W;
     for (int u = threadIdx.x; u < H; u += blockDim.x) {
       float2 a[4], ghn;
       rnn_gates<LSTM, H>(x, w, bias, prev, u, a, &ghn);

@@ -1,0 +1,84 @@
+//! Which values are stored as 16-bit floats under `precision = bf16 | fp16`: the rule that the
+//! memory plan, the schedule, the reports and the CUDA back end all read.
+//!
+//! A value is stored in the graph's half format ([`Graph::half`]) when the buffer it lives in
+//! (its [`buffer_root`]: views share their source's buffer, assigns their target's) is
+//!
+//! - a real or complex value with the batch axis in its shape (an activation, an activation
+//!   gradient, a saved forward value, a recomputed one), and
+//! - computed by an elementwise, movement, contraction or attention kernel.
+//!
+//! Everything else keeps its dtype's width: parameters, their gradients (no batch axis),
+//! optimizer state and running statistics (the issue's "f32 master weights"); data inputs and
+//! the values the host reads back (the graph's outputs, the loss), so uploads and downloads
+//! need no conversion; reductions (batch and per-sample statistics, loss terms: "reductions in
+//! f32"); the attention's log-sum-exp rows (its backward exponentiates against them); dropout
+//! masks (their `1/(1-p)` is not a bf16 number); a recurrence's states and the gradient rows
+//! of its backward (each step reads the previous step's row back: rounding there would
+//! compound over the sequence); scatter-adds (their atomics add in the
+//! buffer). Integer values are never half.
+//!
+//! The rule is a pure function of the graph, so nodes that later passes add (remat's
+//! recomputations) are classified like the ones they copy.
+
+use super::*;
+
+/// The value whose buffer `v` lives in: views resolve to their source, assigns to their target.
+pub fn buffer_root(g: &Graph, mut v: Value) -> Value {
+    loop {
+        match g.node(v).op.class() {
+            OpClass::View | OpClass::Assign => v = g.node(v).inputs[0],
+            OpClass::Leaf
+            | OpClass::Elementwise
+            | OpClass::Reduce
+            | OpClass::Movement
+            | OpClass::Contraction
+            | OpClass::Attention
+            | OpClass::Recurrence => return v,
+        }
+    }
+}
+
+/// How `v`'s elements are stored (see the module docs for the rule).
+pub fn stored(g: &Graph, v: Value) -> Storage {
+    if !g.half.is_half() {
+        return Storage::Full;
+    }
+    let r = buffer_root(g, v);
+    let n = g.node(r);
+    let kernel_made = match &n.op {
+        Op::AttnLse { .. } | Op::DropoutMask { .. } | Op::ScatterAdd { .. } => false,
+        op => matches!(
+            op.class(),
+            OpClass::Elementwise | OpClass::Movement | OpClass::Contraction | OpClass::Attention
+        ),
+    };
+    let read_back = g.loss.is_some_and(|l| buffer_root(g, l) == r)
+        || g.outputs.iter().any(|o| buffer_root(g, o.value) == r);
+    if n.ty.dtype != DType::I32 && n.ty.shape.batch_power() > 0 && kernel_made && !read_back {
+        g.half
+    } else {
+        Storage::Full
+    }
+}
+
+impl Graph {
+    /// How `v`'s elements are stored ([`stored`]).
+    pub fn storage(&self, v: Value) -> Storage {
+        stored(self, v)
+    }
+    /// Bytes of `v`'s buffer at a batch size, counting its storage (saturating at `usize::MAX`).
+    pub fn bytes(&self, v: Value, batch: usize) -> usize {
+        let ty = self.ty(v);
+        ty.shape.numel(batch).saturating_mul(self.storage(v).elem_bytes(ty.dtype))
+    }
+    /// Bytes at a batch size, `None` when the count overflows `usize`.
+    pub fn checked_bytes(&self, v: Value, batch: usize) -> Option<usize> {
+        let ty = self.ty(v);
+        ty.shape.checked_numel(batch)?.checked_mul(self.storage(v).elem_bytes(ty.dtype))
+    }
+    /// The stored element type's name (`c64`, `cbf16`, ...: [`Storage::stored_name`]).
+    pub fn stored_name(&self, v: Value) -> &'static str {
+        self.storage(v).stored_name(self.ty(v).dtype)
+    }
+}
