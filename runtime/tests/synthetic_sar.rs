@@ -1,20 +1,22 @@
 //! The synthetic SAR dataset: deterministic per (seed, image), balanced, shaped as declared,
-//! bad settings refused with the field named, and its difficulty: a linear classifier on the
-//! pixel magnitudes stays near chance, while features of the scatterer arrangement (pairwise
-//! distances between the brightest points, invariant to position, rotation and scale) tell the
-//! classes apart, so the labels are in the images but not linearly in `|x|`.
+//! bad settings refused with the field named, vehicles that fit the chip, and its difficulty
+//! and learnability: a linear classifier on the pixel magnitudes stays far from solving it,
+//! features of the vehicle's extent (invariant to position and aspect) tell the classes apart,
+//! and a two-layer complex ViT of examples/vit_sar.cvnn's layer kinds learns it.
 
 use cvc_compiler::ir::{DType, Dim, Shape, TensorType};
 use cvc_runtime::backend::HostData;
-use cvc_runtime::data::synthetic_sar::{generate, template, SarConfig, SCATTERERS, SHAPES};
+use cvc_runtime::data::synthetic_sar::{generate, vehicle, SarConfig, SHAPES};
 use cvc_runtime::data::{split, Dataset, InputSpec};
+use cvc_runtime::session::{Device, Model};
+use cvc_runtime::train::{train, TrainOptions};
 
 #[path = "../../tests/src/seed.rs"]
 mod seed;
 use seed::seed_for;
 
 fn cfg(classes: usize, size: usize, count: usize, seed: u64) -> SarConfig {
-    SarConfig { classes, size, scr_db: (5.0, 15.0), looks: 4, count, seed }
+    SarConfig { classes, size, scr_db: (10.0, 20.0), looks: 4, count, seed }
 }
 
 #[test]
@@ -60,15 +62,29 @@ fn synthetic_sar_rejects_bad_settings() {
 }
 
 #[test]
-fn every_shape_has_the_same_number_of_distinct_scatterers() {
+fn every_vehicle_fits_the_chip_and_has_its_own_extent() {
+    let mut extents = Vec::new();
     for (class, name) in SHAPES.iter().enumerate() {
-        let t = template(class);
-        assert_eq!(t.len(), SCATTERERS, "{}", name);
-        for (i, a) in t.iter().enumerate() {
-            assert!(a.0.hypot(a.1) <= 1.3, "{}: point {a:?} outside the unit disc", name);
-            for b in &t[i + 1..] {
-                assert!((a.0 - b.0).hypot(a.1 - b.1) > 0.1, "{}: points {a:?} and {b:?} coincide", name);
+        let v = vehicle(class);
+        assert_eq!(v.name, *name);
+        assert!(v.scatterers.len() >= 5, "{name}: {} scatterers", v.scatterers.len());
+        for (i, a) in v.scatterers.iter().enumerate() {
+            // Within the chip wherever the centre and aspect put it (offset up to 0.1 side per
+            // axis, 5% scale): reach·1.05 + 0.1·√2 < 0.5.
+            assert!(a.u.hypot(a.v) <= 0.34, "{name}: scatterer {a:?} too far out");
+            assert!(a.amp > 0.0, "{name}: scatterer {a:?}");
+            for b in &v.scatterers[i + 1..] {
+                assert!((a.u - b.u).hypot(a.v - b.v) > 0.02, "{name}: scatterers {a:?} and {b:?} coincide");
             }
+        }
+        assert!(v.length / 2.0 <= 0.34 && v.width <= v.length && v.shadow > 0.0, "{name}: {v:?}");
+        assert!(v.covers(0.0, 0.0) && !v.covers(v.length, 0.0), "{name}: footprint");
+        extents.push((v.length, v.width, v.round));
+    }
+    // No two classes share a footprint: the extent tells vehicles apart as in real SAR.
+    for (i, a) in extents.iter().enumerate() {
+        for b in &extents[i + 1..] {
+            assert_ne!(a, b, "two vehicles of the same footprint");
         }
     }
 }
@@ -163,67 +179,147 @@ fn logistic_accuracy(x: &[Vec<f64>], y: &[usize], classes: usize, train: &[usize
     right as f64 / val.len() as f64
 }
 
-/// Histogram of the pairwise distances between the `k` brightest local maxima of `|x|`,
-/// divided by their median: the same for any position, rotation and size of the target.
-fn arrangement_features(mag: &[f64], size: usize, k: usize, bins: usize) -> Vec<f64> {
-    let mut peaks: Vec<(f64, usize, usize)> = Vec::new();
-    for y in 1..size - 1 {
-        for x in 1..size - 1 {
-            let v = mag[y * size + x];
-            let is_max = (0..3).all(|dy| (0..3).all(|dx| mag[(y + dy - 1) * size + x + dx - 1] <= v));
-            if is_max {
-                peaks.push((v, x, y));
-            }
-        }
-    }
-    peaks.sort_by(|a, b| b.0.total_cmp(&a.0));
-    peaks.truncate(k);
-    let mut dist = Vec::new();
-    for (i, a) in peaks.iter().enumerate() {
-        for b in &peaks[i + 1..] {
-            dist.push((a.1 as f64 - b.1 as f64).hypot(a.2 as f64 - b.2 as f64));
-        }
-    }
-    let mut sorted = dist.clone();
+/// Features of the vehicle's extent in one image's magnitudes, invariant to its position and
+/// aspect: with the median intensity as the clutter level, the number of bright pixels (10 dB
+/// above it) near their centroid, the spread of those along and across their main axis (the
+/// vehicle's length and width), the peak, and the number of dark pixels (8 dB below) around
+/// them (its shadow).
+fn extent_features(mag: &[f64], size: usize) -> Vec<f64> {
+    let int: Vec<f64> = mag.iter().map(|m| m * m).collect();
+    let mut sorted = int.clone();
     sorted.sort_by(f64::total_cmp);
-    let median = sorted.get(sorted.len() / 2).copied().unwrap_or(1.0).max(1e-9);
-    let mut h = vec![0.0; bins];
-    for d in dist {
-        let b = ((d / median) / 3.0 * bins as f64) as usize;
-        h[b.min(bins - 1)] += 1.0;
+    let med = sorted[sorted.len() / 2].max(1e-30);
+    let at = |k: usize| ((k % size) as f64, (k / size) as f64);
+    let bright: Vec<(f64, f64, f64)> = (0..int.len())
+        .filter(|&k| int[k] > 10.0 * med)
+        .map(|k| {
+            let (x, y) = at(k);
+            (x, y, (int[k] / med).ln())
+        })
+        .collect();
+    let centroid = |pts: &[(f64, f64, f64)]| {
+        let w: f64 = pts.iter().map(|p| p.2).sum::<f64>().max(1e-9);
+        (pts.iter().map(|p| p.0 * p.2).sum::<f64>() / w, pts.iter().map(|p| p.1 * p.2).sum::<f64>() / w)
+    };
+    // Two passes: clutter spikes far from the vehicle out of the second.
+    let (cx, cy) = centroid(&bright);
+    let r = 0.3 * size as f64;
+    let near: Vec<(f64, f64, f64)> =
+        bright.iter().copied().filter(|p| (p.0 - cx).hypot(p.1 - cy) <= r).collect();
+    let (cx, cy) = centroid(&near);
+    let w: f64 = near.iter().map(|p| p.2).sum::<f64>().max(1e-9);
+    let (mut sxx, mut syy, mut sxy) = (0.0, 0.0, 0.0);
+    for p in &near {
+        let (dx, dy) = (p.0 - cx, p.1 - cy);
+        sxx += p.2 * dx * dx / w;
+        syy += p.2 * dy * dy / w;
+        sxy += p.2 * dx * dy / w;
     }
-    h
+    let (tr, det) = (sxx + syy, sxx * syy - sxy * sxy);
+    let disc = (tr * tr / 4.0 - det).max(0.0).sqrt();
+    let (l1, l2) = ((tr / 2.0 + disc).max(0.0).sqrt(), (tr / 2.0 - disc).max(0.0).sqrt());
+    let dark = (0..int.len())
+        .filter(|&k| {
+            let (x, y) = at(k);
+            int[k] < med / 6.3 && (x - cx).hypot(y - cy) <= r
+        })
+        .count();
+    vec![
+        (1.0 + near.len() as f64).ln(),
+        l1,
+        l2,
+        l2 / (l1 + 1e-9),
+        (sorted[sorted.len() - 1] / med).ln(),
+        dark as f64,
+    ]
 }
 
-#[test]
-fn linear_on_magnitudes_fails_where_arrangement_features_succeed() {
-    let seed = seed_for("synthetic_sar::difficulty");
-    // An easy setting (little clutter and speckle), so that the linear model's failure is
-    // not the noise's doing.
-    let (size, count, classes) = (48, 400, 4);
-    let d =
-        generate(&SarConfig { scr_db: (15.0, 20.0), looks: 16, ..cfg(classes, size, count, seed) }).unwrap();
+/// The images' magnitudes and labels.
+fn magnitudes(c: &SarConfig) -> (Vec<Vec<f64>>, Vec<usize>) {
+    let d = generate(c).unwrap();
     let HostData::I32(labels) = &d.label.data else { panic!() };
-    let y: Vec<usize> = labels.iter().map(|&l| l as usize).collect();
-    let px = size * size;
-    let mags: Vec<Vec<f64>> = d
+    let px = c.size * c.size;
+    let mags = d
         .image
         .f32s()
         .chunks(2 * px)
         .map(|img| img.chunks(2).map(|z| (z[0] as f64).hypot(z[1] as f64)).collect())
         .collect();
+    (mags, labels.iter().map(|&l| l as usize).collect())
+}
+
+#[test]
+fn linear_on_magnitudes_fails_where_extent_features_succeed() {
+    let seed = seed_for("synthetic_sar::difficulty");
+    // The default settings (10–20 dB, 4 looks) at 32×32.
+    let (size, count, classes) = (32, 400, 4);
+    let (mags, y) = magnitudes(&cfg(classes, size, count, seed));
     let s = split(count, 0.75, seed);
     let linear = logistic_accuracy(&mags, &y, classes, &s.train, &s.val);
-    let arrangement: Vec<Vec<f64>> = mags.iter().map(|m| arrangement_features(m, size, 12, 12)).collect();
-    let shaped = logistic_accuracy(&arrangement, &y, classes, &s.train, &s.val);
-    // Chance is 25%; 100 validation images put one standard deviation of chance at ~4%.
-    assert!(linear < 0.40, "a linear model on |x| reaches {:.1}% validation accuracy", 100.0 * linear);
-    // Hand-made arrangement features reach 70–80% here (NumPy, seeds 1–3): far above chance,
-    // though below what a learned model gets (bench/vit/sar_baselines.py).
-    assert!(shaped > 0.55, "arrangement features reach only {:.1}%", 100.0 * shaped);
+    let extent: Vec<Vec<f64>> = mags.iter().map(|m| extent_features(m, size)).collect();
+    let shaped = logistic_accuracy(&extent, &y, classes, &s.train, &s.val);
     eprintln!(
-        "validation accuracy: linear on |x| {:.1}%, arrangement features {:.1}%",
+        "validation accuracy: linear on |x| {:.1}%, extent features {:.1}%",
         100.0 * linear,
         100.0 * shaped
     );
+    // Chance is 25%; 100 validation images put one standard deviation of chance at ~4%. The
+    // vehicles sit near the chip's centre, so bright pixels there say something about their
+    // size even to a linear model (~70%), but it does not solve the task; six invariant
+    // features of the extent do (~95%).
+    assert!(linear < 0.8, "a linear model on |x| reaches {:.1}% validation accuracy", 100.0 * linear);
+    assert!(shaped > 0.85, "extent features reach only {:.1}%", 100.0 * shaped);
+    assert!(shaped > linear + 0.15, "extent features {shaped} vs linear {linear}");
+}
+
+/// examples/vit_sar.cvnn's layer kinds at a test size: conv patch embedding (patch 4 on
+/// 24×24, 36 tokens), a learned position embedding, two pre-norm encoder layers (dim 16,
+/// 2 heads, MLP 32), final norm, mean over tokens, complex linear head, magnitudes.
+const VIT: &str = "model VitSarTest {
+    input image: c64[B, 1, 24, 24]
+    input label: class[B] of 4
+    param pos: c64[1, 36, 16] = normal(std = 0.02)
+    block encoder(dim, hidden, heads) {
+        residual(rmsnorm(axes = 1) |> attention(heads = heads))
+        residual(rmsnorm(axes = 1) |> linear(hidden) |> cgelu |> rmsnorm(axes = 1) |> linear(dim) |> cgelu)
+    }
+    tokens = image |> conv2d(16, kernel = 4, stride = 4) |> reshape(B, 16, 36) |> transpose(1, 2)
+    x = tokens + pos |> repeat(2, encoder(16, 32, 2))
+    logits = x |> rmsnorm(axes = 1) |> mean(axis = 1) |> linear(4) |> abs
+    output logits
+    loss cross_entropy(logits, label)
+}
+train VitSarTest {
+    data      = synthetic.sar(count = 2000, size = 24, classes = 4, seed = SEED)
+    split     = 0.8
+    batch     = 32
+    epochs    = 8
+    optimizer = adam(lr = 3e-3)
+    schedule  = cosine(min_lr = 1e-4)
+    seed      = 1
+}
+";
+
+/// Slow for CI (about a minute at opt-level 1 on two cores) and a weak bound: the tiny ViT
+/// learns slowly (`linear_on_magnitudes_fails_where_extent_features_succeed` is the cheap
+/// check that the labels are in the images). Run with `--ignored`.
+#[test]
+#[ignore = "about a minute of CPU training"]
+fn a_small_complex_vit_learns_it() {
+    let seed = seed_for("synthetic_sar::vit") % 1_000_000;
+    let src = VIT.replace("SEED", &seed.to_string());
+    let m = Model::from_source("vit_sar_test.cvnn", &src).unwrap();
+    let d = Dataset::from_source(&m.config().data, m.dir(), m.inputs()).unwrap();
+    let out = std::env::temp_dir().join(format!("cvc-sar-vit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let t = std::time::Instant::now();
+    let run =
+        train(&m, &d, &TrainOptions { device: Device::Cpu, ..TrainOptions::from_model(&m, out.clone()) })
+            .unwrap();
+    let _ = std::fs::remove_dir_all(&out);
+    let acc: Vec<f64> = run.epochs.iter().map(|e| e.val_acc.unwrap_or(0.0)).collect();
+    eprintln!("validation accuracy per epoch {acc:?} in {:.0} s", t.elapsed().as_secs_f64());
+    // Chance is 25%; 400 validation images put one standard deviation of chance at ~2%.
+    let best = acc.iter().cloned().fold(0.0, f64::max);
+    assert!(best > 0.4, "the ViT reaches only {:.1}% validation accuracy: {acc:?}", 100.0 * best);
 }

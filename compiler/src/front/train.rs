@@ -20,16 +20,16 @@ pub enum DataSource {
         /// Generator seed.
         seed: u64,
     },
-    /// The built-in synthetic SAR dataset (`synthetic.sar(...)`): complex images of point
-    /// scatterer targets on clutter with speckle.
+    /// The built-in synthetic SAR dataset (`synthetic.sar(...)`): complex image chips of one
+    /// vehicle (point scatterers, body return, radar shadow) on textured clutter.
     SyntheticSar {
-        /// Number of target classes (first `classes` of line, cross, ell, ring, tee, grid).
+        /// Number of vehicle classes (first `classes` of tank, truck, car, radar, launcher, apc).
         classes: usize,
         /// Image side in pixels.
         size: usize,
         /// Signal-to-clutter ratio range in dB, drawn uniformly.
         scr_db: (f64, f64),
-        /// Looks of the multiplicative speckle.
+        /// Looks of the clutter texture.
         looks: usize,
         /// Number of images.
         count: usize,

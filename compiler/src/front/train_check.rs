@@ -442,13 +442,13 @@ fn data_source(v: &TVal, span: Span, inputs: &[ModelInput]) -> Result<DataSource
                 None => (10.0, 20.0),
                 Some((v, s)) => db_range(v, *s, "scr_db")?,
             };
-            // The generator's limits (runtime/src/data/synthetic_sar.rs): six shapes, images
+            // The generator's limits (runtime/src/data/synthetic_sar.rs): six vehicles, images
             // of at least 8 pixels, 1 to 64 looks.
             const MAX_CLASSES: usize = 6;
             let at = |k: &str| a.get(k).map_or(span, |(_, s)| *s);
             if !(2..=MAX_CLASSES).contains(&classes) {
                 return Err(Diagnostic::error(
-                    format!("synthetic.sar has 2 to {MAX_CLASSES} target classes (line, cross, ell, ring, tee, grid), got {classes}"),
+                    format!("synthetic.sar has 2 to {MAX_CLASSES} target classes (tank, truck, car, radar, launcher, apc), got {classes}"),
                     at("classes"),
                     "out of range",
                 ));

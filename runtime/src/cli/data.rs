@@ -31,8 +31,8 @@ pub struct DataArgs {
 pub enum Dataset {
     /// Synthetic RF modulation bursts (BPSK, QPSK, 8PSK, 16QAM, 64QAM, PAM4, GFSK, OQPSK).
     Rf(RfArgs),
-    /// Synthetic SAR images: point-scatterer targets (line, cross, ell, ring, tee, grid) on
-    /// clutter with speckle.
+    /// Synthetic SAR image chips: one vehicle (tank, truck, car, radar, launcher, apc) of
+    /// point scatterers, diffuse body return and radar shadow on textured clutter.
     Sar(SarArgs),
     /// Synthetic PolSAR scenes for segmentation: HH, HV, VV scattering vectors in random
     /// regions of scattering classes (surface, double_bounce, volume, oriented, helix), with
@@ -75,13 +75,13 @@ pub struct SarArgs {
     /// Image side in pixels.
     #[arg(long, default_value_t = 64)]
     pub size: usize,
-    /// Number of classes (the first N shapes).
+    /// Number of classes (the first N vehicle types).
     #[arg(long, default_value_t = 4)]
     pub classes: usize,
     /// Signal-to-clutter ratio range in dB, `LO..HI`.
     #[arg(long, default_value = "10..20", value_parser = parse_range)]
     pub scr_db: (f64, f64),
-    /// Looks of the multiplicative speckle.
+    /// Looks of the clutter texture.
     #[arg(long, default_value_t = 4)]
     pub looks: usize,
     /// Generator seed.

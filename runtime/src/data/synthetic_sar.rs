@@ -1,15 +1,22 @@
-//! The built-in synthetic SAR dataset: single-channel complex images of one target on
-//! clutter. A target is a set of point scatterers laid out in a class-specific shape (a line,
-//! a cross, an L, a ring, a T, a 3×4 grid), placed at a random position with a random
-//! rotation, size, amplitude and phase per scatterer, imaged through a windowed-sinc point
-//! spread function, then complex Gaussian clutter is added at a random signal-to-clutter
-//! ratio and the image is multiplied by L-look gamma speckle. Deterministic for a seed:
-//! image `i` depends only on `(seed, i)` and the settings.
+//! The built-in synthetic SAR dataset: single-channel complex image chips of one vehicle on
+//! ground clutter, in the manner of MSTAR's target chips. A class is a vehicle type: a
+//! footprint (length and width, or a disc) and a set of dominant point scatterers laid out on
+//! it (hull corners, a turret ring and gun barrel, a cab, launch tubes, a dish rim, ...), each
+//! class its own size and pattern. Per image the vehicle is placed near the centre of the
+//! chip with a random offset, a random aspect (rotation over 360°), a small scale jitter, a
+//! random gain and a random amplitude and phase per scatterer. The image is formed as in a
+//! real SAR chip: the point scatterers through a windowed-sinc point spread function, a weak
+//! diffuse return from the vehicle's body, complex Gaussian ground clutter at a random
+//! signal-to-clutter ratio with `looks`-look gamma texture (K-distributed clutter), and the
+//! vehicle's radar shadow (clutter attenuated behind the vehicle, away from the radar on
+//! the left). Deterministic for a seed: image `i` depends only on `(seed, i)` and the
+//! settings.
 //!
-//! Why it is not trivially separable: every shape has the same number of scatterers and the
-//! same total amplitude on average, and the position, rotation and gain are random, so the
-//! class is in the spatial arrangement of the bright points, not in any pixel's expected
-//! magnitude (a linear model on `|x|` stays near chance: `runtime/tests/synthetic_sar.rs`).
+//! What tells the classes apart is what tells real vehicles apart in SAR: their extent (the
+//! footprint, its shadow and where the bright points lie) and the pattern of their dominant
+//! scatterers. No pixel's magnitude gives the class away on its own: the aspect, position and
+//! gain are random (`runtime/tests/synthetic_sar.rs` checks that a linear model on `|x|` is
+//! far from solving it, and that a small complex ViT learns it).
 
 use crate::backend::{HostData, HostTensor};
 use cvc_compiler::front::limits;
@@ -17,15 +24,21 @@ use cvc_compiler::init::SplitMix64;
 use cvc_compiler::ir::DType;
 use std::f64::consts::PI;
 
-/// The target shapes, in class order; a dataset of `classes` classes uses the first `classes`.
-pub const SHAPES: [&str; 6] = ["line", "cross", "ell", "ring", "tee", "grid"];
-
-/// Point scatterers per target (the same for every shape, so counting bright points or
-/// summing energy does not tell the classes apart).
-pub const SCATTERERS: usize = 12;
+/// The vehicle types, in class order; a dataset of `classes` classes uses the first `classes`.
+pub const SHAPES: [&str; 6] = ["tank", "truck", "car", "radar", "launcher", "apc"];
 
 /// Half-width, in pixels, of the window of the point spread function.
 const PSF_HALF: i64 = 3;
+
+/// Power of the body's diffuse return below the mean power of the dominant scatterers, dB.
+const BODY_DB: f64 = 6.0;
+
+/// Attenuation of the clutter in the vehicle's radar shadow, dB.
+const SHADOW_DB: f64 = 12.0;
+
+/// Largest offset of the vehicle's centre from the chip's centre, per axis, as a fraction of
+/// the image side.
+const OFFSET: f64 = 0.1;
 
 /// Smallest image side.
 pub const MIN_SIZE: usize = 8;
@@ -33,15 +46,15 @@ pub const MIN_SIZE: usize = 8;
 /// Settings of a synthetic SAR dataset.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SarConfig {
-    /// Number of classes (the first `classes` of [`SHAPES`]).
+    /// Number of classes (the first `classes` vehicle types of [`SHAPES`]).
     pub classes: usize,
     /// Image side in pixels (images are `size × size`).
     pub size: usize,
-    /// Signal-to-clutter ratio range in dB (mean scatterer power over clutter power per
-    /// pixel), drawn uniformly per image.
+    /// Signal-to-clutter ratio range in dB (mean power of the dominant scatterers over the
+    /// clutter's power per pixel), drawn uniformly per image.
     pub scr_db: (f64, f64),
-    /// Number of looks of the multiplicative speckle (intensity ~ Gamma(L, 1/L); more looks,
-    /// less speckle).
+    /// Number of looks of the clutter's texture (its intensity is multiplied by a
+    /// Gamma(L, 1/L) factor per pixel; fewer looks, spikier clutter).
     pub looks: usize,
     /// Number of images.
     pub count: usize,
@@ -134,50 +147,150 @@ fn image_seed(seed: u64, i: u64) -> u64 {
 
 type C = (f64, f64);
 
-/// The scatterer layout of a shape in unit coordinates (every point within radius ~1 of the
-/// origin), [`SCATTERERS`] points.
-pub fn template(class: usize) -> Vec<(f64, f64)> {
-    let n = SCATTERERS;
-    // `k` evenly spaced points from a to b, ends included.
-    let seg = |a: (f64, f64), b: (f64, f64), k: usize| -> Vec<(f64, f64)> {
+/// A dominant point scatterer of a vehicle: its place on the body (`u` along the length,
+/// positive forward, `v` across, both in image sides) and its relative amplitude.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scatterer {
+    /// Position along the vehicle, in image sides.
+    pub u: f64,
+    /// Position across the vehicle, in image sides.
+    pub v: f64,
+    /// Amplitude relative to the image's gain.
+    pub amp: f64,
+}
+
+/// A vehicle type: its footprint, the length of its radar shadow and its dominant scatterers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Vehicle {
+    /// The class name (one of [`SHAPES`]).
+    pub name: &'static str,
+    /// Footprint length (along `u`), in image sides; a round footprint's diameter.
+    pub length: f64,
+    /// Footprint width (along `v`), in image sides.
+    pub width: f64,
+    /// A disc of diameter `length` instead of a rectangle.
+    pub round: bool,
+    /// Length of the shadow behind the vehicle (its height over the tangent of the radar's
+    /// depression angle), in image sides.
+    pub shadow: f64,
+    /// The dominant point scatterers.
+    pub scatterers: Vec<Scatterer>,
+}
+
+impl Vehicle {
+    /// Whether body coordinates `(u, v)` (image sides) lie on the footprint.
+    pub fn covers(&self, u: f64, v: f64) -> bool {
+        if self.round {
+            u.hypot(v) <= self.length / 2.0
+        } else {
+            u.abs() <= self.length / 2.0 && v.abs() <= self.width / 2.0
+        }
+    }
+
+    /// The largest distance of a footprint point or scatterer from the centre.
+    fn reach(&self) -> f64 {
+        let body = if self.round { self.length / 2.0 } else { (self.length / 2.0).hypot(self.width / 2.0) };
+        self.scatterers.iter().map(|s| s.u.hypot(s.v)).fold(body, f64::max)
+    }
+}
+
+/// The vehicle of class `class` (an index into [`SHAPES`]). Sizes are fractions of the image
+/// side; the scatterer layouts follow the parts that dominate real vehicles' SAR returns.
+pub fn vehicle(class: usize) -> Vehicle {
+    // `k` evenly spaced scatterers from a to b, ends included.
+    fn line(a: (f64, f64), b: (f64, f64), k: usize, amp: f64) -> Vec<Scatterer> {
         (0..k)
             .map(|j| {
                 let t = if k == 1 { 0.5 } else { j as f64 / (k - 1) as f64 };
-                (a.0 + t * (b.0 - a.0), a.1 + t * (b.1 - a.1))
+                Scatterer { u: a.0 + t * (b.0 - a.0), v: a.1 + t * (b.1 - a.1), amp }
             })
             .collect()
+    }
+    fn point(u: f64, v: f64, amp: f64) -> Scatterer {
+        Scatterer { u, v, amp }
+    }
+    let name = SHAPES[class];
+    let (length, width, round, shadow, scatterers) = match name {
+        // Compact hull, a turret ring with a bright centre and a gun barrel reaching far past
+        // the front.
+        "tank" => {
+            let mut s = vec![
+                point(0.16, 0.11, 1.0),
+                point(0.16, -0.11, 1.0),
+                point(-0.16, 0.11, 1.0),
+                point(-0.16, -0.11, 1.0),
+            ];
+            s.extend(line((-0.10, 0.11), (0.10, 0.11), 3, 0.5));
+            s.extend(line((-0.10, -0.11), (0.10, -0.11), 3, 0.5));
+            s.extend((0..6).map(|j| {
+                let a = PI * j as f64 / 3.0;
+                point(-0.02 + 0.055 * a.cos(), 0.055 * a.sin(), 0.8)
+            }));
+            s.push(point(-0.02, 0.0, 1.4));
+            s.extend(line((0.09, 0.0), (0.34, 0.0), 5, 0.7));
+            (0.32, 0.22, false, 0.05, s)
+        }
+        // Long and narrow: a bright cab block at the front, a cargo box behind it.
+        "truck" => {
+            let mut s: Vec<Scatterer> = [0.18, 0.215, 0.25]
+                .iter()
+                .flat_map(|&u| [point(u, 0.05, 1.2), point(u, -0.05, 1.2)])
+                .collect();
+            s.extend(line((-0.19, 0.07), (0.12, 0.07), 6, 0.6));
+            s.extend(line((-0.19, -0.07), (0.12, -0.07), 6, 0.6));
+            s.extend(line((-0.25, 0.07), (-0.25, -0.07), 3, 1.1));
+            (0.50, 0.14, false, 0.09, s)
+        }
+        // A box: scatterers all along its outline, two bright ones on the sloped front.
+        "apc" => {
+            let mut s = line((0.21, 0.09), (0.21, -0.09), 4, 0.8);
+            s.extend(line((-0.21, 0.09), (-0.21, -0.09), 4, 0.8));
+            s.extend(line((-0.14, 0.09), (0.14, 0.09), 5, 0.8));
+            s.extend(line((-0.14, -0.09), (0.14, -0.09), 5, 0.8));
+            s.extend([point(0.16, 0.045, 1.3), point(0.16, -0.045, 1.3)]);
+            (0.42, 0.18, false, 0.08, s)
+        }
+        // Small: corners, wheel arches and the roof.
+        "car" => {
+            let s = vec![
+                point(0.10, 0.05, 1.0),
+                point(0.10, -0.05, 1.0),
+                point(-0.10, 0.05, 1.0),
+                point(-0.10, -0.05, 1.0),
+                point(0.0, 0.05, 0.7),
+                point(0.0, -0.05, 0.7),
+                point(-0.02, 0.0, 0.9),
+            ];
+            (0.20, 0.10, false, 0.04, s)
+        }
+        // A cab and two long parallel launch tubes, outriggers at the rear.
+        "launcher" => {
+            let mut s = vec![
+                point(0.20, 0.07, 1.1),
+                point(0.20, -0.07, 1.1),
+                point(0.235, 0.07, 1.1),
+                point(0.235, -0.07, 1.1),
+            ];
+            s.extend(line((-0.22, 0.045), (0.12, 0.045), 8, 0.7));
+            s.extend(line((-0.22, -0.045), (0.12, -0.045), 8, 0.7));
+            s.extend([point(-0.24, 0.11, 1.0), point(-0.24, -0.11, 1.0)]);
+            (0.48, 0.22, false, 0.10, s)
+        }
+        // A large round antenna: a ring of rim scatterers around a bright mast, a tall
+        // shadow.
+        "radar" => {
+            let mut s: Vec<Scatterer> = (0..16)
+                .map(|j| {
+                    let a = 2.0 * PI * j as f64 / 16.0;
+                    point(0.18 * a.cos(), 0.18 * a.sin(), 0.8)
+                })
+                .collect();
+            s.extend([point(0.0, 0.0, 1.3), point(0.03, 0.0, 1.3), point(-0.03, 0.0, 1.3)]);
+            (0.40, 0.40, true, 0.14, s)
+        }
+        other => unreachable!("{other} is not a vehicle"),
     };
-    let pts: Vec<(f64, f64)> = match SHAPES[class] {
-        "line" => seg((-1.0, 0.0), (1.0, 0.0), n),
-        "cross" => {
-            // Two arms of 6 points each, neither through the exact centre (no doubled point).
-            let mut p = seg((-1.0, 0.0), (-0.2, 0.0), 3);
-            p.extend(seg((0.2, 0.0), (1.0, 0.0), 3));
-            p.extend(seg((0.0, -1.0), (0.0, -0.2), 3));
-            p.extend(seg((0.0, 0.2), (0.0, 1.0), 3));
-            p
-        }
-        "ell" => {
-            let mut p = seg((-0.7, -0.7), (0.9, -0.7), 6);
-            p.extend(seg((-0.7, -0.38), (-0.7, 0.9), 6));
-            p
-        }
-        "ring" => (0..n)
-            .map(|j| {
-                let a = 2.0 * PI * j as f64 / n as f64;
-                (0.8 * a.cos(), 0.8 * a.sin())
-            })
-            .collect(),
-        "tee" => {
-            let mut p = seg((-0.9, 0.8), (0.9, 0.8), 6);
-            p.extend(seg((0.0, 0.45), (0.0, -1.0), 6));
-            p
-        }
-        "grid" => (0..n).map(|j| (-0.75 + 0.5 * (j % 4) as f64, -0.6 + 0.6 * (j / 4) as f64)).collect(),
-        other => unreachable!("{other} is not a shape"),
-    };
-    debug_assert_eq!(pts.len(), n);
-    pts
+    Vehicle { name, length, width, round, shadow, scatterers }
 }
 
 /// Windowed sinc: the response of an ideal band-limited imager at offset `d` pixels, with a
@@ -188,50 +301,89 @@ fn psf(d: f64) -> f64 {
     s * w
 }
 
-/// One `size × size` image (row-major) of a target of shape `class`.
+/// A circular complex Gaussian number of unit power.
+fn cnormal(rng: &mut SplitMix64) -> C {
+    let s = std::f64::consts::FRAC_1_SQRT_2;
+    (s * rng.normal(), s * rng.normal())
+}
+
+/// An `L`-look texture factor for an amplitude: `√g`, `g ~ Gamma(L, 1/L)` (mean 1).
+fn texture(rng: &mut SplitMix64, looks: usize) -> f64 {
+    let g: f64 = (0..looks).map(|_| -(1.0 - rng.next_f64()).ln()).sum::<f64>() / looks as f64;
+    g.sqrt()
+}
+
+/// One `size × size` image (row-major) of a vehicle of class `class`.
 fn scene(class: usize, cfg: &SarConfig, rng: &mut SplitMix64) -> Vec<C> {
-    let size = cfg.size as f64;
-    let mut img = vec![(0.0, 0.0); cfg.size * cfg.size];
-    // Size: the target spans 30–45% of the image side; it fits inside with the PSF's margin.
-    let radius = size * rng.uniform(0.15, 0.225);
-    let margin = radius + 1.5;
-    let cx = rng.uniform(margin, size - 1.0 - margin);
-    let cy = rng.uniform(margin, size - 1.0 - margin);
+    let n = cfg.size;
+    let side = n as f64;
+    let v = vehicle(class);
+    // Pose: near the centre, any aspect, ±5% scale, gain ×0.5…×2 (log-uniform).
+    let scale = side * rng.uniform(0.95, 1.05);
+    let mid = (side - 1.0) / 2.0;
+    let cx = mid + side * rng.uniform(-OFFSET, OFFSET);
+    let cy = mid + side * rng.uniform(-OFFSET, OFFSET);
     let rot = rng.uniform(0.0, 2.0 * PI);
     let (sr, cr) = rot.sin_cos();
-    let gain = (rng.uniform(-1.0, 1.0) * 10f64.ln() / 2.0).exp(); // 1/√10 … √10
+    let gain = 1.0;
+    // Pixel (x, y) to body coordinates (image sides).
+    let body = |x: f64, y: f64| {
+        let (dx, dy) = ((x - cx) / scale, (y - cy) / scale);
+        (cr * dx + sr * dy, -sr * dx + cr * dy)
+    };
+    let covers = |x: f64, y: f64| {
+        let (u, w) = body(x, y);
+        v.covers(u, w)
+    };
+    let mut img = vec![(0.0, 0.0); n * n];
     let mut power = 0.0;
-    for (ux, uy) in template(class) {
-        // Jitter each point a little so shapes are not exact templates.
-        let (jx, jy) = (ux + 0.06 * rng.normal(), uy + 0.06 * rng.normal());
-        let x = cx + radius * (cr * jx - sr * jy);
-        let y = cy + radius * (sr * jx + cr * jy);
-        let amp = gain * rng.uniform(0.5, 1.5);
+    for s in &v.scatterers {
+        // A little jitter of each scatterer's place, its amplitude and phase per image (a
+        // scatterer's return changes with the aspect).
+        let (ju, jv) = (s.u + 0.004 * rng.normal(), s.v + 0.004 * rng.normal());
+        let x = cx + scale * (cr * ju - sr * jv);
+        let y = cy + scale * (sr * ju + cr * jv);
+        let amp = gain * s.amp * rng.uniform(0.5, 1.5);
         let phase = rng.uniform(0.0, 2.0 * PI);
         let a = (amp * phase.cos(), amp * phase.sin());
         power += amp * amp;
         let (x0, y0) = (x.round() as i64, y.round() as i64);
-        for py in (y0 - PSF_HALF).max(0)..=(y0 + PSF_HALF).min(cfg.size as i64 - 1) {
+        for py in (y0 - PSF_HALF).max(0)..=(y0 + PSF_HALF).min(n as i64 - 1) {
             let hy = psf(py as f64 - y);
-            for px in (x0 - PSF_HALF).max(0)..=(x0 + PSF_HALF).min(cfg.size as i64 - 1) {
+            for px in (x0 - PSF_HALF).max(0)..=(x0 + PSF_HALF).min(n as i64 - 1) {
                 let h = hy * psf(px as f64 - x);
-                let p = &mut img[py as usize * cfg.size + px as usize];
+                let p = &mut img[py as usize * n + px as usize];
                 p.0 += h * a.0;
                 p.1 += h * a.1;
             }
         }
     }
-    // Clutter: circular complex Gaussian with power = mean scatterer power / SCR.
+    let mean_power = power / v.scatterers.len() as f64;
     let (lo, hi) = cfg.scr_db;
     let scr = if hi > lo { rng.uniform(lo, hi) } else { lo };
-    let sigma = (power / SCATTERERS as f64 * 10f64.powf(-scr / 10.0) / 2.0).sqrt();
-    let looks = cfg.looks;
-    for p in &mut img {
-        let z = (p.0 + sigma * rng.normal(), p.1 + sigma * rng.normal());
-        // L-look speckle: intensity factor Gamma(L, 1/L) (mean 1), applied to the amplitude.
-        let g: f64 = (0..looks).map(|_| -(1.0 - rng.next_f64()).ln()).sum::<f64>() / looks as f64;
-        let m = g.sqrt();
-        *p = (z.0 * m, z.1 * m);
+    let clutter = (mean_power * 10f64.powf(-scr / 10.0)).sqrt();
+    let diffuse = (mean_power * 10f64.powf(-BODY_DB / 10.0)).sqrt();
+    let shade = 10f64.powf(-SHADOW_DB / 20.0);
+    // The radar looks from the left (small x): the shadow of a point on the footprint falls up
+    // to `shadow` image sides to its right. Pixels far from the vehicle skip the test.
+    let shadow_px = v.shadow * scale;
+    let steps = (shadow_px / 0.5).ceil().max(1.0) as usize;
+    let near = v.reach() * scale + shadow_px + 2.0;
+    for (k, p) in img.iter_mut().enumerate() {
+        let (x, y) = ((k % n) as f64, (k / n) as f64);
+        let close = (x - cx).hypot(y - cy) <= near;
+        let on = close && covers(x, y);
+        let amp = if on {
+            diffuse
+        } else if close && (1..=steps).any(|j| covers(x - shadow_px * j as f64 / steps as f64, y)) {
+            clutter * shade
+        } else {
+            clutter
+        };
+        let z = cnormal(rng);
+        let m = amp * texture(rng, cfg.looks);
+        p.0 += m * z.0;
+        p.1 += m * z.1;
     }
     img
 }
