@@ -162,6 +162,9 @@ pub struct LocalReport {
     pub failures: Vec<String>,
     /// The largest `error / allowed` ratios, with the value they belong to.
     pub worst: Vec<(f64, String)>,
+    /// Elements a 16-bit format stored as infinities because their value lies beyond its
+    /// range ([`Numerics::max_finite`]).
+    pub overflowed: usize,
 }
 
 impl LocalReport {
@@ -171,6 +174,9 @@ impl LocalReport {
             "{} groups, {} values compared, {} elements within rounding of a kink excluded",
             self.groups, self.values, self.excluded
         );
+        if self.overflowed > 0 {
+            s.push_str(&format!(", {} beyond the 16-bit format's range", self.overflowed));
+        }
         for (r, what) in self.worst.iter().take(3) {
             s.push_str(&format!("\n    error/allowed {r:.2e}  {what}"));
         }
@@ -190,6 +196,33 @@ pub fn check_step_locally(
     program: &Program,
     be: &mut dyn Backend,
     leaves: &HashMap<Value, Tensor>,
+) -> Result<LocalReport, String> {
+    check_step_locally_with(program, be, leaves, Numerics::default())
+}
+
+/// The rounding a back end adds beyond f32 arithmetic (`precision = tf32 | bf16 | fp16`).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Numerics {
+    /// Unit roundoff of a contraction's operands (TF32 tensor cores: 2⁻¹¹; 0 for fp32 FMA):
+    /// an output element may move by `2·u·Σ|a||b|` over its terms.
+    pub operand: f64,
+    /// Unit roundoff of a value stored in 16 bits (bf16: 2⁻⁸, fp16: 2⁻¹¹): each element of
+    /// such a value may move by `u·|x|` when it is stored.
+    pub store: f64,
+    /// The largest finite value of the 16-bit format (fp16: 65504; 0: no limit): an element
+    /// whose reference lies beyond it is stored as an infinity, which is the format's
+    /// behaviour (under loss scaling the step is then skipped), not a kernel's error.
+    pub max_finite: f64,
+}
+
+/// [`check_step_locally`] with the extra rounding of `numerics` in every allowed bound: a
+/// kernel's output must still match its replay on the device's own operands (so rounding of
+/// earlier kernels, and decisions they took, cannot add up), within what its format allows.
+pub fn check_step_locally_with(
+    program: &Program,
+    be: &mut dyn Backend,
+    leaves: &HashMap<Value, Tensor>,
+    numerics: Numerics,
 ) -> Result<LocalReport, String> {
     let g = &program.graph;
     let mut device = DeviceValues { be, leaves, batch: program.plan.batch, cache: HashMap::new() };
@@ -213,13 +246,40 @@ pub fn check_step_locally(
         let replay = replay_group(g, program.plan.batch, &group.nodes, &operands)
             .map_err(|e| format!("replaying the group of {}: {e}", describe(g, group.nodes[0])))?;
         report.groups += 1;
+        // Σ|a||b| of a contraction group's product: the same contraction of the operands'
+        // magnitudes.
+        let magnitudes = if numerics.operand > 0.0 && group.kind == GroupKind::Contraction {
+            let abs: HashMap<Value, Tensor> = operands.iter().map(|(&v, t)| (v, magnitude(t))).collect();
+            Some(
+                replay_group(g, program.plan.batch, &group.nodes, &abs)
+                    .map_err(|e| format!("replaying magnitudes of {}: {e}", describe(g, group.nodes[0])))?,
+            )
+        } else {
+            None
+        };
         for &o in &group.outputs {
-            let got = device.written(g, o)?;
+            let mut got = device.written(g, o)?;
+            if numerics.max_finite > 0.0 && g.storage(o).is_half() {
+                if let Some(want) = replay.values.get(&o) {
+                    report.overflowed += overflow_to_reference(&mut got, want, numerics.max_finite);
+                }
+            }
             let old = match g.node(o).op {
                 Op::Assign => Some(&operands[&g.node(o).inputs[0]]),
                 _ => None,
             };
-            let mut c = compare_value(&replay, o, &got, old)?;
+            let mut extra: Vec<f64> = Vec::new();
+            if let Some(m) = magnitudes.as_ref().and_then(|m| m.values.get(&o)) {
+                extra = m.to_complex_vec().iter().map(|z| 2.0 * numerics.operand * z.norm()).collect();
+            }
+            if g.storage(o).is_half() {
+                let w = replay.values.get(&o).map(|t| t.to_complex_vec()).unwrap_or_default();
+                extra.resize(w.len(), 0.0);
+                for (e, z) in extra.iter_mut().zip(&w) {
+                    *e += numerics.store * z.norm();
+                }
+            }
+            let mut c = compare_value(&replay, o, &got, old, &extra)?;
             if let (Some(f), true) = (&mut c.failure, c.excluded > 0) {
                 let decisions: Vec<String> = group
                     .nodes
@@ -301,6 +361,38 @@ impl DeviceValues<'_> {
     }
 }
 
+/// Replaces the non-finite parts of `got` whose reference part lies beyond `max` (what a
+/// format of that range stores as an infinity) by the reference; returns how many.
+fn overflow_to_reference(got: &mut Tensor, want: &Tensor, max: f64) -> usize {
+    let mut n = 0;
+    let mut fix = |g: &mut f64, w: f64| {
+        if !g.is_finite() && w.abs() >= max * (1.0 - 1e-3) {
+            *g = w;
+            n += 1;
+        }
+    };
+    match (&mut got.data, &want.data) {
+        (TensorData::Real(a), TensorData::Real(b)) => a.iter_mut().zip(b).for_each(|(g, &w)| fix(g, w)),
+        (TensorData::Complex(a), TensorData::Complex(b)) => a.iter_mut().zip(b).for_each(|(g, w)| {
+            fix(&mut g.re, w.re);
+            fix(&mut g.im, w.im);
+        }),
+        _ => {}
+    }
+    n
+}
+
+/// `t` with every element replaced by its magnitude (same dtype).
+fn magnitude(t: &Tensor) -> Tensor {
+    match &t.data {
+        TensorData::Real(v) => Tensor::real(&t.shape, v.iter().map(|x| x.abs()).collect()),
+        TensorData::Complex(v) => {
+            Tensor::complex(&t.shape, v.iter().map(|z| Complex64::new(z.norm(), 0.0)).collect())
+        }
+        TensorData::Int(v) => Tensor::int(&t.shape, v.clone()),
+    }
+}
+
 /// The verdict on one stored value.
 struct Compared {
     ratio: f64,
@@ -317,6 +409,7 @@ fn compare_value(
     v: Value,
     got: &Tensor,
     old: Option<&Tensor>,
+    extra: &[f64],
 ) -> Result<Compared, String> {
     let want = replay.values.get(&v).ok_or_else(|| format!("the replay made no value for {v}"))?;
     let fail = |why: String| Ok(Compared { ratio: f64::INFINITY, excluded: 0, failure: Some(why) });
@@ -357,7 +450,9 @@ fn compare_value(
         let s = base.as_ref().map_or(b[i], |o| b[i] - o[i]);
         s2 += s.norm_sqr();
         w2 += b[i].norm_sqr();
-        e2 += bound[i] * bound[i];
+        // The format's own rounding (`extra`) is a bound as the replay's is: added per element.
+        let e = bound[i] + extra.get(i).copied().unwrap_or(0.0);
+        e2 += e * e;
     }
     let stored = if old.is_some() { 2.0 * ROUNDING * w2.sqrt() } else { 0.0 };
     let allowed = TOL * s2.sqrt() + 2.0 * e2.sqrt() + stored;
@@ -428,6 +523,20 @@ pub fn check_training_steps(
     plan_tol: f64,
     rng: &mut SplitMix64,
 ) -> Result<Vec<String>, String> {
+    check_training_steps_with(program, make, steps, plan_tol, rng, Numerics::default(), TOL)
+}
+
+/// [`check_training_steps`] for a back end with the extra rounding of `numerics` (local
+/// checks: [`check_step_locally_with`]) and end-to-end outputs within `end_tol` relative.
+pub fn check_training_steps_with(
+    program: &Program,
+    make: MakeBackend,
+    steps: usize,
+    plan_tol: f64,
+    rng: &mut SplitMix64,
+    numerics: Numerics,
+    end_tol: f64,
+) -> Result<Vec<String>, String> {
     let g = &program.graph;
     let batch = program.plan.batch;
     let kept = keep_every_value(program);
@@ -456,7 +565,7 @@ pub fn check_training_steps(
             }
             be.step().map_err(|e| format!("step {step}: {}", e.0))?;
         }
-        let local = check_step_locally(&kept, be_kept.as_mut(), &leaves)?;
+        let local = check_step_locally_with(&kept, be_kept.as_mut(), &leaves, numerics)?;
         println!("{} step {step}: {}", g.name, local.summary());
         failures.extend(local.failures.into_iter().map(|f| format!("step {step}: {f}")));
         let mut ends: Vec<(String, Value)> =
@@ -474,7 +583,7 @@ pub fn check_training_steps(
                 let w = want[v.index()].as_ref().ok_or("the interpreter made no value")?;
                 let e = rel_err(&got, w);
                 println!("    end to end: {what} {e:.2e}");
-                if e.is_nan() || e > TOL {
+                if e.is_nan() || e > end_tol {
                     failures.push(format!("step 0: {what} end to end: relative error {e:.2e}"));
                 }
             }

@@ -694,29 +694,87 @@ fn unit_roundoff(p: Precision) -> f64 {
     }
 }
 
-/// Forward tolerance, in unit roundoffs: every stored activation (bf16, fp16) or contraction
-/// operand (TF32) is rounded once per layer, a relative error of `u` each, and a layer passes
-/// its input's error on about unchanged (norm-wise), so a network of a dozen layers sits
-/// within `~12 u`; 16 leaves room for the operand rounding of the tensor-core products.
-const FORWARD_ULPS: f64 = 16.0;
-/// Gradient tolerance, in unit roundoffs, on the whole step: `‖g − g*‖ / ‖g*‖` over every
-/// parameter's gradient together (the direction the optimizer moves in). The backward rounds
-/// the activation gradients as the forward rounds activations and reads the rounded forward
-/// values again (twice the forward's error), and a kink (ReLU, max-pool, magnitude) that flips
-/// under rounding moves a few elements by their whole size; 64. (One parameter's gradient on
-/// its own can be ill-conditioned: a batchnorm shift's gradient is a sum over the batch that
-/// nearly cancels, so its relative error is printed, not bounded.)
-const GRADIENT_ULPS: f64 = 64.0;
+/// The extra rounding of a precision for the local checks: TF32 operands of every
+/// contraction (all three reduced precisions multiply on TF32 tensor cores), and the 16-bit
+/// store of bf16/fp16 values.
+fn numerics_of(p: Precision) -> cvc_tests::differential::Numerics {
+    let operand = if p.tensor_cores() { unit_roundoff(Precision::Tf32) } else { 0.0 };
+    let store = if p.storage().is_half() { unit_roundoff(p) } else { 0.0 };
+    let max_finite = if p == Precision::Fp16 { 65504.0 } else { 0.0 };
+    cvc_tests::differential::Numerics { operand, store, max_finite }
+}
 
-/// One training step (SGD, lr 1) of every example and of the fixtures in TF32, bf16 and fp16
-/// on the GPU against the f64 interpreter from the same f32-rounded leaves: the outputs and
-/// the loss within [`FORWARD_ULPS`] unit roundoffs of the format (norm-wise relative error),
-/// and the step's gradient (every parameter's `p_old − p_new` at lr 1, together) within
-/// [`GRADIENT_ULPS`]. In bf16 the plan's arena is at most fp32's. fp16 programs carry
-/// dynamic loss scaling (the interpreter runs the same scaled graph). Files are limited to
-/// those whose path contains `CVC_PRECISION_FILES` when set.
+/// End-to-end tolerance of the per-kernel test's output check: a gross-error bound only (half
+/// the outputs' size is off: a wrong kernel). How far rounding carries to the outputs depends
+/// on the network's depth and conditioning (a 64-step GRU in bf16: 13% of the logits' norm),
+/// which `reduced_precision_end_to_end_error_report` measures; the kernels themselves are
+/// checked within their format.
+const END_TO_END_GROSS: f64 = 0.5;
+
+/// Every example (and with `CVC_PRECISION_FIXTURES=1` every fixture) trained one step (SGD,
+/// lr 1) in TF32, bf16 and fp16 on the GPU, checked kernel by kernel against the f64
+/// interpreter replaying it on the device's own operands (`check_training_steps_with`): each
+/// stored value within the f32 bound of the replay plus its format's rounding, `2·u_tf32·Σ|a||b|`
+/// for a contraction's TF32 operands and `u·|x|` for a value stored in bf16 (u = 2⁻⁸) or fp16
+/// (2⁻¹¹), an fp16 element beyond 65504 stored as an infinity accepted (the loss scaler then
+/// skips the step); the outputs and loss end to end within [`END_TO_END_GROSS`] where no
+/// decision lies between them and the leaves; the program's plan against the keep-everything
+/// plan as in fp32. Files are limited to paths containing one of the comma-separated
+/// `CVC_PRECISION_FILES` when set.
 #[test]
-fn reduced_precision_matches_the_interpreter_within_the_formats_rounding() {
+fn reduced_precision_kernels_match_the_interpreter_within_their_format() {
+    if !gpu_or_skip() {
+        return;
+    }
+    let filter = std::env::var("CVC_PRECISION_FILES").unwrap_or_default();
+    let mut files = examples();
+    if std::env::var("CVC_PRECISION_FIXTURES").as_deref() == Ok("1") {
+        files.extend(cvnn_files("tests/fixtures/ok"));
+    }
+    files.retain(|p| filter.split(',').any(|f| p.to_string_lossy().contains(f)));
+    let mut rng = SplitMix64::new(seed_for("gpu::reduced_precision_local"));
+    let mut failures = Vec::new();
+    for path in &files {
+        for precision in [Precision::Tf32, Precision::Bf16, Precision::Fp16] {
+            let sgd = Optimizer {
+                kind: OptimizerKind::Sgd { momentum: 0.0, nesterov: false },
+                lr: 1.0,
+                weight_decay: 0.0,
+            };
+            let ex = load_stored(path, batch_for(path), Some(sgd), precision.storage());
+            let make = |p: &Program| -> Result<Box<dyn Backend>, String> {
+                let be = CudaBackend::new(p, precision, &kernels()).map_err(|e| e.0)?;
+                Ok(Box::new(be))
+            };
+            let end_tol = END_TO_END_GROSS;
+            let fails = cvc_tests::differential::check_training_steps_with(
+                &ex.program,
+                &make,
+                1,
+                PLAN_TOL,
+                &mut rng,
+                numerics_of(precision),
+                end_tol,
+            )
+            .unwrap_or_else(|e| panic!("{} {precision:?}: {e}", ex.name));
+            println!("{} {precision:?}: {} mismatches", ex.name, fails.len());
+            failures.extend(fails.into_iter().map(|f| format!("{} {precision:?}: {f}", ex.name)));
+        }
+    }
+    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// How far a reduced-precision step lands from the f64 step, end to end (printed for
+/// bench/RESULTS.md; the per-kernel check above is the strict one): one SGD step (lr 1) of
+/// every example and fixture in TF32, bf16 and fp16 from the same f32-rounded leaves, the
+/// outputs' and the whole gradient's norm-wise relative error in unit roundoffs. Kinks (ReLU,
+/// max-pool, magnitude) that flip under rounding move a few elements by their whole size, so
+/// this error is not bounded by a multiple of `u`; the test fails only on a gross error (the
+/// outputs or gradient off by half their size), which a wrong kernel makes. fp16 steps skipped
+/// by the loss scaler are repeated with the halved scale (up to 8 times).
+#[test]
+fn reduced_precision_end_to_end_error_report() {
+    use cvc_compiler::passes::optimizer::{LOSS_SCALE, SKIPPED};
     if !gpu_or_skip() {
         return;
     }
@@ -773,12 +831,28 @@ fn reduced_precision_matches_the_interpreter_within_the_formats_rounding() {
             };
             let mut be =
                 CudaBackend::new(&program, precision, &kernels()).unwrap_or_else(|e| panic!("{name}: {e}"));
-            for (&v, t) in &leaves {
-                if program.plan.slot(v).is_some() {
-                    be.upload(v, &to_host(t)).unwrap_or_else(|e| panic!("{name}: upload: {}", e.0));
+            let mut tries = 0;
+            loop {
+                for (&v, t) in &leaves {
+                    if program.plan.slot(v).is_some() {
+                        be.upload(v, &to_host(t)).unwrap_or_else(|e| panic!("{name}: upload: {}", e.0));
+                    }
                 }
+                be.step().unwrap_or_else(|e| panic!("{name} {precision:?}: step: {}", e.0));
+                let (Some(scale), Some(skipped)) = (pg.find_leaf(LOSS_SCALE), pg.find_leaf(SKIPPED)) else {
+                    break;
+                };
+                let k = be.download(skipped).expect("download").f32s()[0];
+                if k == 0.0 || tries == 8 {
+                    break;
+                }
+                tries += 1;
+                let halved = from_host(&be.download(scale).expect("download"));
+                println!(
+                    "{name} {precision:?}: step skipped by the loss scaler, again with scale {halved:?}"
+                );
+                leaves.insert(scale, halved);
             }
-            be.step().unwrap_or_else(|e| panic!("{name} {precision:?}: step: {}", e.0));
             let u = unit_roundoff(precision);
             let mut worst: (f64, String) = (0.0, String::new());
             let mut ends: Vec<(String, Value)> =
@@ -793,17 +867,11 @@ fn reduced_precision_matches_the_interpreter_within_the_formats_rounding() {
                 }
                 let got = from_host(&be.download(v).expect("download"));
                 let e = cvc_tests::differential::rel_err(&got, w);
-                if e.is_nan() || e > FORWARD_ULPS * u {
-                    failures.push(format!(
-                        "{name} {precision:?}: output {what}: {e:.2e} > {:.2e}",
-                        FORWARD_ULPS * u
-                    ));
-                }
-                if e > worst.0 {
+                if e > worst.0 || e.is_nan() {
                     worst = (e, format!("output {what}"));
                 }
             }
-            let (mut diff2, mut norm2, mut worst_param) = (0.0f64, 0.0f64, (0.0f64, String::new()));
+            let (mut diff2, mut norm2) = (0.0f64, 0.0f64);
             for (assign, target) in pg.assigns() {
                 if !pg.is_param(target) || program.plan.slot(target).is_none() {
                     continue;
@@ -813,29 +881,21 @@ fn reduced_precision_matches_the_interpreter_within_the_formats_rounding() {
                 };
                 let got = from_host(&be.download(target).expect("download"));
                 let old = old.to_complex_vec();
-                let (gs, ws) = (got.to_complex_vec(), w.to_complex_vec());
-                let (mut d2, mut n2) = (0.0, 0.0);
-                for ((a, b), o) in gs.iter().zip(&ws).zip(&old) {
-                    d2 += (a - b).norm_sqr();
-                    n2 += (b - o).norm_sqr();
-                }
-                diff2 += d2;
-                norm2 += n2;
-                let e = if n2 > 0.0 { (d2 / n2).sqrt() } else { d2.sqrt() };
-                if e > worst_param.0 {
-                    worst_param = (e, pg.leaf_name(target).unwrap_or("?").to_string());
+                for ((a, b), o) in got.to_complex_vec().iter().zip(w.to_complex_vec()).zip(&old) {
+                    diff2 += (a - b).norm_sqr();
+                    norm2 += (b - o).norm_sqr();
                 }
             }
             let grad_err = if norm2 > 0.0 { (diff2 / norm2).sqrt() } else { diff2.sqrt() };
-            if grad_err.is_nan() || grad_err > GRADIENT_ULPS * u {
+            if worst.0.is_nan() || worst.0 > 0.5 || grad_err.is_nan() || grad_err > 0.5 {
                 failures.push(format!(
-                    "{name} {precision:?}: gradient {grad_err:.2e} > {:.2e}",
-                    GRADIENT_ULPS * u
+                    "{name} {precision:?}: {} {:.2e}, gradient {grad_err:.2e}",
+                    worst.1, worst.0
                 ));
             }
             println!(
-                "{name} {precision:?}: {} values in 16 bits, arena {} vs fp32 {}; outputs worst {:.2e} ({:.1} u, {}); \
-                 gradient {grad_err:.2e} ({:.1} u); one parameter's worst {:.2e} ({})",
+                "{name} {precision:?}: {} values in 16 bits, arena {} vs fp32 {}; outputs {:.2e} ({:.1} u, {}); \
+                 gradient {grad_err:.2e} ({:.1} u)",
                 pg.nodes.handles().filter(|&v| pg.storage(v).is_half()).count(),
                 program.plan.arena_bytes,
                 probe.plan.arena_bytes,
@@ -843,10 +903,8 @@ fn reduced_precision_matches_the_interpreter_within_the_formats_rounding() {
                 worst.0 / u,
                 worst.1,
                 grad_err / u,
-                worst_param.0,
-                worst_param.1
             );
         }
     }
-    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+    assert!(failures.is_empty(), "{} gross errors:\n{}", failures.len(), failures.join("\n"));
 }

@@ -170,7 +170,7 @@ fn memory_budgets_parse_with_the_shared_byte_parser() {
 #[test]
 fn plan_json_has_the_documented_keys() {
     let c = seed_cnn();
-    let opts = cvc_runtime::cli::plan::options(&c, Some(8), None, true);
+    let opts = cvc_runtime::cli::plan::options(&c, Some(8), None, true, Default::default());
     let mut p = cvc_compiler::passes::pipeline::compile(c.graph.clone(), &opts).expect("compiles");
     p.facts.set_lines(&c.src);
     let j = cvc_runtime::cli::plan::json(&p, &c.src);
@@ -205,7 +205,7 @@ fn plan_json_has_the_documented_keys() {
 #[test]
 fn largest_batch_is_the_last_that_fits() {
     let c = seed_cnn();
-    let opts = cvc_runtime::cli::plan::options(&c, Some(6), None, true);
+    let opts = cvc_runtime::cli::plan::options(&c, Some(6), None, true, Default::default());
     let budget =
         cvc_compiler::passes::pipeline::compile(c.graph.clone(), &opts).expect("compiles").plan.arena_bytes
             as u64;
@@ -216,7 +216,7 @@ fn largest_batch_is_the_last_that_fits() {
     assert_eq!(capped, None, "the CPU back end has no limit besides memory");
     assert!(batch >= 6, "batch {batch}");
     assert!(p.plan.arena_bytes as u64 <= budget);
-    let next = cvc_runtime::cli::plan::options(&c, Some(batch + 1), Some(budget), true);
+    let next = cvc_runtime::cli::plan::options(&c, Some(batch + 1), Some(budget), true, Default::default());
     let over = cvc_compiler::passes::pipeline::compile(c.graph.clone(), &next).expect("compiles");
     assert!(over.plan.arena_bytes as u64 > budget, "batch {} also fits", batch + 1);
 }
@@ -225,7 +225,7 @@ fn largest_batch_is_the_last_that_fits() {
 #[test]
 fn timeline_draws_every_buffer() {
     let c = seed_cnn();
-    let opts = cvc_runtime::cli::plan::options(&c, Some(4), None, true);
+    let opts = cvc_runtime::cli::plan::options(&c, Some(4), None, true, Default::default());
     let p = cvc_compiler::passes::pipeline::compile(c.graph.clone(), &opts).expect("compiles");
     let svg = cvc_runtime::timeline::render_svg(&p, &c.src);
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
