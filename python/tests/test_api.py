@@ -153,7 +153,10 @@ def test_session_options(tiny_model):
     with pytest.raises(ValueError, match="device"):
         tiny_model.session(device="tpu")
     with pytest.raises(ValueError, match="precision"):
-        tiny_model.session(device="cpu", precision="fp16")
+        tiny_model.session(device="cpu", precision="fp8")
+    # 16-bit precisions are for the GPU; on the CPU the session computes in f32.
+    half = tiny_model.session(device="cpu", batch=4, seed=9, precision="bf16")
+    assert np.array_equal(half.state_dict()["logits.linear_0.weight"], a["logits.linear_0.weight"])
     with pytest.raises(ValueError, match="batch"):
         tiny_model.session(device="cpu", batch=0)
 

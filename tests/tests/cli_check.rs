@@ -356,3 +356,33 @@ fn max_batch_suggests_the_budget_its_batch_needs() {
     assert!(budgeted <= 256.0 * 1024.0 * 1024.0, "{budgeted} bytes over the 256 MiB budget");
     assert!(plain > budgeted, "without the budget the plan is not larger: {plain} vs {budgeted}");
 }
+
+/// `plan --precision bf16 --device cuda` plans 16-bit activations (the stored dtypes are
+/// listed, and the arena shrinks); the CPU plan of the same flags stays full width; a
+/// precision that does not exist is exit code 1 naming the choices.
+#[test]
+fn plan_precision_bf16_on_cuda_stores_activations_in_16_bits() {
+    let e = "examples/seed_cnn.cvnn";
+    let arena = |out: &Output| -> u64 {
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        v["arena_bytes"].as_u64().expect("arena_bytes")
+    };
+    let full = run(&["plan", "--device", "cuda", "--json", e]);
+    let half = run(&["plan", "--device", "cuda", "--precision", "bf16", "--json", e]);
+    let cpu = run(&["plan", "--device", "cpu", "--precision", "bf16", "--json", e]);
+    for o in [&full, &half, &cpu] {
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    }
+    let (f, h, c) = (arena(&full), arena(&half), arena(&cpu));
+    assert!((h as f64) < 0.6 * f as f64, "bf16 arena {h} vs fp32 {f}");
+    assert_eq!(c, f, "the CPU computes and stores in f32");
+    let v: serde_json::Value = serde_json::from_slice(&half.stdout).expect("JSON");
+    let dtypes: Vec<&str> =
+        v["live_at_peak"].as_array().expect("live").iter().filter_map(|b| b["dtype"].as_str()).collect();
+    assert!(dtypes.contains(&"cbf16") && dtypes.contains(&"c64"), "{dtypes:?}");
+    let human = run(&["plan", "--device", "cuda", "--precision", "bf16", e]);
+    assert!(text(&human.stdout).contains("activations stored in bf16"), "{}", text(&human.stdout));
+    let bad = run(&["plan", "--precision", "fp8", e]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(text(&bad.stderr).contains("bf16"), "{}", text(&bad.stderr));
+}

@@ -469,6 +469,7 @@ fn bench_seed_cnn() {
             for (name, ms) in &prof {
                 eprintln!("    {ms:9.4} ms  {name}");
             }
+            eprint!("{}", roofline(&ex.program, &prof, precision));
         }
     }
 }
@@ -907,4 +908,116 @@ fn reduced_precision_end_to_end_error_report() {
         }
     }
     assert!(failures.is_empty(), "{} gross errors:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// H200 SXM peaks the roofline is measured against: fp32 FMA 67 TFLOP/s, TF32 tensor cores
+/// 495 TFLOP/s (dense), HBM3e 4.8 TB/s (NVIDIA's data sheet).
+const H200_FP32_TFLOPS: f64 = 67.0;
+const H200_TF32_TFLOPS: f64 = 495.0;
+const H200_TBPS: f64 = 4.8;
+
+/// Real floating-point operations of a contraction node (a complex multiply-add is 8, real ×
+/// complex 4, real 2), from its operand shapes; 0 for other ops.
+fn contraction_flops(g: &Graph, v: Value, batch: usize) -> f64 {
+    let n = g.node(v);
+    let numel = |x: Value| g.ty(x).shape.numel(batch) as f64;
+    let dims = |x: Value| g.ty(x).shape.resolve(batch);
+    let per_mac = |a: Value, b: Value| match (g.ty(a).dtype, g.ty(b).dtype) {
+        (DType::C64, DType::C64) => 8.0,
+        (DType::C64, _) | (_, DType::C64) => 4.0,
+        _ => 2.0,
+    };
+    let (a, b) = match n.inputs[..] {
+        [a, b, ..] => (a, b),
+        _ => return 0.0,
+    };
+    let taps = |w: &[usize]| w.iter().skip(1).product::<usize>() as f64; // Cg·kh·kw
+    let macs = match &n.op {
+        // out[N, O, Ho, Wo] · Cg·kh·kw
+        Op::Conv2d { .. } => numel(v) * taps(&dims(b)),
+        // every input element meets Cg·kh·kw weights
+        Op::ConvTranspose2d { .. } => numel(a) * taps(&dims(b)),
+        // dy[N, O, Ho, Wo] · Cg·kh·kw (the weight gradient's shape after O)
+        Op::Conv2dWeightGrad { .. } => numel(b) * taps(&dims(v)),
+        // every element of `a` meets the output's columns
+        Op::MatMul { .. } => numel(a) * dims(v).last().copied().unwrap_or(1) as f64,
+        _ => return 0.0,
+    };
+    macs * per_mac(a, b)
+}
+
+/// The roofline of one profiled step: per kernel kind, time, achieved TFLOP/s (contractions)
+/// and GB/s (bytes of every buffer the kernels read and write once: a lower bound of their
+/// traffic), against the H200's peaks. `prof` is `profile_step`'s `(kernel, ms)` list, whose
+/// names are `k{group}_{kind}` as code generation gives them.
+fn roofline(p: &Program, prof: &[(String, f64)], precision: Precision) -> String {
+    let g = &p.graph;
+    let batch = p.plan.batch;
+    let mut kinds: Vec<(String, f64, f64, f64, usize)> = Vec::new(); // kind, ms, flops, bytes, launches
+    for (name, ms) in prof {
+        let Some(gi) =
+            name.strip_prefix('k').and_then(|r| r.split('_').next()).and_then(|x| x.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        let Some(grp) = p.groups.get(gi) else { continue };
+        let flops: f64 = grp.nodes.iter().map(|&v| contraction_flops(g, v, batch)).sum();
+        let bytes: f64 = grp.inputs.iter().chain(&grp.outputs).map(|&v| g.bytes(v, batch) as f64).sum();
+        let kind = name.rsplit('_').next().unwrap_or("?").to_string();
+        match kinds.iter_mut().find(|k| k.0 == kind) {
+            Some(k) => {
+                k.1 += ms;
+                k.2 += flops;
+                k.3 += bytes;
+                k.4 += 1;
+            }
+            None => kinds.push((kind, *ms, flops, bytes, 1)),
+        }
+    }
+    let peak_tf = if precision.tensor_cores() { H200_TF32_TFLOPS } else { H200_FP32_TFLOPS };
+    let mut s = format!(
+        "roofline ({precision:?}; peaks {peak_tf} TFLOP/s, {H200_TBPS} TB/s):\n  {:<6} {:>8} {:>9} {:>10} {:>8} {:>10} {:>8}\n",
+        "kind", "launches", "ms", "TFLOP/s", "% peak", "GB/s", "% peak"
+    );
+    kinds.sort_by(|a, b| b.1.total_cmp(&a.1));
+    for (kind, ms, flops, bytes, n) in kinds {
+        let secs = ms / 1e3;
+        let tf = flops / secs / 1e12;
+        let gbs = bytes / secs / 1e9;
+        s.push_str(&format!(
+            "  {kind:<6} {n:>8} {ms:>9.3} {:>10} {:>8} {gbs:>10.1} {:>7.1}%\n",
+            if flops > 0.0 { format!("{tf:.2}") } else { "-".into() },
+            if flops > 0.0 { format!("{:.1}%", 100.0 * tf / peak_tf) } else { "-".into() },
+            100.0 * gbs / (H200_TBPS * 1e3)
+        ));
+    }
+    s
+}
+
+/// The roofline of a profile `bench_seed_cnn` printed (`CVC_PROFILE_LOG`: its stderr, the
+/// `every launch, in order:` list of its first precision block; `CVC_PROFILE_PRECISION`, default
+/// fp32), for the same program compiled here (no GPU needed: the plan is deterministic).
+#[test]
+#[ignore = "reads a profile log of bench_seed_cnn"]
+fn roofline_of_a_profile_log() {
+    let log = std::env::var("CVC_PROFILE_LOG").expect("CVC_PROFILE_LOG");
+    let precision = Precision::from_name(&std::env::var("CVC_PROFILE_PRECISION").unwrap_or("fp32".into()))
+        .expect("a precision");
+    let text = std::fs::read_to_string(&log).expect("readable log");
+    let after = text.split("every launch, in order:").nth(1).expect("a profile in the log");
+    let prof: Vec<(String, f64)> = after
+        .lines()
+        .skip(1) // the rest of the marker's line
+        .map_while(|l| {
+            let mut w = l.split_whitespace();
+            let ms = w.next()?.parse::<f64>().ok()?;
+            (w.next()? == "ms").then_some(())?;
+            Some((w.next()?.to_string(), ms))
+        })
+        .collect();
+    assert!(!prof.is_empty(), "no launches parsed");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("root").to_path_buf();
+    let batch = std::env::var("CVC_BENCH_BATCH").ok().and_then(|s| s.parse().ok()).unwrap_or(1024);
+    let ex = load_stored(&root.join("examples/seed_cnn.cvnn"), batch, None, precision.storage());
+    print!("{}", roofline(&ex.program, &prof, precision));
 }

@@ -61,6 +61,11 @@ pub struct PlanArgs {
     /// generated as well (for the GPU found, else for an H200).
     #[arg(long, value_enum)]
     pub device: Option<DeviceArg>,
+    /// Numerics to plan for, as `cvc train --precision` (default: the train section's): on
+    /// CUDA, bf16 and fp16 store activations in 16 bits (docs/PRECISION.md); the CPU plan is
+    /// full width whatever this says.
+    #[arg(long, value_enum)]
+    pub precision: Option<super::train::PrecisionArg>,
 }
 
 /// The back end a plan is for: what `--max-batch` must be able to run.
@@ -203,7 +208,10 @@ pub fn run(args: &PlanArgs) -> CliResult {
     if args.batch == Some(0) {
         return Err(CliError::Message("--batch must be at least 1".into()));
     }
-    let checked = load(&args.file, args.eval)?;
+    let mut checked = load(&args.file, args.eval)?;
+    if let Some(p) = args.precision {
+        checked.train.precision = p.into();
+    }
     let fuse = !args.no_fuse;
     let backend = Backend::resolve(args.device, &checked);
     if let Some(budget) = args.max_batch {
