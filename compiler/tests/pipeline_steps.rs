@@ -15,6 +15,15 @@ fn example(name: &str) -> String {
 
 /// The names of the steps that ran, and the final program, for seed_cnn at batch 64.
 fn traced(mode: Mode, budget: Option<u64>) -> (Vec<String>, cvc_compiler::passes::Program) {
+    traced_with(mode, budget, true)
+}
+
+/// [`traced`] with the cheap recomputation of `remat.rs` on or off.
+fn traced_with(
+    mode: Mode,
+    budget: Option<u64>,
+    cheap_remat: bool,
+) -> (Vec<String>, cvc_compiler::passes::Program) {
     let checked = check_source("seed_cnn.cvnn", &example("seed_cnn.cvnn"), mode).expect("checks");
     let opts = Options {
         batch: 64,
@@ -22,6 +31,7 @@ fn traced(mode: Mode, budget: Option<u64>) -> (Vec<String>, cvc_compiler::passes
         memory_budget: budget,
         fuse: true,
         rnn_chunk: None,
+        cheap_remat,
         ..Options::default()
     };
     let mut names = Vec::new();
@@ -46,13 +56,29 @@ fn names_come_from_one_table() {
 
 #[test]
 fn training_runs_every_step_but_the_replan_in_table_order() {
-    let (names, p) = traced(Mode::Train, None);
+    let (names, p) = traced_with(Mode::Train, None, false);
     let want: Vec<&str> = PASSES.iter().copied().filter(|n| !n.starts_with("remat.")).collect();
     assert_eq!(names, want);
     assert_eq!(p.facts.passes, names, "the facts list what the trace saw");
     for hidden in ["views", "siblings"] {
         assert!(names.iter().any(|n| n == hidden), "{hidden} is not a step of its own");
     }
+}
+
+/// Without a budget, a cheap recomputation that shrinks the arena (the seed network's
+/// batchnorm-CReLU output, read by the next convolution's weight gradient) is kept, and the
+/// checkpointed graph is re-planned by the visible steps, every step in table order.
+#[test]
+fn cheap_recomputation_is_replanned_as_visible_steps() {
+    let (names, p) = traced(Mode::Train, None);
+    assert_eq!(names, PASSES.to_vec());
+    assert!(
+        p.facts.recomputed.iter().any(|(_, why)| why.contains("cheaper than storing")),
+        "{:?}",
+        p.facts.recomputed
+    );
+    let (_, all_kept) = traced_with(Mode::Train, None, false);
+    assert!(p.plan.arena_bytes < all_kept.plan.arena_bytes);
 }
 
 #[test]

@@ -223,10 +223,15 @@ fn half_precision_kernels_compile_with_nvrtc_for_sm90() {
                 if mode == Mode::Train && checked.graph.loss.is_none() {
                     continue;
                 }
+                // Without the cheap recomputation: its greedy search can take different
+                // trials in the two precisions, and the arenas compared here should differ by
+                // the storage rule alone. Its clones are kernels of the structures compiled
+                // here (copies of forward elementwise and reduction kernels).
                 let opts = Options {
                     batch: 3,
                     optimizer: checked.train.optimizer.clone(),
                     half: precision.storage(),
+                    cheap_remat: false,
                     ..Options::default()
                 };
                 let full =

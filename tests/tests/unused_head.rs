@@ -223,19 +223,24 @@ fn check_warns_about_outputs_that_reach_no_loss() {
 }
 
 /// `cvc emit --ir --after NAME` accepts every step name of the pipeline's table: the IR after
-/// each step that runs for this model; a clear error for the re-plan steps, which run only
-/// after remat placed a checkpoint; the list of names for an unknown one.
+/// each step that runs for this model (its training step recomputes a value in the backward
+/// pass, so the re-plan steps run too, and their IR has the recomputed copy); for a model
+/// whose steps do not include them (no loss: inference only) a clear error for the re-plan
+/// steps and for autodiff; the list of names for an unknown one.
 #[test]
 fn emit_prints_the_ir_after_every_step() {
     for name in PASSES {
         let (code, stdout, stderr) = run(&["emit", "--ir", "--after", name, FIXTURE]);
+        assert_eq!(code, Some(0), "{name}: {stderr}");
+        assert!(stdout.contains("aux"), "{name}: no IR printed:\n{stdout}");
         if name.starts_with("remat.") {
-            assert_eq!(code, Some(1), "{name}: {stderr}");
-            assert!(stderr.contains("does not run") && stderr.contains("checkpoint"), "{name}: {stderr}");
-        } else {
-            assert_eq!(code, Some(0), "{name}: {stderr}");
-            assert!(stdout.contains("aux"), "{name}: no IR printed:\n{stdout}");
+            assert!(stdout.contains("recompute("), "{name}: no recomputed value:\n{stdout}");
         }
+    }
+    for name in PASSES.iter().filter(|n| n.starts_with("remat.")) {
+        let (code, _, stderr) = run(&["emit", "--ir", "--after", name, "tests/fixtures/ok/blocks.cvnn"]);
+        assert_eq!(code, Some(1), "{name}: {stderr}");
+        assert!(stderr.contains("does not run") && stderr.contains("checkpoint"), "{name}: {stderr}");
     }
     let (code, _, stderr) = run(&["emit", "--ir", "--after", "nonsense", FIXTURE]);
     assert_eq!(code, Some(1));

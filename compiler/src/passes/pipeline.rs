@@ -122,6 +122,10 @@ pub struct Options {
     pub memory_budget: Option<u64>,
     /// Fuse elementwise chains (`false`: one kernel per node, the baseline).
     pub fuse: bool,
+    /// Recompute in the backward pass the stored forward values that are cheap to recompute
+    /// (normalised activations, pooled and concatenated maps) wherever that shrinks the
+    /// arena, budget or not (`remat.rs`). `false` keeps every value the backward pass reads.
+    pub cheap_remat: bool,
     /// Back-propagate recurrences of more than this many steps in chunks of it (checkpointed
     /// states; see `autodiff::run_chunked`). `None`: whole, unless a memory budget needs chunks.
     pub rnn_chunk: Option<usize>,
@@ -140,6 +144,7 @@ impl Default for Options {
             optimizer: Optimizer::default(),
             memory_budget: None,
             fuse: true,
+            cheap_remat: true,
             rnn_chunk: None,
             half: Storage::Full,
             loss_scaling: false,

@@ -200,6 +200,7 @@ pub fn options(c: &Checked, batch: Option<usize>, budget: Option<u64>, fuse: boo
         rnn_chunk: None,
         half,
         loss_scaling: false,
+        ..Options::default()
     }
 }
 
@@ -374,7 +375,9 @@ fn max_batch(c: &Checked, budget: u64, fuse: bool, as_json: bool, backend: &Back
                 }
                 // The batch fits only with the recomputation the planner adds under this
                 // budget: a run at that batch needs the same budget, or its plan is larger.
-                let recomputed = p.facts.recomputed.len();
+                // (Cheap recomputations are made without a budget too: only checkpoints count.)
+                let recomputed =
+                    p.facts.recomputed.iter().filter(|(_, why)| why.contains("checkpoint")).count();
                 let how = match (recomputed, p.facts.rnn_chunk) {
                     (0, None) => None,
                     (n, None) => Some(format!("{n} values recomputed")),
