@@ -56,7 +56,7 @@ variant() { # tokens precision count -> path
   sed -e "s/c64\[B, 1, 64, 64\]/c64[B, 1, $side, $side]/" \
       -e "s/c64\[1, 256, 192\]/c64[1, $t, 192]/" \
       -e "s/reshape(B, 192, 256)/reshape(B, 192, $t)/" \
-      -e "s/count = 8000, size = 64/count = $count, size = $side/" \
+      -e "s/count = [0-9]*, size = 64/count = $count, size = $side/" \
       -e "s/^    seed      = 1$/    precision = $prec\n    seed      = 1/" examples/vit_sar.cvnn >"$f"
   echo "$f"
 }
