@@ -247,6 +247,7 @@ impl Model {
             optimizer: self.config.optimizer.clone(),
             memory_budget,
             half,
+            cheap_remat: self.config.cheap_remat,
             ..Options::default()
         };
         let program = pipeline::compile(graph, &opts).map_err(|e| {

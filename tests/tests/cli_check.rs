@@ -386,3 +386,37 @@ fn plan_precision_bf16_on_cuda_stores_activations_in_16_bits() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(text(&bad.stderr).contains("bf16"), "{}", text(&bad.stderr));
 }
+
+/// The train section's `recompute` reaches the planner: the U-Net's plan with `recompute =
+/// budget` keeps every value the backward pass reads and is larger than the default
+/// (`auto`), whose verbose plan lists the recomputed values; a policy that does not exist is
+/// exit code 1 naming the file, line and column.
+#[test]
+fn recompute_policy_of_the_train_section_reaches_the_planner() {
+    let src = std::fs::read_to_string(root().join("examples/polsar_unet.cvnn")).expect("example");
+    let dir = std::env::temp_dir().join(format!("cvc-recompute-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let with = |policy: &str| {
+        let f = dir.join(format!("unet_{policy}.cvnn"));
+        let text =
+            src.replacen("    seed      = 1\n", &format!("    seed      = 1\n    recompute = {policy}\n"), 1);
+        assert!(text.contains("recompute"), "the example's train section changed");
+        std::fs::write(&f, text).expect("write");
+        f.display().to_string()
+    };
+    let arena = |f: &str| -> u64 {
+        let out = run(&["plan", "--device", "cpu", "--json", "--batch", "8", f]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        v["arena_bytes"].as_u64().expect("arena_bytes")
+    };
+    let (auto, budget) = (arena(&with("auto")), arena(&with("budget")));
+    assert!((auto as f64) < 0.9 * budget as f64, "auto {auto} vs budget {budget}");
+    let verbose = run(&["plan", "--device", "cpu", "--batch", "8", "-v", &with("auto")]);
+    assert!(text(&verbose.stdout).contains("recompute(e1/crelu)"), "{}", text(&verbose.stdout));
+    let bad = run(&["plan", &with("never")]);
+    assert_eq!(bad.status.code(), Some(1));
+    let err = text(&bad.stderr);
+    assert!(err.contains("unknown recompute policy `never`") && err.contains("unet_never.cvnn:47:"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -141,6 +141,10 @@ pub struct TrainConfig {
     pub memory_budget: Option<u64>,
     /// Contraction numerics on the GPU.
     pub precision: Precision,
+    /// `recompute = auto` (true, the default): the planner recomputes cheap stored values in
+    /// the backward pass wherever that shrinks the arena; `budget` (false): only what a memory
+    /// budget needs (`passes::pipeline::Options::cheap_remat`).
+    pub cheap_remat: bool,
 }
 
 impl TrainConfig {
@@ -158,6 +162,7 @@ impl TrainConfig {
             device: DeviceChoice::Auto,
             memory_budget: None,
             precision: Precision::Fp32,
+            cheap_remat: true,
         }
     }
 }

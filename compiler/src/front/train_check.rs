@@ -11,7 +11,7 @@ use cvc_grammar::Span;
 use std::collections::HashMap;
 
 /// The keys a train section accepts.
-pub const TRAIN_KEYS: [&str; 10] = [
+pub const TRAIN_KEYS: [&str; 11] = [
     "data",
     "split",
     "batch",
@@ -22,6 +22,7 @@ pub const TRAIN_KEYS: [&str; 10] = [
     "device",
     "memory_budget",
     "precision",
+    "recompute",
 ];
 
 /// A compile-time value of a train setting.
@@ -347,6 +348,30 @@ fn apply(
                         format!("`precision` is `fp32`, `tf32`, `bf16` or `fp16`, got {}", describe(other)),
                         span,
                         "not a precision",
+                    ))
+                }
+            }
+        }
+        "recompute" => {
+            cfg.cheap_remat = match v {
+                TVal::Word(w) if w == "auto" => true,
+                TVal::Word(w) if w == "budget" => false,
+                TVal::Word(w) => {
+                    return Err(Diagnostic::error(
+                        format!("unknown recompute policy `{w}`"),
+                        span,
+                        "unknown policy",
+                    )
+                    .with_note(
+                        "`recompute` is `auto` (recompute cheap values wherever the plan shrinks) or \
+                         `budget` (only what `memory_budget` needs)",
+                    ))
+                }
+                other => {
+                    return Err(Diagnostic::error(
+                        format!("`recompute` is `auto` or `budget`, got {}", describe(other)),
+                        span,
+                        "not a recompute policy",
                     ))
                 }
             }
@@ -976,6 +1001,24 @@ mod byte_size_tests {
                 Err((d[0].message.clone(), line, col))
             }
         }
+    }
+
+    fn recompute(value: &str) -> Result<bool, String> {
+        let src = format!("model M {{ input x: c64[B, 4] }}\ntrain M {{ recompute = {value} }}\n");
+        check_source("m.cvnn", &src, Mode::Eval)
+            .map(|c| c.train.cheap_remat)
+            .map_err(|d| d[0].message.clone())
+    }
+
+    /// `recompute = auto` (the default) or `budget`; anything else names the choices.
+    #[test]
+    fn recompute_policy_is_auto_or_budget() {
+        assert_eq!(recompute("auto"), Ok(true));
+        assert_eq!(recompute("budget"), Ok(false));
+        assert_eq!(recompute("never"), Err("unknown recompute policy `never`".to_string()));
+        assert!(recompute("1").unwrap_err().contains("`recompute` is `auto` or `budget`"));
+        let src = "model M { input x: c64[B, 4] }\ntrain M { batch = 2 }\n";
+        assert!(check_source("m.cvnn", src, Mode::Eval).expect("checks").train.cheap_remat);
     }
 
     /// The train section reads sizes with the command line's parser: `4g` is 4 GiB there too.

@@ -200,7 +200,7 @@ pub fn options(c: &Checked, batch: Option<usize>, budget: Option<u64>, fuse: boo
         rnn_chunk: None,
         half,
         loss_scaling: false,
-        ..Options::default()
+        cheap_remat: c.train.cheap_remat,
     }
 }
 
