@@ -167,16 +167,29 @@ fn a_full_stderr_keeps_exit_code_1() {
     assert_eq!(o.status.code(), Some(1));
 }
 
+/// The writing end of a pipe whose reading end is already closed.
+fn closed_pipe() -> Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: `pipe` fills both descriptors on success; the reading end is closed at once and
+    // the writing end is owned by the returned `Stdio` alone.
+    unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0, "pipe");
+        libc::close(fds[0]);
+        Stdio::from(OwnedFd::from_raw_fd(fds[1]))
+    }
+}
+
 #[test]
 fn a_closed_pipe_ends_quietly() {
     let dir = tmp("pipe");
     fs::write(dir.join("tiny.cvnn"), TINY).unwrap();
     for args in [vec!["emit", "tiny.cvnn", "--cpu"], vec!["plan", "tiny.cvnn"], vec!["check", "tiny.cvnn"]] {
-        let mut child = cmd(&dir, &args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        // Close the reading end before the first write, as `| head -0` would: the write gets
-        // SIGPIPE (or EPIPE) however short the output is.
-        drop(child.stdout.take());
-        let o = child.wait_with_output().unwrap();
+        // A pipe whose reading end is closed before the command starts, as `| head -0` would
+        // leave it: the first write gets SIGPIPE (or EPIPE) however short the output is and
+        // however fast the command. (Closing the end after spawning raced with a fast
+        // command, whose write could land in the pipe's buffer first.)
+        let o = cmd(&dir, &args).stdout(closed_pipe()).stderr(Stdio::piped()).output().unwrap();
         let quiet = o.status.signal() == Some(libc::SIGPIPE) || o.status.code() == Some(1);
         assert!(quiet, "{args:?}: {:?} {}", o.status, text(&o));
         assert!(o.stderr.is_empty(), "{args:?} should end quietly: {}", text(&o));
