@@ -10,7 +10,7 @@
 #
 # Usage: bench/gpu-unet.sh [--batch N] [--size S] [--steps N] [--no-train] [--no-peers]
 #                          [--no-cvc] [--no-compile] [--peer-timeout SECONDS]
-#                          [--budget-fraction F] [--budget SIZE] [--no-cvc-plain]
+#                          [--budget-fraction F] [--budget SIZE] [--no-cvc-plain] [--no-jax]
 # --budget-fraction F adds a cvc run under --memory-budget F x the smallest peer peak;
 # --budget SIZE one under --memory-budget SIZE; --no-cvc-plain skips cvc's run without one.
 # Logs go to $OUT (the device tool's output folder) or bench/out/unet.
@@ -19,7 +19,7 @@ cd "$(dirname "$0")/.."
 BIN=${CVC_GPU_BIN:-.gpu}
 LOG=${OUT:-bench/out}/unet
 mkdir -p "$LOG"
-TRAIN=1 PEERS=1 CVC=1 COMPILE=1 STEPS=20 BATCH=32 SIZE=64 PEER_TIMEOUT=1200 BUDGET_FRACTION= BUDGET= PLAIN=1
+TRAIN=1 PEERS=1 CVC=1 COMPILE=1 JAX=1 STEPS=20 BATCH=32 SIZE=64 PEER_TIMEOUT=1200 BUDGET_FRACTION= BUDGET= PLAIN=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --batch) BATCH=$2; shift ;;
@@ -29,6 +29,7 @@ while [ $# -gt 0 ]; do
     --no-peers) PEERS=0 ;;
     --no-cvc) CVC=0 ;;
     --no-compile) COMPILE=0 ;;
+    --no-jax) JAX=0 ;;
     --peer-timeout) PEER_TIMEOUT=$2; shift ;;
     --budget-fraction) BUDGET_FRACTION=$2; shift ;;
     --budget) BUDGET=$2; shift ;;
@@ -93,6 +94,7 @@ if [ "$PEERS" = 1 ]; then
   common="--size $SIZE --batch $BATCH --steps $STEPS --precision fp32"
   for peer in "torch_unet.py" "torch_unet.py --compile" "jax_unet.py"; do
     [ "$COMPILE" = 0 ] && [ "$peer" = "torch_unet.py --compile" ] && continue
+    [ "$JAX" = 0 ] && [ "$peer" = "jax_unet.py" ] && continue
     echo "== $peer $common =="
     # Each peer in its own process, so one's out-of-memory does not poison the next.
     PYTHONUNBUFFERED=1 timeout "$PEER_TIMEOUT" python3 bench/unet/$peer $common >>"$LOG/peers.jsonl" 2>>"$LOG/peers.err"

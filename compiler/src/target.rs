@@ -178,6 +178,40 @@ pub struct KernelConfig {
     /// device's limit: a grid that needs more is folded into x. `None`: the device's limit
     /// (65535); a small value tests the folded grids on small shapes.
     pub grid_yz: Option<usize>,
+    /// How the tensor-core GEMM stages its K tiles in shared memory.
+    pub tc_staging: TcStaging,
+    /// The tensor-core GEMM's block tile.
+    pub tc_tile: TcTile,
+}
+
+/// How the tensor-core implicit GEMM (TF32 and the 16-bit precisions) brings each 16-deep K
+/// tile into shared memory (`compiler/src/back/cuda/gemm.rs`). Measured side by side on an
+/// H200 (bench/RESULTS.md, seed network at batch 1024): TF32 steps of 16.79 ms with `Async`,
+/// 17.30 with `Prefetch`, 17.33 with `Plain`; bf16 (whose operands cannot be copied
+/// asynchronously) 19.54 ms with `Plain`, 20.43 with `Prefetch`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TcStaging {
+    /// Gather, store, barrier, multiply, barrier: the loads wait for the products before them.
+    Plain,
+    /// The next tile's gathers are issued into registers before this tile's products and
+    /// stored into a second shared buffer (one barrier per tile; one buffer, two barriers,
+    /// where two do not fit).
+    Prefetch,
+    /// `cp.async` copies of the next tile into a second buffer while this one is multiplied,
+    /// where both operands are stored in 32 bits and two buffers fit; otherwise `Plain`
+    /// (16-bit operands widen on their way to shared memory, which a copy cannot do).
+    #[default]
+    Async,
+}
+
+/// The tensor-core GEMM's block tile (8 warps).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TcTile {
+    /// 64 × 64 (32 × 128 for M ≤ 32): warp tiles of 32 × 16.
+    #[default]
+    Narrow,
+    /// 128 × 64 (64 × 128 for M ≤ 64; 32 × 128 for M ≤ 32): warp tiles of 32 × 32.
+    Wide,
 }
 
 impl Default for KernelConfig {
@@ -191,13 +225,16 @@ impl Default for KernelConfig {
             grid_stride_blocks: 16384,
             index: IndexChoice::Auto,
             grid_yz: None,
+            tc_staging: TcStaging::default(),
+            tc_tile: TcTile::default(),
         }
     }
 }
 
 /// The keys of a kernel spec, with their values, for messages and `--help`.
 pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|gemm|ot2|ot4|pf|ot2pf|ot4pf, \
-                                    fill=BLOCKS, bk=16|32, ck=CHANNELS, grid=BLOCKS, index=auto|64, yz=BLOCKS";
+                                    fill=BLOCKS, bk=16|32, ck=CHANNELS, grid=BLOCKS, index=auto|64, yz=BLOCKS, \
+                                    tc=plain|prefetch|async, tctile=64|128";
 
 impl KernelConfig {
     /// Reads a kernel spec: comma-separated `key=value` pairs over the defaults, e.g.
@@ -211,7 +248,10 @@ impl KernelConfig {
     /// - `grid`: the most blocks of a grid-stride kernel;
     /// - `index`: `auto` (default: 32- or 64-bit indices per kernel, from its extents) or `64`
     ///   (64-bit in every kernel; `CVC_KERNELS=index=64` runs the GPU tests on that code);
-    /// - `yz`: the most blocks of an implicit-GEMM grid along y and z ([`KernelConfig::grid_yz`]).
+    /// - `yz`: the most blocks of an implicit-GEMM grid along y and z ([`KernelConfig::grid_yz`]);
+    /// - `tc`: `plain`, `prefetch` or `async` (default), the tensor-core GEMM's staging of K
+    ///   tiles ([`TcStaging`]);
+    /// - `tctile`: `64` (default) or `128`, the tensor-core GEMM's block tile ([`TcTile`]).
     ///
     /// ```
     /// use cvc_compiler::target::{ConvKernel, KernelConfig};
@@ -261,6 +301,21 @@ impl KernelConfig {
                         _ => return Err(bad()),
                     }
                 }
+                "tc" => {
+                    k.tc_staging = match value {
+                        "plain" => TcStaging::Plain,
+                        "prefetch" => TcStaging::Prefetch,
+                        "async" => TcStaging::Async,
+                        _ => return Err(bad()),
+                    }
+                }
+                "tctile" => {
+                    k.tc_tile = match value {
+                        "64" => TcTile::Narrow,
+                        "128" => TcTile::Wide,
+                        _ => return Err(bad()),
+                    }
+                }
                 _ => return Err(format!("unknown kernel choice `{key}` (keys: {KERNEL_SPEC_KEYS})")),
             }
         }
@@ -273,6 +328,8 @@ impl KernelConfig {
             "wgrad" => "direct, gemm, ot2, ot4, pf, ot2pf or ot4pf",
             "bk" => "16 or 32",
             "index" => "auto or 64",
+            "tc" => "plain, prefetch or async",
+            "tctile" => "64 or 128",
             _ => "a positive number",
         }
     }
@@ -343,6 +400,25 @@ impl fmt::Display for KernelConfig {
         }
         if let Some(n) = self.grid_yz {
             parts.push(format!("yz={n}"));
+        }
+        if self.tc_staging != d.tc_staging {
+            parts.push(
+                match self.tc_staging {
+                    TcStaging::Plain => "tc=plain",
+                    TcStaging::Prefetch => "tc=prefetch",
+                    TcStaging::Async => "tc=async",
+                }
+                .into(),
+            );
+        }
+        if self.tc_tile != d.tc_tile {
+            parts.push(
+                match self.tc_tile {
+                    TcTile::Narrow => "tctile=64",
+                    TcTile::Wide => "tctile=128",
+                }
+                .into(),
+            );
         }
         if parts.is_empty() {
             f.write_str("default")

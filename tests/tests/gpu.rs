@@ -384,11 +384,14 @@ fn train_two_steps(path: &Path, rng: &mut SplitMix64) -> Vec<String> {
     check_training_steps(&ex.program, &cuda, 2, PLAN_TOL, rng).unwrap_or_else(|e| panic!("{}: {e}", ex.name))
 }
 
-/// The benchmark half of `bench/gpu.sh` (run with `--ignored`): `examples/seed_cnn.cvnn` at
-/// batch `CVC_BENCH_BATCH` (default 1024), data resident on the device as the peers keep it,
-/// 3 warm-up steps, then the median of `CVC_BENCH_STEPS` (default 20) synchronised steps, in
-/// fp32, tf32, bf16 and fp16.
-/// Prints one JSON line (`mode`, `peak_mib`, `step_ms`, ...) and a per-kernel profile.
+/// The benchmark half of `bench/gpu.sh` (run with `--ignored`): `examples/seed_cnn.cvnn`
+/// (or `CVC_BENCH_FILE`, relative to the repository) at batch `CVC_BENCH_BATCH` (default 1024),
+/// random data resident on the device as the peers keep it, 3 warm-up steps, then the median
+/// of `CVC_BENCH_STEPS` (default 20) synchronised steps, in the precisions of
+/// `CVC_BENCH_PRECISIONS` (comma-separated, default fp32,tf32,bf16,fp16).
+/// Prints one JSON line per precision (`mode`, `peak_mib`, `step_ms`, ...) and, for fp32 and
+/// bf16 (or `CVC_BENCH_PROFILE`), a per-kernel profile naming each of the slowest kernels'
+/// layers.
 #[test]
 #[ignore = "benchmark: run by bench/gpu.sh on a GPU"]
 fn bench_seed_cnn() {
@@ -399,10 +402,19 @@ fn bench_seed_cnn() {
     let batch = env("CVC_BENCH_BATCH", 1024);
     let steps = env("CVC_BENCH_STEPS", 20);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("root").to_path_buf();
+    let file = std::env::var("CVC_BENCH_FILE").unwrap_or_else(|_| "examples/seed_cnn.cvnn".into());
+    let stem = Path::new(&file).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let precisions = |k: &str, d: &str| -> Vec<Precision> {
+        let list = std::env::var(k).unwrap_or_else(|_| d.into());
+        list.split(',')
+            .map(|p| Precision::from_name(p.trim()).unwrap_or_else(|| panic!("{k}: unknown precision {p}")))
+            .collect()
+    };
+    let profiled = precisions("CVC_BENCH_PROFILE", "fp32,bf16");
     let mut rng = SplitMix64::new(seed_for("gpu::bench_seed_cnn"));
-    for precision in Precision::ALL {
+    for precision in precisions("CVC_BENCH_PRECISIONS", "fp32,tf32,bf16,fp16") {
         let t = std::time::Instant::now();
-        let ex = load_stored(&root.join("examples/seed_cnn.cvnn"), batch, None, precision.storage());
+        let ex = load_stored(&root.join(&file), batch, None, precision.storage());
         let compile_s = t.elapsed().as_secs_f64();
         let g = &ex.program.graph;
         let session = Session::new(g, batch, 7);
@@ -412,7 +424,7 @@ fn bench_seed_cnn() {
         let mut be = CudaBackend::new(&ex.program, precision, &kernels()).unwrap_or_else(|e| panic!("{e}"));
         let start_s = t.elapsed().as_secs_f64();
         eprintln!(
-            "seed_cnn batch {batch} {precision:?}: plan {compile_s:.2} s, start {start_s:.2} s ({})",
+            "{stem} batch {batch} {precision:?}: plan {compile_s:.2} s, start {start_s:.2} s ({})",
             be.compile_info()
         );
         for (&v, t) in &leaves {
@@ -435,7 +447,7 @@ fn bench_seed_cnn() {
         let peak = be.measured_peak_bytes().unwrap_or(0);
         let mib = |b: usize| b as f64 / (1u64 << 20) as f64;
         println!(
-            "{{\"mode\": \"cvc_{}\", \"batch\": {batch}, \"peak_mib\": {:.1}, \"arena_mib\": {:.1}, \"lower_bound_mib\": {:.1}, \"step_ms\": {median:.3}, \"step_ms_min\": {:.3}, \"kernels\": {}, \"loss\": {loss:.5}}}",
+            "{{\"mode\": \"cvc_{}\", \"file\": \"{stem}\", \"batch\": {batch}, \"peak_mib\": {:.1}, \"arena_mib\": {:.1}, \"lower_bound_mib\": {:.1}, \"step_ms\": {median:.3}, \"step_ms_min\": {:.3}, \"kernels\": {}, \"loss\": {loss:.5}}}",
             format!("{precision:?}").to_lowercase(),
             mib(peak),
             mib(be.arena_bytes()),
@@ -443,7 +455,7 @@ fn bench_seed_cnn() {
             times[0],
             be.module().kernels.len(),
         );
-        if matches!(precision, Precision::Fp32 | Precision::Bf16) {
+        if profiled.contains(&precision) {
             eprintln!("{precision:?}:");
             let prof = be.profile_step().expect("profile");
             let total: f64 = prof.iter().map(|p| p.1).sum();
@@ -462,8 +474,8 @@ fn bench_seed_cnn() {
             }
             let mut top = prof.clone();
             top.sort_by(|a, b| b.1.partial_cmp(&a.1).expect("finite"));
-            for (name, ms) in top.iter().take(12) {
-                eprintln!("    {ms:9.3} ms  {name}");
+            for (name, ms) in top.iter().take(16) {
+                eprintln!("    {ms:9.3} ms  {name}  {}", kernel_label(&ex.program, name));
             }
             eprintln!("every launch, in order:");
             for (name, ms) in &prof {
@@ -472,6 +484,15 @@ fn bench_seed_cnn() {
             eprint!("{}", roofline(&ex.program, &prof, precision));
         }
     }
+}
+
+/// The layer label of kernel `name` (`k{group}_{kind}`): its group's first node with one.
+fn kernel_label(p: &Program, name: &str) -> String {
+    let gi = name.strip_prefix('k').and_then(|r| r.split('_').next()).and_then(|x| x.parse::<usize>().ok());
+    gi.and_then(|gi| p.groups.get(gi))
+        .and_then(|grp| grp.nodes.iter().map(|&v| &p.graph.node(v).origin.label).find(|l| !l.is_empty()))
+        .map(|l| format!("({l})"))
+        .unwrap_or_default()
 }
 
 /// Check mode on the GPU (`--check-numerics`, `docs/NUMERICS.md`): a clean checked step of
@@ -721,7 +742,8 @@ const END_TO_END_GROSS: f64 = 0.5;
 /// skips the step); the outputs and loss end to end within [`END_TO_END_GROSS`] where no
 /// decision lies between them and the leaves; the program's plan against the keep-everything
 /// plan as in fp32. Files are limited to paths containing one of the comma-separated
-/// `CVC_PRECISION_FILES` when set.
+/// `CVC_PRECISION_FILES` when set, precisions to those of `CVC_PRECISION_LIST` (default
+/// `tf32,bf16,fp16`).
 #[test]
 fn reduced_precision_kernels_match_the_interpreter_within_their_format() {
     if !gpu_or_skip() {
@@ -733,10 +755,18 @@ fn reduced_precision_kernels_match_the_interpreter_within_their_format() {
         files.extend(cvnn_files("tests/fixtures/ok"));
     }
     files.retain(|p| filter.split(',').any(|f| p.to_string_lossy().contains(f)));
+    let precisions: Vec<Precision> = std::env::var("CVC_PRECISION_LIST")
+        .unwrap_or_else(|_| "tf32,bf16,fp16".into())
+        .split(',')
+        .map(|p| {
+            Precision::from_name(p.trim())
+                .unwrap_or_else(|| panic!("CVC_PRECISION_LIST: unknown precision {p}"))
+        })
+        .collect();
     let mut rng = SplitMix64::new(seed_for("gpu::reduced_precision_local"));
     let mut failures = Vec::new();
     for path in &files {
-        for precision in [Precision::Tf32, Precision::Bf16, Precision::Fp16] {
+        for &precision in &precisions {
             let sgd = Optimizer {
                 kind: OptimizerKind::Sgd { momentum: 0.0, nesterov: false },
                 lr: 1.0,
@@ -996,7 +1026,8 @@ fn roofline(p: &Program, prof: &[(String, f64)], precision: Precision) -> String
 
 /// The roofline of a profile `bench_seed_cnn` printed (`CVC_PROFILE_LOG`: its stderr, the
 /// `every launch, in order:` list of its first precision block; `CVC_PROFILE_PRECISION`, default
-/// fp32), for the same program compiled here (no GPU needed: the plan is deterministic).
+/// fp32), for the same program (`CVC_BENCH_FILE`, `CVC_BENCH_BATCH`) compiled here (no GPU
+/// needed: the plan is deterministic).
 #[test]
 #[ignore = "reads a profile log of bench_seed_cnn"]
 fn roofline_of_a_profile_log() {
@@ -1018,6 +1049,7 @@ fn roofline_of_a_profile_log() {
     assert!(!prof.is_empty(), "no launches parsed");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("root").to_path_buf();
     let batch = std::env::var("CVC_BENCH_BATCH").ok().and_then(|s| s.parse().ok()).unwrap_or(1024);
-    let ex = load_stored(&root.join("examples/seed_cnn.cvnn"), batch, None, precision.storage());
+    let file = std::env::var("CVC_BENCH_FILE").unwrap_or_else(|_| "examples/seed_cnn.cvnn".into());
+    let ex = load_stored(&root.join(file), batch, None, precision.storage());
     print!("{}", roofline(&ex.program, &prof, precision));
 }

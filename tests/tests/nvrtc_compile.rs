@@ -522,6 +522,11 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
         // (`index=64` changes every kernel: the 64-bit code of every kernel compiles in
         // `every_model_at_a_huge_batch_generates_64_bit_kernels_that_compile`.)
         ("yz=2", Some),
+        // Tensor-core GEMM choices: TF32 and 16-bit code only (fp32 kernels unchanged).
+        ("tc=plain", SomeOf(" Ar[")),
+        ("tc=prefetch", SomeOf(" Ar[")),
+        ("tctile=128", SomeOf(" Ar[")),
+        ("tc=prefetch,tctile=128", SomeOf(" Ar[")),
     ];
     // Kernels that differ from the default module, by architecture, each kind once.
     let mut changed_kernels: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
@@ -627,13 +632,18 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
                 }
                 collect_changed(&what, file, &base.source, &m.source, target.device.arch());
             }
-            // fp32 kernel choices of the direct kernels do not apply to TF32 numerics.
+            // fp32 kernel choices of the direct kernels do not apply to TF32 numerics, nor the
+            // tensor-core GEMM's to fp32.
             let fp32_only = precision == Precision::Tf32
                 && ["conv=", "ck=", "wgrad=", "bk="].iter().any(|k| what.starts_with(k));
+            let tc_only = precision == Precision::Fp32 && what.starts_with("tc");
             match expect {
                 LaunchesOnly => assert!(launches_changed, "{what}: no launch list changed"),
                 _ if fp32_only => {
                     assert_eq!(changed_files, 0, "{what}: an fp32 kernel choice changed TF32 code")
+                }
+                _ if tc_only => {
+                    assert_eq!(changed_files, 0, "{what}: a tensor-core kernel choice changed fp32 code")
                 }
                 _ => assert!(changed_files > 0, "{what}: no file's source changed"),
             }

@@ -31,10 +31,10 @@ struct Gemm {
     ta: DType,
     tb: DType,
     tc: DType,
-    /// Body of `A(g, m, k)` (returns a `ta`).
-    load_a: String,
-    /// Body of `B(g, k, n)` (returns a `tb`).
-    load_b: String,
+    /// The element `A(g, m, k)`.
+    load_a: Load,
+    /// The element `B(g, k, n)`.
+    load_b: Load,
     /// The output element `C(g, m, n)` as an lvalue.
     out: String,
     /// Whether consecutive threads should walk `k` (contiguous in memory) when loading.
@@ -47,6 +47,39 @@ fn conj_if(c: bool, x: String) -> String {
         format!("cj({x})")
     } else {
         x
+    }
+}
+
+/// Where a GEMM operand's element lives: `pre` (statements that may end the lookup early with
+/// `return ZERO;`, for padding), then the element `ptr[idx]`, conjugated if `conj`. The
+/// kernels read it as a value ([`Load::value`]) or, to copy it asynchronously, as an index
+/// ([`Load::index`]).
+struct Load {
+    pre: String,
+    ptr: String,
+    idx: String,
+    conj: bool,
+}
+
+/// The placeholder of [`Load::pre`] for "this element is zero".
+const ZERO: &str = "ZERO";
+
+impl Load {
+    /// An element read without padding.
+    fn plain(ptr: &str, idx: String, conj: bool) -> Load {
+        Load { pre: String::new(), ptr: ptr.to_string(), idx, conj }
+    }
+
+    /// The body of a lambda returning the element's value (`zero` for padding).
+    fn value(&self, zero: &str) -> String {
+        let ld = conj_if(self.conj, format!("{}[{}]", self.ptr, self.idx));
+        format!("{}return {ld};", self.pre.replace(ZERO, zero))
+    }
+
+    /// The body of a lambda returning the element's index into `ptr`, or `NOIDX` (all ones)
+    /// for padding; the conjugation is left to the caller.
+    fn index(&self) -> String {
+        format!("{}return {};", self.pre.replace(ZERO, "(ix)~(ix)0"), self.idx)
     }
 }
 
@@ -83,7 +116,7 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                 ta: t1,
                 tb: t0,
                 tc,
-                load_a: format!("return {};", conj_if(conj[1], format!("{p1}[(g * {og}u + m) * {kk}u + k]"))),
+                load_a: Load::plain(&p1, format!("(g * {og}u + m) * {kk}u + k"), conj[1]),
                 load_b: patch_gather(&Patch {
                     tap: "k",
                     pixel: "n",
@@ -98,7 +131,6 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                     kw,
                     geom,
                     conj: conj[0],
-                    dt: t0,
                 }),
                 out: format!(
                     "{out}[((n / {hwo}u) * {o}u + g * {og}u + m) * {hwo}u + n % {hwo}u]",
@@ -123,28 +155,32 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                 ta: t1,
                 tb: t0,
                 tc,
-                load_a: format!(
-                    "const ix oc = k / {khw}u, r = k % {khw}u;\n      return {};",
-                    conj_if(conj[1], format!("{p1}[((g * {og}u + oc) * {cg}u + m) * {khw}u + r]"))
-                ),
-                load_b: format!(
-                    "const ix oc = k / {khw}u, r = k % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
-                     const ix b = n / {hw}u, q = n % {hw}u, y = q / {w}u, x = q % {w}u;\n      \
-                     const int sy = (int)(y + {pd0}u) - (int)(i * {d0}u), sx = (int)(x + {pd1}u) - (int)(j * {d1}u);\n      \
-                     if (sy < 0 || sx < 0 || sy % {s0} != 0 || sx % {s1} != 0) return {z};\n      \
-                     const int oy = sy / {s0}, ox = sx / {s1};\n      \
-                     if (oy >= {ho} || ox >= {wo}) return {z};\n      \
-                     return {ld};",
-                    hw = h * w,
-                    s0 = geom.stride[0],
-                    s1 = geom.stride[1],
-                    d0 = geom.dilation[0],
-                    d1 = geom.dilation[1],
-                    pd0 = geom.pad[0],
-                    pd1 = geom.pad[1],
-                    z = czero(t0),
-                    ld = conj_if(conj[0], format!("{p0}[((b * {o}u + g * {og}u + oc) * {ho}u + (u32)oy) * {wo}u + (u32)ox]")),
-                ),
+                load_a: Load {
+                    pre: format!("const ix oc = k / {khw}u, r = k % {khw}u;\n      "),
+                    ptr: p1.clone(),
+                    idx: format!("((g * {og}u + oc) * {cg}u + m) * {khw}u + r"),
+                    conj: conj[1],
+                },
+                load_b: Load {
+                    pre: format!(
+                        "const ix oc = k / {khw}u, r = k % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
+                         const ix b = n / {hw}u, q = n % {hw}u, y = q / {w}u, x = q % {w}u;\n      \
+                         const int sy = (int)(y + {pd0}u) - (int)(i * {d0}u), sx = (int)(x + {pd1}u) - (int)(j * {d1}u);\n      \
+                         if (sy < 0 || sx < 0 || sy % {s0} != 0 || sx % {s1} != 0) return {ZERO};\n      \
+                         const int oy = sy / {s0}, ox = sx / {s1};\n      \
+                         if (oy >= {ho} || ox >= {wo}) return {ZERO};\n      ",
+                        hw = h * w,
+                        s0 = geom.stride[0],
+                        s1 = geom.stride[1],
+                        d0 = geom.dilation[0],
+                        d1 = geom.dilation[1],
+                        pd0 = geom.pad[0],
+                        pd1 = geom.pad[1],
+                    ),
+                    ptr: p0.clone(),
+                    idx: format!("((b * {o}u + g * {og}u + oc) * {ho}u + (u32)oy) * {wo}u + (u32)ox"),
+                    conj: conj[0],
+                },
                 out: format!("{out}[((n / {hw}u) * {c}u + g * {cg}u + m) * {hw}u + n % {hw}u]", hw = h * w),
                 a_k_fast: true,
                 b_k_fast: false,
@@ -166,12 +202,10 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                 ta: t1,
                 tb: t0,
                 tc,
-                load_a: format!(
-                    "return {};",
-                    conj_if(
-                        conj[1],
-                        format!("{p1}[((k / {hwo}u) * {o}u + g * {og}u + m) * {hwo}u + k % {hwo}u]")
-                    )
+                load_a: Load::plain(
+                    &p1,
+                    format!("((k / {hwo}u) * {o}u + g * {og}u + m) * {hwo}u + k % {hwo}u"),
+                    conj[1],
                 ),
                 load_b: patch_gather(&Patch {
                     tap: "n",
@@ -187,7 +221,6 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                     kw,
                     geom,
                     conj: conj[0],
-                    dt: t0,
                 }),
                 out: format!("{out}[(g * {og}u + m) * {}u + n]", cg * khw),
                 a_k_fast: true,
@@ -275,8 +308,8 @@ impl MatMulShape {
             |stride: usize, g: &str| if stride == 0 { String::new() } else { format!("{g} * {stride}u + ") };
         let (load_a, load_b, out, groups, kk) = if batch <= 1 {
             (
-                format!("return {};", conj_if(conj[0], format!("{p0}[{}]", a_idx("k")))),
-                format!("return {};", conj_if(conj[1], format!("{p1}[{}]", b_idx("k")))),
+                Load::plain(p0, a_idx("k"), conj[0]),
+                Load::plain(p1, b_idx("k"), conj[1]),
                 format!("{out}[m * {n}u + n]"),
                 1,
                 k,
@@ -284,22 +317,19 @@ impl MatMulShape {
         } else if sum_batch {
             let split = format!("const ix q = k / {k}u, r = k % {k}u;\n      ");
             (
-                format!(
-                    "{split}return {};",
-                    conj_if(conj[0], format!("{p0}[{}{}]", at(sa, "q"), a_idx("r")))
-                ),
-                format!(
-                    "{split}return {};",
-                    conj_if(conj[1], format!("{p1}[{}{}]", at(sb, "q"), b_idx("r")))
-                ),
+                Load {
+                    pre: split.clone(),
+                    ..Load::plain(p0, format!("{}{}", at(sa, "q"), a_idx("r")), conj[0])
+                },
+                Load { pre: split, ..Load::plain(p1, format!("{}{}", at(sb, "q"), b_idx("r")), conj[1]) },
                 format!("{out}[m * {n}u + n]"),
                 1,
                 k * batch,
             )
         } else {
             (
-                format!("return {};", conj_if(conj[0], format!("{p0}[{}{}]", at(sa, "g"), a_idx("k")))),
-                format!("return {};", conj_if(conj[1], format!("{p1}[{}{}]", at(sb, "g"), b_idx("k")))),
+                Load::plain(p0, format!("{}{}", at(sa, "g"), a_idx("k")), conj[0]),
+                Load::plain(p1, format!("{}{}", at(sb, "g"), b_idx("k")), conj[1]),
                 format!("{out}[g * {}u + m * {n}u + n]", m * n),
                 batch,
                 k,
@@ -327,17 +357,15 @@ struct Patch<'a> {
     kw: usize,
     geom: &'a ConvGeom,
     conj: bool,
-    dt: DType,
 }
 
-fn patch_gather(p: &Patch) -> String {
-    let Patch { tap, pixel, x, c, cg, h, w, ho, wo, kh, kw, geom, conj, dt } = *p;
-    format!(
+fn patch_gather(p: &Patch) -> Load {
+    let Patch { tap, pixel, x, c, cg, h, w, ho, wo, kh, kw, geom, conj } = *p;
+    let pre = format!(
         "const ix ci = {tap} / {khw}u, r = {tap} % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
          const ix b = {pixel} / {hwo}u, q = {pixel} % {hwo}u, oh = q / {wo}u, ow = q % {wo}u;\n      \
          const int y = (int)(oh * {s0}u + i * {d0}u) - {pd0}, x = (int)(ow * {s1}u + j * {d1}u) - {pd1};\n      \
-         if (y < 0 || y >= {h} || x < 0 || x >= {w}) return {z};\n      \
-         return {ld};",
+         if (y < 0 || y >= {h} || x < 0 || x >= {w}) return {ZERO};\n      ",
         khw = kh * kw,
         hwo = ho * wo,
         s0 = geom.stride[0],
@@ -346,9 +374,13 @@ fn patch_gather(p: &Patch) -> String {
         d1 = geom.dilation[1],
         pd0 = geom.pad[0],
         pd1 = geom.pad[1],
-        z = czero(dt),
-        ld = conj_if(conj, format!("{x}[((b * {c}u + g * {cg}u + ci) * {h}u + (u32)y) * {w}u + (u32)x]")),
-    )
+    );
+    Load {
+        pre,
+        ptr: x.to_string(),
+        idx: format!("((b * {c}u + g * {cg}u + ci) * {h}u + (u32)y) * {w}u + (u32)x"),
+        conj,
+    }
 }
 
 /// The index type of a contraction: its operands and output, the products of its extents
@@ -444,8 +476,10 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
     let _ = writeln!(c, "  const ix kb = split * {chunk}u, ke = min(kb + (ix){chunk}u, (ix){}u);", gm.k);
     let _ = writeln!(c, "  __shared__ {ta} As[{bk}][{}];", bm + 1);
     let _ = writeln!(c, "  __shared__ {tb} Bs[{bk}][{}];", bn + 1);
-    let _ = writeln!(c, "  auto LA = [&](ix m, ix k) -> {ta} {{\n      {}\n  }};", gm.load_a);
-    let _ = writeln!(c, "  auto LB = [&](ix k, ix n) -> {tb} {{\n      {}\n  }};", gm.load_b);
+    let _ =
+        writeln!(c, "  auto LA = [&](ix m, ix k) -> {ta} {{\n      {}\n  }};", gm.load_a.value(czero(gm.ta)));
+    let _ =
+        writeln!(c, "  auto LB = [&](ix k, ix n) -> {tb} {{\n      {}\n  }};", gm.load_b.value(czero(gm.tb)));
     let _ = writeln!(c, "  {tc} acc[{tm}][{tn}];");
     let _ = writeln!(c, "  #pragma unroll\n  for (int i = 0; i < {tm}; ++i)\n    #pragma unroll\n    for (int j = 0; j < {tn}; ++j) acc[i][j] = {};", czero(gm.tc));
     // The tile loads: each thread gathers `per` elements of A and of B per K step, into
@@ -505,14 +539,28 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
 }
 
 /// The tensor-core variant (`Precision::Tf32`, and `Bf16`/`Fp16`, whose 16-bit operands widen
-/// to TF32 exactly): the same tiles and gathers, with each warp
-/// computing a 32 × 16 piece of the block tile through `mma.sync.m16n8k8` on TF32 operands.
-/// Complex operands are kept as separate re/im planes in shared memory and multiplied as
-/// real products (4 for complex × complex, 2 for mixed, 1 for real).
+/// to TF32 exactly): the same gathers, with each of the 8 warps computing a `16·tm × 8·tn`
+/// piece of the block tile through `mma.sync.m16n8k8` on TF32 operands. Complex operands are
+/// kept as separate re/im planes in shared memory and multiplied as real products (4 for
+/// complex × complex, 2 for mixed, 1 for real).
+///
+/// How the K tiles reach shared memory is the target's [`TcStaging`]: loaded and stored
+/// between two barriers (`plain`); the next tile's loads issued into registers before this
+/// tile's products, into the other of two shared buffers (`prefetch`); or copied by
+/// `cp.async` into the other buffer while this one is multiplied (`async`, the default, for
+/// operands stored in 32 bits; 16-bit ones widen on the way and are staged as `plain`).
+/// [`TcTile::Wide`] doubles the block tile along the longer side (warp tiles of 32 × 32
+/// instead of 32 × 16).
 fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
-    let bm = if gm.m <= 32 { 32 } else { 64 };
-    let bn = if bm == 32 { 128 } else { 64 };
-    let wm = bm / 32; // warps along M
+    let kc = &ctx.target.kernels;
+    // (block tile, warps along M, MMA tiles of 16 × 8 per warp along M and N)
+    let (bm, bn, wm, tm, tn) = match kc.tc_tile {
+        _ if gm.m <= 32 => (32, 128, 1, 2, 2),
+        TcTile::Narrow => (64, 64, 2, 2, 2),
+        TcTile::Wide if gm.m <= 64 => (64, 128, 2, 2, 4),
+        TcTile::Wide => (128, 64, 4, 2, 4),
+    };
+    debug_assert_eq!((bm, bn), (16 * tm * wm, 8 * tn * (8 / wm)));
     let gx = gm.n.div_ceil(bn);
     let gy = gm.m.div_ceil(bm);
     let tiles = gx * gy * gm.groups;
@@ -522,9 +570,18 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
     let (ca, cb, cc) = (gm.ta == DType::C64, gm.tb == DType::C64, gm.tc == DType::C64);
     let (ta, tb) = (ctype(gm.ta), ctype(gm.tb));
     let pad = 8;
-    // Re (and im) planes of 16 × (bm + 8) and 16 × (bn + 8) floats.
+    // Re (and im) planes of 16 × (bm + 8) and 16 × (bn + 8) floats per stage.
     let planes = |x: usize, complex: bool| BK * (x + pad) * 4 * if complex { 2 } else { 1 };
-    shared_fits(ctx, v, planes(bm, ca) + planes(bn, cb))?;
+    let stage_bytes = planes(bm, ca) + planes(bn, cb);
+    let node = ctx.g.node(v);
+    let full = node.inputs.iter().all(|&x| !ctx.storage(x).is_half());
+    let two = 2 * stage_bytes <= ctx.target.device.shared_per_block;
+    let staging = match kc.tc_staging {
+        TcStaging::Async if !(full && two) => TcStaging::Plain,
+        other => other,
+    };
+    let stages = if staging != TcStaging::Plain && two { 2 } else { 1 };
+    shared_fits(ctx, v, stages * stage_bytes)?;
     let mut c = String::new();
     let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__(256) {name}(char* A) {{");
     c.push_str(index.typedef());
@@ -533,47 +590,154 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
         writeln!(c, "  const u32 wmi = warp % {wm}u, wni = warp / {wm}u, gr = lane >> 2, gc = lane & 3u;");
     c.push_str(&block_coords(&grid, gm.groups, bm, bn));
     let _ = writeln!(c, "  const ix kb = split * {chunk}u, ke = min(kb + (ix){chunk}u, (ix){}u);", gm.k);
-    let _ = writeln!(c, "  __shared__ float Ar[{BK}][{}];", bm + pad);
+    let _ = writeln!(c, "  __shared__ float Ar[{stages}][{BK}][{}];", bm + pad);
     if ca {
-        let _ = writeln!(c, "  __shared__ float Ai[{BK}][{}];", bm + pad);
+        let _ = writeln!(c, "  __shared__ float Ai[{stages}][{BK}][{}];", bm + pad);
     }
-    let _ = writeln!(c, "  __shared__ float Br[{BK}][{}];", bn + pad);
+    let _ = writeln!(c, "  __shared__ float Br[{stages}][{BK}][{}];", bn + pad);
     if cb {
-        let _ = writeln!(c, "  __shared__ float Bi[{BK}][{}];", bn + pad);
+        let _ = writeln!(c, "  __shared__ float Bi[{stages}][{BK}][{}];", bn + pad);
     }
-    let _ = writeln!(c, "  auto LA = [&](ix m, ix k) -> {ta} {{\n      {}\n  }};", gm.load_a);
-    let _ = writeln!(c, "  auto LB = [&](ix k, ix n) -> {tb} {{\n      {}\n  }};", gm.load_b);
-    let _ = writeln!(c, "  float cr[2][2][4] = {{}};");
+    let asynchronous = staging == TcStaging::Async;
+    if asynchronous {
+        // The conjugations are applied to the imaginary fragments (the copies move raw
+        // elements).
+        let _ = writeln!(c, "  auto IA = [&](ix m, ix k) -> ix {{\n      {}\n  }};", gm.load_a.index());
+        let _ = writeln!(c, "  auto IB = [&](ix k, ix n) -> ix {{\n      {}\n  }};", gm.load_b.index());
+    } else {
+        let _ = writeln!(
+            c,
+            "  auto LA = [&](ix m, ix k) -> {ta} {{\n      {}\n  }};",
+            gm.load_a.value(czero(gm.ta))
+        );
+        let _ = writeln!(
+            c,
+            "  auto LB = [&](ix k, ix n) -> {tb} {{\n      {}\n  }};",
+            gm.load_b.value(czero(gm.tb))
+        );
+    }
+    let _ = writeln!(c, "  float cr[{tm}][{tn}][4] = {{}};");
     if cc {
-        let _ = writeln!(c, "  float ci[2][2][4] = {{}};");
+        let _ = writeln!(c, "  float ci[{tm}][{tn}][4] = {{}};");
     }
-    let _ = writeln!(c, "  for (ix k0 = kb; k0 < ke; k0 += {BK}u) {{");
-    for (plane, ext, bx, k_fast, len, lname, cx, ty) in
-        [("A", gm.m, bm, gm.a_k_fast, "m", "LA", ca, ta), ("B", gm.n, bn, gm.b_k_fast, "n", "LB", cb, tb)]
-    {
+    // Per operand, `per` elements per thread and K tile: `fetch` (into registers, or
+    // asynchronous copies into stage `s`), `store` (registers into stage `s`).
+    let mut fetch = String::new();
+    let mut store = String::new();
+    for (plane, ext, bx, k_fast, len, cx, ty, load) in [
+        ("A", gm.m, bm, gm.a_k_fast, "m", ca, ta, &gm.load_a),
+        ("B", gm.n, bn, gm.b_k_fast, "n", cb, tb, &gm.load_b),
+    ] {
         let per = BK * bx / 256;
         let (kk, xx) = if k_fast {
             (format!("e % {BK}u"), format!("e / {BK}u"))
         } else {
             (format!("e / {bx}u"), format!("e % {bx}u"))
         };
-        let args = if lname == "LA" { "x, k" } else { "k, x" };
-        let store = if cx {
-            format!("{plane}r[kk][xx] = val.x; {plane}i[kk][xx] = val.y;")
-        } else {
-            format!("{plane}r[kk][xx] = val;")
-        };
-        let _ = writeln!(
-            c,
-            "    #pragma unroll\n    for (u32 r = 0; r < {per}u; ++r) {{\n      const u32 e = tid + r * 256u, kk = {kk}, xx = {xx};\n      \
-             const ix k = k0 + kk, x = {len}0 + xx;\n      const {ty} val = (x < {ext}u && k < ke) ? {lname}({args}) : {z};\n      {store}\n    }}",
-            z = czero(if cx { DType::C64 } else { DType::F32 }),
+        let args = if plane == "A" { "x, k" } else { "k, x" };
+        let head = format!(
+            "    #pragma unroll\n    for (u32 r = 0; r < {per}u; ++r) {{\n      const u32 e = tid + r * 256u, kk = {kk}, xx = {xx};\n"
         );
+        if asynchronous {
+            let hi = if cx {
+                format!("      cp_async4(&{plane}i[s][kk][xx], src + 1, ok);\n")
+            } else {
+                String::new()
+            };
+            let _ = write!(
+                fetch,
+                "{head}      const ix k = k0 + kk, x = {len}0 + xx;\n      const ix at = (x < {ext}u && k < ke) ? I{plane}({args}) : (ix)~(ix)0;\n      \
+                 const bool ok = at != (ix)~(ix)0;\n      const float* src = (const float*)({ptr} + (ok ? at : 0));\n      \
+                 cp_async4(&{plane}r[s][kk][xx], src, ok);\n{hi}    }}\n",
+                ptr = load.ptr,
+            );
+        } else {
+            let z = czero(if cx { DType::C64 } else { DType::F32 });
+            let reg = format!("r{}", plane.to_lowercase());
+            let _ = writeln!(c, "  {ty} {reg}[{per}];");
+            let _ = write!(
+                fetch,
+                "{head}      const ix k = k0 + kk, x = {len}0 + xx;\n      {reg}[r] = (x < {ext}u && k < ke) ? L{plane}({args}) : {z};\n    }}\n",
+            );
+            let put = if cx {
+                format!("{plane}r[s][kk][xx] = {reg}[r].x; {plane}i[s][kk][xx] = {reg}[r].y;")
+            } else {
+                format!("{plane}r[s][kk][xx] = {reg}[r];")
+            };
+            let _ = write!(store, "{head}      {put}\n    }}\n");
+        }
     }
-    c.push_str("    __syncthreads();\n");
+    let products = mma_products(gm, tm, tn, asynchronous);
+    let next = format!("k0 + {BK}u < ke");
+    match (staging, stages) {
+        (TcStaging::Async, _) => {
+            // Two stages in flight: tile k0 + 16 copies while tile k0 is multiplied.
+            let _ = writeln!(
+                c,
+                "  {{\n    const ix k0 = kb; const u32 s = 0;\n{fetch}  }}\n  cp_async_commit();"
+            );
+            let _ = writeln!(c, "  u32 s = 0;\n  for (ix k0 = kb; k0 < ke; k0 += {BK}u, s ^= 1u) {{");
+            let _ = writeln!(c, "    if ({next}) {{\n      const ix k0n = k0 + {BK}u; const u32 sn = s ^ 1u;\n      {{\n        const ix k0 = k0n; const u32 s = sn;\n{fetch}      }}\n    }}");
+            c.push_str("    cp_async_commit();\n    cp_async_wait1();\n    __syncthreads();\n");
+            c.push_str(&products);
+            c.push_str("    __syncthreads();\n  }\n");
+        }
+        (TcStaging::Prefetch, 2) => {
+            // One barrier per tile: the stores of tile k0 + 16 go to the other stage, which
+            // every warp finished reading before the barrier of tile k0.
+            let _ = writeln!(c, "  {{\n    const ix k0 = kb;\n{fetch}  }}");
+            let _ = writeln!(c, "  u32 s = 0;\n  for (ix k0 = kb; k0 < ke; k0 += {BK}u, s ^= 1u) {{");
+            c.push_str(&store);
+            c.push_str("    __syncthreads();\n");
+            let _ = writeln!(c, "    if ({next}) {{\n      const ix k0n = k0 + {BK}u;\n      {{\n        const ix k0 = k0n;\n{fetch}      }}\n    }}");
+            c.push_str(&products);
+            c.push_str("  }\n");
+        }
+        (TcStaging::Prefetch, _) => {
+            let _ = writeln!(c, "  {{\n    const ix k0 = kb;\n{fetch}  }}");
+            let _ = writeln!(c, "  const u32 s = 0;\n  for (ix k0 = kb; k0 < ke; k0 += {BK}u) {{");
+            c.push_str(&store);
+            c.push_str("    __syncthreads();\n");
+            let _ = writeln!(c, "    if ({next}) {{\n      const ix k0n = k0 + {BK}u;\n      {{\n        const ix k0 = k0n;\n{fetch}      }}\n    }}");
+            c.push_str(&products);
+            c.push_str("    __syncthreads();\n  }\n");
+        }
+        (TcStaging::Plain, _) => {
+            let _ = writeln!(c, "  const u32 s = 0;\n  for (ix k0 = kb; k0 < ke; k0 += {BK}u) {{");
+            c.push_str(&fetch);
+            c.push_str(&store);
+            c.push_str("    __syncthreads();\n");
+            c.push_str(&products);
+            c.push_str("    __syncthreads();\n  }\n");
+        }
+    }
+    let val = if cc { "make_float2(cr[i][j][q], ci[i][j][q])" } else { "cr[i][j][q]" };
+    let store =
+        if splits > 1 { format!("atomic_acc(&{}, {val});", gm.out) } else { format!("{} = {val};", gm.out) };
+    let _ = writeln!(
+        c,
+        "  #pragma unroll\n  for (int i = 0; i < {tm}; ++i)\n    #pragma unroll\n    for (int j = 0; j < {tn}; ++j)\n      #pragma unroll\n      for (int q = 0; q < 4; ++q) {{\n        \
+         const ix m = m0 + wmi * {wmt}u + i * 16u + gr + (q >= 2 ? 8u : 0u), n = n0 + wni * {wnt}u + j * 8u + 2u * gc + (q & 1);\n        \
+         if (m < {}u && n < {}u) {store}\n      }}\n}}",
+        gm.m,
+        gm.n,
+        wmt = 16 * tm,
+        wnt = 8 * tn,
+    );
+    let zero = if splits > 1 { vec![(ctx.offset(v)?, ctx.bytes(v))] } else { Vec::new() };
+    Ok(Kernel { code: c, grid: grid.launch, block: [256, 1, 1], zero, scratch: 0, index })
+}
+
+/// The tensor-core products of one K tile of stage `s`: per 8-deep slice, each warp's A
+/// fragments (`tm` of 16 × 8, row-major: a0 (r, c), a1 (r+8, c), a2 (r, c+4), a3 (r+8, c+4))
+/// and B fragments (`tn` of 8 × 8, col-major: b0 (c, n), b1 (c+4, n)), r = lane/4, c = lane%4,
+/// then the real products of the complex ones. `raw`: the planes hold unconjugated elements
+/// (asynchronous copies), so a conjugated operand's imaginary fragments are negated here.
+fn mma_products(gm: &Gemm, tm: usize, tn: usize, raw: bool) -> String {
+    let (ca, cb) = (gm.ta == DType::C64, gm.tb == DType::C64);
+    let mut c = String::new();
     c.push_str("    #pragma unroll\n    for (int ks = 0; ks < 16; ks += 8) {\n");
-    // Fragments: A row-major 16×8 (a0 (r, c), a1 (r+8, c), a2 (r, c+4), a3 (r+8, c+4)),
-    // B col-major 8×8 (b0 (c, n), b1 (c+4, n)), r = lane/4, c = lane%4.
+    let sign = |plane: &str, conj: bool| if plane == "i" && conj && raw { "-" } else { "" };
     let mut planes_a = vec!["r"];
     if ca {
         planes_a.push("i");
@@ -583,24 +747,28 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
         planes_b.push("i");
     }
     for p in &planes_a {
-        let _ = writeln!(c, "      u32 a{p}[2][4];");
+        let n = sign(p, gm.load_a.conj);
+        let _ = writeln!(c, "      u32 a{p}[{tm}][4];");
         let _ = writeln!(
             c,
-            "      #pragma unroll\n      for (int t = 0; t < 2; ++t) {{\n        const u32 mb = wmi * 32u + t * 16u + gr;\n        \
-             a{p}[t][0] = tf32(A{p}[ks + gc][mb]); a{p}[t][1] = tf32(A{p}[ks + gc][mb + 8u]);\n        \
-             a{p}[t][2] = tf32(A{p}[ks + gc + 4u][mb]); a{p}[t][3] = tf32(A{p}[ks + gc + 4u][mb + 8u]);\n      }}"
+            "      #pragma unroll\n      for (int t = 0; t < {tm}; ++t) {{\n        const u32 mb = wmi * {wmt}u + t * 16u + gr;\n        \
+             a{p}[t][0] = tf32({n}A{p}[s][ks + gc][mb]); a{p}[t][1] = tf32({n}A{p}[s][ks + gc][mb + 8u]);\n        \
+             a{p}[t][2] = tf32({n}A{p}[s][ks + gc + 4u][mb]); a{p}[t][3] = tf32({n}A{p}[s][ks + gc + 4u][mb + 8u]);\n      }}",
+            wmt = 16 * tm,
         );
     }
     for p in &planes_b {
-        let _ = writeln!(c, "      u32 b{p}[2][2];");
+        let n = sign(p, gm.load_b.conj);
+        let _ = writeln!(c, "      u32 b{p}[{tn}][2];");
         let _ = writeln!(
             c,
-            "      #pragma unroll\n      for (int t = 0; t < 2; ++t) {{\n        const u32 nb = wni * 16u + t * 8u + gr;\n        \
-             b{p}[t][0] = tf32(B{p}[ks + gc][nb]); b{p}[t][1] = tf32(B{p}[ks + gc + 4u][nb]);\n      }}"
+            "      #pragma unroll\n      for (int t = 0; t < {tn}; ++t) {{\n        const u32 nb = wni * {wnt}u + t * 8u + gr;\n        \
+             b{p}[t][0] = tf32({n}B{p}[s][ks + gc][nb]); b{p}[t][1] = tf32({n}B{p}[s][ks + gc + 4u][nb]);\n      }}",
+            wnt = 8 * tn,
         );
     }
     if ca && cb {
-        c.push_str("      u32 an[2][4];\n      #pragma unroll\n      for (int t = 0; t < 2; ++t)\n        #pragma unroll\n        for (int q = 0; q < 4; ++q) an[t][q] = ai[t][q] ^ 0x80000000u;\n");
+        let _ = writeln!(c, "      u32 an[{tm}][4];\n      #pragma unroll\n      for (int t = 0; t < {tm}; ++t)\n        #pragma unroll\n        for (int q = 0; q < 4; ++q) an[t][q] = ai[t][q] ^ 0x80000000u;");
     }
     // Products per (re/im of C): list of (A plane, B plane).
     let mut prods: Vec<(&str, &str, &str)> = vec![("cr", "ar", "br")];
@@ -614,21 +782,10 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
         (false, true) => prods.push(("ci", "ar", "bi")),
         (false, false) => {}
     }
-    c.push_str("      #pragma unroll\n      for (int i = 0; i < 2; ++i)\n        #pragma unroll\n        for (int j = 0; j < 2; ++j) {\n");
+    let _ = writeln!(c, "      #pragma unroll\n      for (int i = 0; i < {tm}; ++i)\n        #pragma unroll\n        for (int j = 0; j < {tn}; ++j) {{");
     for (acc, a, b) in prods {
         let _ = writeln!(c, "          mma_tf32({acc}[i][j], {a}[i], {b}[j]);");
     }
-    c.push_str("        }\n    }\n    __syncthreads();\n  }\n");
-    let val = if cc { "make_float2(cr[i][j][q], ci[i][j][q])" } else { "cr[i][j][q]" };
-    let store =
-        if splits > 1 { format!("atomic_acc(&{}, {val});", gm.out) } else { format!("{} = {val};", gm.out) };
-    let _ = writeln!(
-        c,
-        "  #pragma unroll\n  for (int i = 0; i < 2; ++i)\n    #pragma unroll\n    for (int j = 0; j < 2; ++j)\n      #pragma unroll\n      for (int q = 0; q < 4; ++q) {{\n        \
-         const ix m = m0 + wmi * 32u + i * 16u + gr + (q >= 2 ? 8u : 0u), n = n0 + wni * 16u + j * 8u + 2u * gc + (q & 1);\n        \
-         if (m < {}u && n < {}u) {store}\n      }}\n}}",
-        gm.m, gm.n
-    );
-    let zero = if splits > 1 { vec![(ctx.offset(v)?, ctx.bytes(v))] } else { Vec::new() };
-    Ok(Kernel { code: c, grid: grid.launch, block: [256, 1, 1], zero, scratch: 0, index })
+    c.push_str("        }\n    }\n");
+    c
 }

@@ -84,7 +84,7 @@ use crate::ir::*;
 use crate::passes::fusion::{GroupKind, KernelGroup};
 use crate::passes::memplan::ArenaPlan;
 use crate::passes::Program;
-use crate::target::{CudaTarget, IndexChoice};
+use crate::target::{CudaTarget, IndexChoice, TcStaging, TcTile};
 use std::fmt::Write;
 
 /// Threads per block of the generated kernels.
@@ -615,6 +615,14 @@ static __device__ __forceinline__ void mma_tf32(float* d, const u32* a, const u3
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+// Asynchronous 4-byte copy global -> shared (sm_80+), zero-filled when `ok` is false (the
+// source is then not read); a commit closes a group, wait1 leaves at most one group pending.
+static __device__ __forceinline__ void cp_async4(float* dst, const float* src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+    :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 4u : 0u) : "memory");
+}
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+static __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 // 16-bit storage (precision = bf16 | fp16, ir/storage.rs): an element widens to f32 when read
 // and rounds to nearest even when written, so kernels index these like float / float2 arrays.
 struct __align__(2) bf16s {
