@@ -404,15 +404,9 @@ fn bench_seed_cnn() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("root").to_path_buf();
     let file = std::env::var("CVC_BENCH_FILE").unwrap_or_else(|_| "examples/seed_cnn.cvnn".into());
     let stem = Path::new(&file).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    let precisions = |k: &str, d: &str| -> Vec<Precision> {
-        let list = std::env::var(k).unwrap_or_else(|_| d.into());
-        list.split(',')
-            .map(|p| Precision::from_name(p.trim()).unwrap_or_else(|| panic!("{k}: unknown precision {p}")))
-            .collect()
-    };
-    let profiled = precisions("CVC_BENCH_PROFILE", "fp32,bf16");
+    let profiled = precisions_of("CVC_BENCH_PROFILE", "fp32,bf16");
     let mut rng = SplitMix64::new(seed_for("gpu::bench_seed_cnn"));
-    for precision in precisions("CVC_BENCH_PRECISIONS", "fp32,tf32,bf16,fp16") {
+    for precision in precisions_of("CVC_BENCH_PRECISIONS", "fp32,tf32,bf16,fp16") {
         let t = std::time::Instant::now();
         let ex = load_stored(&root.join(&file), batch, None, precision.storage());
         let compile_s = t.elapsed().as_secs_f64();
@@ -484,6 +478,14 @@ fn bench_seed_cnn() {
             eprint!("{}", roofline(&ex.program, &prof, precision));
         }
     }
+}
+
+/// The precisions named by environment variable `key` (comma-separated), else by `default`.
+fn precisions_of(key: &str, default: &str) -> Vec<Precision> {
+    let list = std::env::var(key).unwrap_or_else(|_| default.into());
+    list.split(',')
+        .map(|p| Precision::from_name(p.trim()).unwrap_or_else(|| panic!("{key}: unknown precision {p}")))
+        .collect()
 }
 
 /// The layer label of kernel `name` (`k{group}_{kind}`): its group's first node with one.
@@ -755,14 +757,7 @@ fn reduced_precision_kernels_match_the_interpreter_within_their_format() {
         files.extend(cvnn_files("tests/fixtures/ok"));
     }
     files.retain(|p| filter.split(',').any(|f| p.to_string_lossy().contains(f)));
-    let precisions: Vec<Precision> = std::env::var("CVC_PRECISION_LIST")
-        .unwrap_or_else(|_| "tf32,bf16,fp16".into())
-        .split(',')
-        .map(|p| {
-            Precision::from_name(p.trim())
-                .unwrap_or_else(|| panic!("CVC_PRECISION_LIST: unknown precision {p}"))
-        })
-        .collect();
+    let precisions = precisions_of("CVC_PRECISION_LIST", "tf32,bf16,fp16");
     let mut rng = SplitMix64::new(seed_for("gpu::reduced_precision_local"));
     let mut failures = Vec::new();
     for path in &files {

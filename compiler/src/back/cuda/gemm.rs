@@ -682,25 +682,21 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
             c.push_str(&products);
             c.push_str("    __syncthreads();\n  }\n");
         }
-        (TcStaging::Prefetch, 2) => {
-            // One barrier per tile: the stores of tile k0 + 16 go to the other stage, which
-            // every warp finished reading before the barrier of tile k0.
-            let _ = writeln!(c, "  {{\n    const ix k0 = kb;\n{fetch}  }}");
-            let _ = writeln!(c, "  u32 s = 0;\n  for (ix k0 = kb; k0 < ke; k0 += {BK}u, s ^= 1u) {{");
-            c.push_str(&store);
-            c.push_str("    __syncthreads();\n");
-            let _ = writeln!(c, "    if ({next}) {{\n      const ix k0n = k0 + {BK}u;\n      {{\n        const ix k0 = k0n;\n{fetch}      }}\n    }}");
-            c.push_str(&products);
-            c.push_str("  }\n");
-        }
         (TcStaging::Prefetch, _) => {
+            // With two stages, one barrier per tile: the stores of tile k0 + 16 go to the other
+            // stage, which every warp finished reading before the barrier of tile k0.
+            let (decl, flip, tail) = if stages == 2 {
+                ("u32", ", s ^= 1u", "")
+            } else {
+                ("const u32", "", "    __syncthreads();\n")
+            };
             let _ = writeln!(c, "  {{\n    const ix k0 = kb;\n{fetch}  }}");
-            let _ = writeln!(c, "  const u32 s = 0;\n  for (ix k0 = kb; k0 < ke; k0 += {BK}u) {{");
+            let _ = writeln!(c, "  {decl} s = 0;\n  for (ix k0 = kb; k0 < ke; k0 += {BK}u{flip}) {{");
             c.push_str(&store);
             c.push_str("    __syncthreads();\n");
             let _ = writeln!(c, "    if ({next}) {{\n      const ix k0n = k0 + {BK}u;\n      {{\n        const ix k0 = k0n;\n{fetch}      }}\n    }}");
             c.push_str(&products);
-            c.push_str("    __syncthreads();\n  }\n");
+            let _ = writeln!(c, "{tail}  }}");
         }
         (TcStaging::Plain, _) => {
             let _ = writeln!(c, "  const u32 s = 0;\n  for (ix k0 = kb; k0 < ke; k0 += {BK}u) {{");
