@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The tensor-core GEMM's staging and tile choices (issue 13; compiler/src/back/cuda/gemm.rs,
-# KernelConfig `tc=plain|prefetch|async`, `tctile=64|128`) on one GPU, side by side:
+# The tensor-core GEMM's staging, tile and operand choices (issue 13;
+# compiler/src/back/cuda/gemm.rs, KernelConfig `tc=plain|prefetch|async`, `tctile=64|128`,
+# `tc16=native|tf32`) on one GPU, side by side:
 # 1. correctness: every example trained one step in TF32 (and bf16 for the default), kernel
 #    by kernel against the f64 interpreter, with the default choices (`tc=async`) and with
 #    `tc=prefetch,tctile=128` (fixtures too: every contraction form); CVC_TC_TESTS overrides
 #    the list (`SPEC:PRECISIONS:FIXTURES` items, e.g. "tc=plain:tf32:0");
-# 2. speed: the seed network at batch 1024 (bench_seed_cnn) in tf32 and bf16 per variant, with the profile of the default's contractions.
+# 2. speed: the seed network at batch 1024 (bench_seed_cnn) in tf32 and bf16 per variant, with
+#    the profile of the default's contractions; CVC_TC_RUNS overrides the list ('|'-separated
+#    `FILE BATCH PRECISION SPEC` items, e.g. "seed_cnn 1024 bf16 tc16=tf32").
 # Builds nothing (.gpu/gpu). Usage: bench/gpu-tc.sh [tests|bench]... (default both).
 # One summary file in $OUT; a table last.
 set -u
@@ -32,15 +35,15 @@ for what in ${*:-tests bench}; do
       ;;
     bench)
       : >"$O/tc.jsonl"
-      for run in "seed_cnn 1024 tf32 default" "seed_cnn 1024 tf32 tc=plain" "seed_cnn 1024 tf32 tc=prefetch" \
-                 "seed_cnn 1024 tf32 tctile=128" "seed_cnn 1024 tf32 tc=prefetch,tctile=128" \
-                 "seed_cnn 1024 bf16 default" "seed_cnn 1024 bf16 tc=prefetch" "seed_cnn 1024 bf16 tctile=128"; do
+      runs=${CVC_TC_RUNS:-"seed_cnn 1024 tf32 default|seed_cnn 1024 tf32 tc=plain|seed_cnn 1024 tf32 tc=prefetch|seed_cnn 1024 tf32 tctile=128|seed_cnn 1024 tf32 tc=prefetch,tctile=128|seed_cnn 1024 bf16 default|seed_cnn 1024 bf16 tc=prefetch|seed_cnn 1024 bf16 tctile=128"}
+      IFS='|' read -ra RUNS <<<"$runs"
+      for run in "${RUNS[@]}"; do
         set -- $run
         tag=$(echo "$4" | tr '=,' '__')
         prof=none
         [ "$4" = default ] && prof=$3
         CVC_KERNELS=$4 CVC_BENCH_FILE=examples/$1.cvnn CVC_BENCH_BATCH=$2 CVC_BENCH_PRECISIONS=$3 \
-          CVC_BENCH_PROFILE=$([ $prof = none ] && echo fp16 || echo $prof) CVC_BENCH_STEPS=10 timeout 120 \
+          CVC_BENCH_PROFILE=$([ $prof = none ] || echo $prof) CVC_BENCH_STEPS=10 timeout 120 \
           .gpu/gpu bench_seed_cnn --ignored --nocapture --test-threads=1 >"$O/b.out" 2>"$O/bench-$1-$3-$tag.err"
         grep -h -o '{"mode.*}' "$O/b.out" | sed "s/^{/{\"choice\": \"$4\", /" | tee -a "$O/tc.jsonl" | say
         [ $prof = none ] || grep -h -A20 "profile (kernels" "$O/bench-$1-$3-$tag.err" | say

@@ -79,7 +79,8 @@ except OSError:
 try:
     rows = [json.loads(l) for l in open(path) if l.strip() and "step_ms" in l]
     m = rows[-1]
-    r.update(status="ok", step_ms=m["step_ms"], peak_bytes=m.get("measured_peak_bytes"))
+    r.update(status="ok", step_ms=m["step_ms"], peak_bytes=m.get("measured_peak_bytes"),
+             samples_per_s=m.get("samples_per_s"), phases=m.get("step_phases_ms"))
 except Exception as e:
     tail = open(log, errors="replace").read()[-400:]
     r.update(status="error", error=f"exit {rc}: {tail}")

@@ -182,6 +182,8 @@ pub struct KernelConfig {
     pub tc_staging: TcStaging,
     /// The tensor-core GEMM's block tile.
     pub tc_tile: TcTile,
+    /// How the tensor-core GEMM multiplies at the 16-bit precisions.
+    pub tc16: TcHalf,
 }
 
 /// How the tensor-core implicit GEMM (TF32 and the 16-bit precisions) brings each 16-deep K
@@ -214,6 +216,22 @@ pub enum TcTile {
     Wide,
 }
 
+/// How the tensor-core implicit GEMM multiplies at `precision = bf16 | fp16`. Measured side by
+/// side on an H200 (bench/RESULTS.md, seed network at batch 1024): bf16 16.10 ms with
+/// `Native`, 19.70 with `Tf32`; fp16 16.08 and 19.58 ms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TcHalf {
+    /// Operands widened to TF32 (exactly, for 16-bit ones; 32-bit ones round to TF32) and
+    /// multiplied 8 deep (`mma.sync.m16n8k8`), as at `precision = tf32`.
+    Tf32,
+    /// Operands rounded to the precision's 16-bit format (32-bit weights too, as PyTorch's
+    /// autocast casts them) and multiplied 16 deep (`mma.sync.m16n8k16`, f32 accumulation):
+    /// half the shared memory per element, half the instructions per product, no conversion
+    /// per fragment.
+    #[default]
+    Native,
+}
+
 impl Default for KernelConfig {
     fn default() -> Self {
         KernelConfig {
@@ -227,6 +245,7 @@ impl Default for KernelConfig {
             grid_yz: None,
             tc_staging: TcStaging::default(),
             tc_tile: TcTile::default(),
+            tc16: TcHalf::default(),
         }
     }
 }
@@ -234,7 +253,7 @@ impl Default for KernelConfig {
 /// The keys of a kernel spec, with their values, for messages and `--help`.
 pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|gemm|ot2|ot4|pf|ot2pf|ot4pf, \
                                     fill=BLOCKS, bk=16|32, ck=CHANNELS, grid=BLOCKS, index=auto|64, yz=BLOCKS, \
-                                    tc=plain|prefetch|async, tctile=64|128";
+                                    tc=plain|prefetch|async, tctile=64|128, tc16=native|tf32";
 
 impl KernelConfig {
     /// Reads a kernel spec: comma-separated `key=value` pairs over the defaults, e.g.
@@ -251,7 +270,9 @@ impl KernelConfig {
     /// - `yz`: the most blocks of an implicit-GEMM grid along y and z ([`KernelConfig::grid_yz`]);
     /// - `tc`: `plain`, `prefetch` or `async` (default), the tensor-core GEMM's staging of K
     ///   tiles ([`TcStaging`]);
-    /// - `tctile`: `64` (default) or `128`, the tensor-core GEMM's block tile ([`TcTile`]).
+    /// - `tctile`: `64` (default) or `128`, the tensor-core GEMM's block tile ([`TcTile`]);
+    /// - `tc16`: `native` (default) or `tf32`, the tensor-core GEMM's operands at the 16-bit
+    ///   precisions ([`TcHalf`]).
     ///
     /// ```
     /// use cvc_compiler::target::{ConvKernel, KernelConfig};
@@ -316,6 +337,13 @@ impl KernelConfig {
                         _ => return Err(bad()),
                     }
                 }
+                "tc16" => {
+                    k.tc16 = match value {
+                        "native" => TcHalf::Native,
+                        "tf32" => TcHalf::Tf32,
+                        _ => return Err(bad()),
+                    }
+                }
                 _ => return Err(format!("unknown kernel choice `{key}` (keys: {KERNEL_SPEC_KEYS})")),
             }
         }
@@ -330,6 +358,7 @@ impl KernelConfig {
             "index" => "auto or 64",
             "tc" => "plain, prefetch or async",
             "tctile" => "64 or 128",
+            "tc16" => "native or tf32",
             _ => "a positive number",
         }
     }
@@ -416,6 +445,15 @@ impl fmt::Display for KernelConfig {
                 match self.tc_tile {
                     TcTile::Narrow => "tctile=64",
                     TcTile::Wide => "tctile=128",
+                }
+                .into(),
+            );
+        }
+        if self.tc16 != d.tc16 {
+            parts.push(
+                match self.tc16 {
+                    TcHalf::Native => "tc16=native",
+                    TcHalf::Tf32 => "tc16=tf32",
                 }
                 .into(),
             );

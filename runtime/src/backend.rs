@@ -107,6 +107,32 @@ impl HostTensor {
             HostData::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         })
     }
+    /// Makes `self` a `dtype`/`shape` tensor and returns its storage as (native-endian) bytes
+    /// to be overwritten, keeping the allocation when it has room (the contents are stale).
+    pub fn reshape_for_overwrite(&mut self, dtype: DType, shape: &[usize]) -> &mut [u8] {
+        let n: usize = shape.iter().product::<usize>() * if dtype == DType::C64 { 2 } else { 1 };
+        let keep = matches!((&self.data, dtype), (HostData::I32(_), DType::I32))
+            || matches!((&self.data, dtype), (HostData::F32(_), DType::F32 | DType::C64));
+        if !keep {
+            self.data = match dtype {
+                DType::I32 => HostData::I32(Vec::new()),
+                _ => HostData::F32(Vec::new()),
+            };
+        }
+        self.dtype = dtype;
+        self.shape.clear();
+        self.shape.extend_from_slice(shape);
+        match &mut self.data {
+            HostData::F32(v) => {
+                v.resize(n, 0.0);
+                bytemuck::cast_slice_mut(v)
+            }
+            HostData::I32(v) => {
+                v.resize(n, 0);
+                bytemuck::cast_slice_mut(v)
+            }
+        }
+    }
     /// A tensor of `dtype`/`shape` from raw little-endian bytes.
     pub fn from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Self {
         let data = match dtype {
@@ -150,6 +176,14 @@ pub trait Backend {
     fn upload(&mut self, v: Value, t: &HostTensor) -> Result<(), RuntimeError>;
     /// Copies the buffer of `v` (any materialised value) to the host.
     fn download(&mut self, v: Value) -> Result<HostTensor, RuntimeError>;
+    /// [`Backend::download`] into `out`, reusing its storage where it has room: a training
+    /// loop that hands each step's outputs back allocates (and page-faults) nothing per step,
+    /// which for per-pixel outputs of hundreds of MB cost more than the copy. The default
+    /// downloads afresh.
+    fn download_into(&mut self, v: Value, out: &mut HostTensor) -> Result<(), RuntimeError> {
+        *out = self.download(v)?;
+        Ok(())
+    }
     /// Runs every kernel group of the program once, in schedule order.
     fn step(&mut self) -> Result<(), RuntimeError>;
     /// Runs one step like [`Backend::step`], but after each launch waits for it and scans the

@@ -12,6 +12,7 @@ pub mod files;
 pub mod interp_backend;
 pub mod metrics;
 pub mod numerics;
+pub mod par;
 pub mod run_dir;
 pub mod run_plan;
 pub mod session;

@@ -42,6 +42,48 @@ pub struct EpochMetrics {
     /// Under dynamic loss scaling: the loss scale at the epoch's end.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loss_scale: Option<f64>,
+    /// Where the training steps' wall time went: the median of each phase over the epoch's
+    /// timed steps (absent when no step was timed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_phases_ms: Option<StepPhases>,
+}
+
+/// Where one training step's wall time goes on the host, in milliseconds. The phases run one
+/// after another and add up to the step's time (`step_ms` is their sum's median, up to the
+/// loop's bookkeeping).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct StepPhases {
+    /// Copying the batch into the arena (from page-locked staging memory when it was staged
+    /// during the previous step) and the step's counters.
+    pub upload: f64,
+    /// Starting the step's kernels. A back end that computes on the calling thread (the CPU)
+    /// runs the whole step here.
+    pub launch: f64,
+    /// Host work overlapped with the device's step: gathering and staging the next batch,
+    /// counting the previous step's predictions. Time the device spends idle, if this takes
+    /// longer than the step's kernels, shows as a short `wait`.
+    pub overlapped: f64,
+    /// Waiting for the device to finish the step.
+    pub wait: f64,
+    /// Reading the loss and the model's outputs back to the host.
+    pub download: f64,
+}
+
+impl StepPhases {
+    /// The per-phase medians of a list of steps' phases.
+    pub fn median_of(steps: &[StepPhases]) -> Option<StepPhases> {
+        if steps.is_empty() {
+            return None;
+        }
+        let m = |f: fn(&StepPhases) -> f64| median(&steps.iter().map(f).collect::<Vec<_>>());
+        Some(StepPhases {
+            upload: m(|p| p.upload),
+            launch: m(|p| p.launch),
+            overlapped: m(|p| p.overlapped),
+            wait: m(|p| p.wait),
+            download: m(|p| p.download),
+        })
+    }
 }
 
 impl EpochMetrics {
@@ -95,6 +137,56 @@ pub const RENDER_FULL_CLASSES: usize = 32;
 /// B-tree node overhead), for the memory report.
 pub const CONFUSION_ENTRY_BYTES: usize = 32;
 
+/// One batch's (true, predicted) counts before they join a [`Confusion`]: a dense
+/// `classes × classes` table where that is small (a per-pixel batch counts millions of
+/// pixels, and a B-tree update per pixel cost more than the step on the GPU), else the pairs
+/// themselves, sorted and counted once per batch.
+enum Tally {
+    Dense { classes: usize, counts: Vec<u64> },
+    Pairs(Vec<(u32, u32)>),
+}
+
+/// Classes up to which a batch is counted in a dense table (256² counts, 512 KiB).
+const DENSE_TALLY_CLASSES: usize = 256;
+
+impl Tally {
+    fn new(classes: usize) -> Tally {
+        if classes <= DENSE_TALLY_CLASSES {
+            Tally::Dense { classes, counts: vec![0; classes * classes] }
+        } else {
+            Tally::Pairs(Vec::new())
+        }
+    }
+    fn count(&mut self, t: u32, p: u32) {
+        match self {
+            Tally::Dense { classes, counts } => counts[t as usize * *classes + p as usize] += 1,
+            Tally::Pairs(v) => v.push((t, p)),
+        }
+    }
+    /// The nonzero counts.
+    fn pairs(self) -> Vec<((u32, u32), u64)> {
+        match self {
+            Tally::Dense { classes, counts } => counts
+                .iter()
+                .enumerate()
+                .filter(|(_, &n)| n > 0)
+                .map(|(i, &n)| (((i / classes) as u32, (i % classes) as u32), n))
+                .collect(),
+            Tally::Pairs(mut v) => {
+                v.sort_unstable();
+                let mut out: Vec<((u32, u32), u64)> = Vec::new();
+                for pair in v {
+                    match out.last_mut() {
+                        Some((last, n)) if *last == pair => *n += 1,
+                        _ => out.push((pair, 1)),
+                    }
+                }
+                out
+            }
+        }
+    }
+}
+
 /// A confusion matrix, stored sparsely: one count per (true, predicted) pair that occurred,
 /// so its memory grows with the samples seen (at most `classes²` pairs), not with `classes²`
 /// (a dense 10,000-class matrix of u64 is 800 MB).
@@ -127,27 +219,49 @@ impl Confusion {
         if c == 0 || pixels == 0 {
             return;
         }
-        for (sample, labels) in logits.chunks_exact(c * pixels).zip(labels.chunks_exact(pixels)) {
-            for (p, &l) in labels.iter().enumerate() {
-                if l < 0 || l as usize >= c || self.ignore_index == Some(l as i64) {
-                    continue;
-                }
-                // argmax over the class axis (stride `pixels`); ties take the first class.
-                let mut best = 0;
+        let samples: Vec<(&[f32], &[i32])> =
+            logits.chunks_exact(c * pixels).zip(labels.chunks_exact(pixels)).collect();
+        let threads = crate::par::threads_for(std::mem::size_of_val(logits));
+        let ignore = self.ignore_index;
+        let tallies = crate::par::map_chunks(&samples, threads, |samples| {
+            let mut tally = Tally::new(c);
+            let mut best = vec![0u32; pixels];
+            let mut top = vec![0f32; pixels];
+            for &(sample, labels) in samples {
+                // argmax over the class axis (stride `pixels`), one class plane at a time so
+                // that every read is sequential; ties take the first class (strictly greater
+                // wins).
+                top.copy_from_slice(&sample[..pixels]);
+                best.fill(0);
                 for k in 1..c {
-                    if sample[k * pixels + p] > sample[best * pixels + p] {
-                        best = k;
+                    let plane = &sample[k * pixels..(k + 1) * pixels];
+                    for ((t, b), &x) in top.iter_mut().zip(best.iter_mut()).zip(plane) {
+                        if x > *t {
+                            *t = x;
+                            *b = k as u32;
+                        }
                     }
                 }
-                self.count(l as usize, best);
+                for (&l, &p) in labels.iter().zip(&best) {
+                    if l >= 0 && (l as usize) < c && ignore != Some(l as i64) {
+                        tally.count(l as u32, p);
+                    }
+                }
             }
+            tally
+        });
+        for tally in tallies {
+            self.merge(tally);
         }
     }
-    fn count(&mut self, t: usize, p: usize) {
-        *self.counts.entry((t as u32, p as u32)).or_insert(0) += 1;
-        self.total += 1;
-        if t == p {
-            self.correct += 1;
+    /// Adds a batch's counts to the matrix.
+    fn merge(&mut self, tally: Tally) {
+        for ((t, p), n) in tally.pairs() {
+            *self.counts.entry((t, p)).or_insert(0) += n;
+            self.total += n;
+            if t == p {
+                self.correct += n;
+            }
         }
     }
     /// Mean over classes of `TP / (TP + FP + FN)`, over the classes that occur as a label or
@@ -182,12 +296,14 @@ impl Confusion {
         if c == 0 {
             return;
         }
+        let mut tally = Tally::new(c);
         for (row, &l) in logits.chunks_exact(c).zip(labels) {
             let p = argmax(row);
             if l >= 0 && (l as usize) < c && self.ignore_index != Some(l as i64) {
-                self.count(l as usize, p);
+                tally.count(l as u32, p as u32);
             }
         }
+        self.merge(tally);
     }
     /// The count of samples of class `t` predicted as `p`.
     pub fn get(&self, t: usize, p: usize) -> u64 {

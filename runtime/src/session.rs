@@ -18,6 +18,7 @@ use crate::backend::{Backend, HostData, HostTensor, RuntimeError};
 use crate::checkpoint::{self, Checkpoint};
 use crate::data::InputSpec;
 use crate::interp_backend::{to_interp, InterpBackend};
+use crate::metrics::StepPhases;
 use crate::numerics::{self, BadOperand, NonFinite, NumericsFinding};
 use cvc_compiler::config::Precision;
 use cvc_compiler::front::train::{DeviceChoice, TrainConfig};
@@ -29,9 +30,10 @@ use cvc_compiler::passes::pipeline::{self, Options};
 use cvc_compiler::passes::Program;
 use cvc_compiler::target::KernelConfig;
 use cvc_compiler::Diagnostic;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 /// Where a session runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -349,6 +351,8 @@ pub struct StepReport {
     pub loss: f32,
     /// The model's outputs, by name.
     pub outputs: Vec<(String, HostTensor)>,
+    /// Where the step's wall time went on the host.
+    pub phases: StepPhases,
 }
 
 /// What an evaluation returned.
@@ -486,6 +490,8 @@ pub struct Session {
     version: u64,
     lr: f32,
     memory_budget: Option<u64>,
+    /// The outputs of an earlier step, handed back for the next download to reuse.
+    recycled: Vec<(String, HostTensor)>,
 }
 
 impl Session {
@@ -518,6 +524,7 @@ impl Session {
             version: 1,
             lr,
             memory_budget: opts.memory_budget,
+            recycled: Vec::new(),
         })
     }
 
@@ -577,8 +584,8 @@ impl Session {
     /// One training step on a batch: forward, loss, backward and the optimizer update.
     /// `inputs` holds one tensor per model input (`[batch, ...]`), by name.
     pub fn train_step(&mut self, inputs: &[(String, HostTensor)]) -> Result<StepReport, RuntimeError> {
-        self.begin_step(inputs, false)?;
-        self.end_step()
+        let phases = self.begin_step(inputs, false)?;
+        self.end_step(phases)
     }
 
     /// [`Session::train_step`] in check mode (`crate::numerics`): every launch is followed by
@@ -595,7 +602,7 @@ impl Session {
         if let Some(nf) = self.train.backend.step_checked()? {
             return Err(StepFailure::NonFinite(Box::new(locate(&mut self.train, &self.model, nf))));
         }
-        Ok(self.end_step()?)
+        Ok(self.end_step(StepPhases::default())?)
     }
 
     /// Steps run in check mode so far, over the training and inference programs.
@@ -636,7 +643,8 @@ impl Session {
     ) -> Result<(StepReport, Option<StagedBatch>), RuntimeError> {
         let staged = inputs.token != 0 && inputs.token == self.staged;
         self.staged = 0;
-        self.begin_step(&inputs.batch, staged)?;
+        let mut phases = self.begin_step(&inputs.batch, staged)?;
+        let t = Instant::now();
         let next = next().map(StagedBatch::new);
         let next = match next {
             Some(mut b) => {
@@ -649,12 +657,19 @@ impl Session {
             }
             None => None,
         };
-        let report = self.end_step()?;
+        phases.overlapped = ms_since(t);
+        let report = self.end_step(phases)?;
         Ok((report, next))
     }
 
-    /// Uploads a step's inputs (from staging memory when `staged`) and counters and starts it.
-    fn begin_step(&mut self, inputs: &[(String, HostTensor)], staged: bool) -> Result<(), RuntimeError> {
+    /// Uploads a step's inputs (from staging memory when `staged`) and counters and starts it;
+    /// returns the time of the two.
+    fn begin_step(
+        &mut self,
+        inputs: &[(String, HostTensor)],
+        staged: bool,
+    ) -> Result<StepPhases, RuntimeError> {
+        let t = Instant::now();
         if staged {
             upload_staged_inputs(&mut self.train, inputs)?;
         } else {
@@ -665,12 +680,25 @@ impl Session {
             let t = HostTensor { dtype: DType::I32, shape: vec![], data: HostData::I32(vec![*c]) };
             self.train.backend.upload(*v, &t)?;
         }
-        self.train.backend.launch()
+        let upload = ms_since(t);
+        let t = Instant::now();
+        self.train.backend.launch()?;
+        Ok(StepPhases { upload, launch: ms_since(t), ..StepPhases::default() })
     }
 
-    /// Waits for the step `begin_step` started and reads its loss and outputs.
-    fn end_step(&mut self) -> Result<StepReport, RuntimeError> {
+    /// Hands a step's outputs back: the next step downloads into their buffers instead of
+    /// allocating new ones (a per-pixel output can be hundreds of MB a step).
+    pub fn recycle_outputs(&mut self, outputs: Vec<(String, HostTensor)>) {
+        self.recycled = outputs;
+    }
+
+    /// Waits for the step `begin_step` started and reads its loss and outputs; `phases` has
+    /// the times of what came before.
+    fn end_step(&mut self, mut phases: StepPhases) -> Result<StepReport, RuntimeError> {
+        let t = Instant::now();
         self.train.backend.finish()?;
+        phases.wait = ms_since(t);
+        let t = Instant::now();
         for c in &mut self.counters {
             c.2 = c.2.wrapping_add(1);
         }
@@ -679,8 +707,9 @@ impl Session {
         let loss_v =
             g.loss.ok_or_else(|| RuntimeError(format!("model {} declares no loss to train", g.name)))?;
         let loss = scalar(&self.train.backend.download(loss_v)?)?;
-        let outputs = download_outputs(&mut self.train)?;
-        Ok(StepReport { loss, outputs })
+        let outputs = download_outputs(&mut self.train, std::mem::take(&mut self.recycled))?;
+        phases.download = ms_since(t);
+        Ok(StepReport { loss, outputs, phases })
     }
 
     /// Runs the inference program on a batch of any size (compiled once per size). Inputs the
@@ -708,7 +737,7 @@ impl Session {
             (Some(l), true) => Some(scalar(&exec.backend.download(l)?)?),
             _ => None,
         };
-        let outputs = download_outputs(exec)?;
+        let outputs = download_outputs(exec, Vec::new())?;
         Ok(EvalReport { loss, outputs })
     }
 
@@ -730,7 +759,7 @@ impl Session {
             (Some(l), true) => Some(scalar(&exec.backend.download(l)?)?),
             _ => None,
         };
-        let outputs = download_outputs(exec)?;
+        let outputs = download_outputs(exec, Vec::new())?;
         Ok(EvalReport { loss, outputs })
     }
 
@@ -1077,10 +1106,31 @@ fn upload_staged_inputs(exec: &mut Exec, inputs: &[(String, HostTensor)]) -> Res
     Ok(())
 }
 
-fn download_outputs(exec: &mut Exec) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+/// Downloads the program's outputs, into the buffers of `spare` (an earlier step's outputs,
+/// matched by name) where there are any.
+fn download_outputs(
+    exec: &mut Exec,
+    spare: Vec<(String, HostTensor)>,
+) -> Result<Vec<(String, HostTensor)>, RuntimeError> {
+    let mut spare: HashMap<String, HostTensor> = spare.into_iter().collect();
     let outs: Vec<(String, Value)> =
         exec.program.graph.outputs.iter().map(|o| (o.name.clone(), o.value)).collect();
-    outs.into_iter().map(|(n, v)| Ok((n, exec.backend.download(v)?))).collect()
+    outs.into_iter()
+        .map(|(n, v)| {
+            let t = match spare.remove(&n) {
+                Some(mut t) => {
+                    exec.backend.download_into(v, &mut t)?;
+                    t
+                }
+                None => exec.backend.download(v)?,
+            };
+            Ok((n, t))
+        })
+        .collect()
+}
+
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
 }
 
 fn scalar(t: &HostTensor) -> Result<f32, RuntimeError> {
@@ -1171,7 +1221,7 @@ impl Session {
             self.train.backend.upload(*v, &t)?;
         }
         self.train.backend.launch()?;
-        self.end_step()
+        self.end_step(StepPhases::default())
     }
 
     /// [`Session::evaluate`] on borrowed inputs.

@@ -20,10 +20,10 @@
 
 use crate::backend::{HostData, HostTensor, RuntimeError};
 use crate::data::{self, Dataset};
-use crate::metrics::{self, Confusion, EpochMetrics};
+use crate::metrics::{self, Confusion, EpochMetrics, StepPhases};
 use crate::numerics::CheckNumerics;
 use crate::run_dir::{self, Reuse, RunDir};
-use crate::session::{Device, Model, Session, SessionOptions, StagedBatch, StepFailure};
+use crate::session::{Batch, Device, Model, Session, SessionOptions, StagedBatch, StepFailure};
 use cvc_compiler::config::Precision;
 use cvc_compiler::front::train::Schedule;
 use cvc_compiler::ir::DType;
@@ -302,21 +302,41 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
         let skipped_before = session.loss_scaling()?.map(|(_, k)| k);
         let mut loss_sum = 0.0;
         let mut times = Vec::with_capacity(steps);
+        let mut phases = Vec::with_capacity(steps);
         let mut train_cm = classifier.as_ref().map(|c| c.confusion());
         let t_epoch = Instant::now();
         let chunks: Vec<&[usize]> = order.chunks_exact(opts.batch).collect();
-        // On a GPU the next batch is gathered and staged while the device runs the step;
-        // elsewhere it is gathered after the step's timing. `CVC_OVERLAP=0` turns it off (to
-        // measure one against the other).
-        let overlap = session.overlaps() && std::env::var("CVC_OVERLAP").as_deref() != Ok("0");
+        // On a GPU the next batch is gathered and staged, and the previous step's predictions
+        // counted, while the device runs the step; elsewhere that happens after the step's
+        // timing. `CVC_OVERLAP=0` turns it off (to measure one against the other), and
+        // `CVC_OVERLAP=1` takes the overlapped path on any back end (on the CPU it runs the
+        // same work in sequence: tests compare the two paths there).
+        let overlap = match std::env::var("CVC_OVERLAP").as_deref() {
+            Ok("0") => false,
+            Ok("1") => true,
+            _ => session.overlaps(),
+        };
         let mut pending = chunks.first().map(|c| StagedBatch::new(data.gather(c)));
         // The batch before the current one: its buffers take the next gather.
-        let mut spare = None;
+        let mut spare: Option<Batch> = None;
+        // With overlap, the outputs of the step before the current one, whose predictions
+        // (against the labels in `spare`) are counted while the device runs the current step.
+        let mut uncounted: Option<Batch> = None;
         for i in 0..chunks.len() {
             let staged = pending.take().ok_or_else(|| RuntimeError("internal error: no batch".into()))?;
             let next_chunk = chunks.get(i + 1).copied();
+            let checked = opts.check_numerics.checks_step(run_step);
+            if !overlap || checked {
+                // This step does not overlap: the previous step's predictions are counted now.
+                if let (Some(outputs), Some(inputs)) = (uncounted.take(), spare.as_ref()) {
+                    if let (Some(c), Some(cm)) = (&classifier, train_cm.as_mut()) {
+                        c.add(cm, &outputs, inputs);
+                    }
+                    session.recycle_outputs(outputs);
+                }
+            }
             let t0 = Instant::now();
-            let r = if opts.check_numerics.checks_step(run_step) {
+            let r = if checked {
                 // Check mode: no overlap, every launch scanned. Only timed when every step is
                 // checked: a few slow first steps would skew a short epoch's median.
                 let r = session.train_step_checked(staged.batch()).map_err(|f| {
@@ -334,14 +354,28 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
                 pending = next_chunk.map(|c| StagedBatch::new(data.gather_reusing(c, spare.take())));
                 r
             } else if overlap {
-                let gather = || next_chunk.map(|c| data.gather_reusing(c, spare.take()));
-                let (r, next) = session.train_step_overlapped(&staged, gather)?;
+                let mut counted = None;
+                let prepare = || {
+                    if let (Some(outputs), Some(inputs)) = (uncounted.take(), spare.as_ref()) {
+                        if let (Some(c), Some(cm)) = (&classifier, train_cm.as_mut()) {
+                            c.add(cm, &outputs, inputs);
+                        }
+                        counted = Some(outputs);
+                    }
+                    next_chunk.map(|c| data.gather_reusing(c, spare.take()))
+                };
+                let (r, next) = session.train_step_overlapped(&staged, prepare)?;
                 times.push(t0.elapsed().as_secs_f64() * 1e3);
+                phases.push(r.phases);
+                if let Some(outputs) = counted {
+                    session.recycle_outputs(outputs);
+                }
                 pending = next;
                 r
             } else {
                 let r = session.train_step(staged.batch())?;
                 times.push(t0.elapsed().as_secs_f64() * 1e3);
+                phases.push(r.phases);
                 pending = next_chunk.map(|c| StagedBatch::new(data.gather_reusing(c, spare.take())));
                 r
             };
@@ -359,8 +393,14 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
                 )));
             }
             loss_sum += r.loss as f64;
-            if let (Some(c), Some(cm)) = (&classifier, train_cm.as_mut()) {
-                c.add(cm, &r.outputs, inputs);
+            if overlap && next_chunk.is_some() {
+                // Counted during the next step (the last step's are counted below).
+                uncounted = Some(r.outputs);
+            } else {
+                if let (Some(c), Some(cm)) = (&classifier, train_cm.as_mut()) {
+                    c.add(cm, &r.outputs, inputs);
+                }
+                session.recycle_outputs(r.outputs);
             }
             let rate = ((i + 1) * opts.batch) as f64 / t_epoch.elapsed().as_secs_f64().max(1e-9);
             let acc =
@@ -400,6 +440,7 @@ pub fn train(model: &Model, data: &Dataset, opts: &TrainOptions) -> Result<Train
                 .map(|c| c.mean_iou()),
             lr,
             step_ms: metrics::median(&times),
+            step_phases_ms: StepPhases::median_of(&phases),
             samples_per_s: (steps * opts.batch) as f64 / train_secs.max(1e-9),
             planned_arena_bytes: session.plan().arena_bytes,
             measured_peak_bytes: session.measured_peak_bytes(),

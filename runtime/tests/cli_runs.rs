@@ -565,3 +565,28 @@ fn train_enforces_the_memory_budget_like_plan() {
     );
     assert!(o.status.success(), "{}", text(&o));
 }
+
+/// `cvc emit --cuda` generates for the train section's precision (a 16-bit one stores the
+/// activations in 16 bits and multiplies on tensor cores), and `--kernels tc16=tf32` chooses
+/// the TF32 products over the 16-bit ones there.
+#[test]
+fn emit_cuda_follows_the_train_sections_precision() {
+    let dir = tmp("emit-precision");
+    for (precision, storage, mma) in [("bf16", "bf16s", "mma_bf16(c"), ("fp16", "f16s", "mma_f16(c")] {
+        let file = format!("tiny_{precision}.cvnn");
+        fs::write(
+            dir.join(&file),
+            TINY.replace("    epochs", &format!("    precision = {precision}\n    epochs")),
+        )
+        .unwrap();
+        let o = cvc(&dir, &["emit", &file, "--cuda"]);
+        assert!(o.status.success(), "{precision}: {}", text(&o));
+        let cuda = String::from_utf8_lossy(&o.stdout);
+        assert!(cuda.contains(&format!("({storage}*)")), "{precision}: no 16-bit buffer");
+        assert!(cuda.contains(mma) && !cuda.contains("mma_tf32(c"), "{precision}: not 16-bit products");
+        let o = cvc(&dir, &["emit", &file, "--cuda", "--kernels", "tc16=tf32"]);
+        assert!(o.status.success(), "{precision}: {}", text(&o));
+        let cuda = String::from_utf8_lossy(&o.stdout);
+        assert!(cuda.contains("mma_tf32(c") && !cuda.contains(mma), "{precision}, tc16=tf32");
+    }
+}

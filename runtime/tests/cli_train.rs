@@ -267,3 +267,60 @@ train P {
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(text(&o).contains("label -100"), "{}", text(&o));
 }
+
+/// The training loop's overlapped path (`CVC_OVERLAP=1`: the previous step's predictions are
+/// counted, and the next batch gathered, while the device runs a step; on the CPU the same
+/// work runs in sequence) gives the same training accuracy, loss and validation metrics as
+/// the plain path, across the switch from the first checked steps to overlapped ones; and
+/// metrics.jsonl says where each step's time went.
+#[test]
+fn overlapped_training_loop_counts_what_the_plain_one_counts() {
+    const SEG: &str = "model S {
+    input image: c64[B, 3, 8, 8]
+    input label: class[B, 8, 8] of 3
+    logits = image |> conv2d(4, kernel = 3, pad = 1) |> crelu |> conv2d(3, kernel = 1) |> abs
+    output logits
+    loss cross_entropy(logits, label, ignore_index = 255)
+}
+train S {
+    data = synthetic.polsar(count = 48, size = 8, classes = 3, regions = 3, seed = 4)
+    split = 0.75
+    batch = 4
+    epochs = 2
+    optimizer = adam(lr = 1e-2)
+    device = cpu
+}
+";
+    let dir = tmp("overlap");
+    std::fs::write(dir.join("s.cvnn"), SEG).unwrap();
+    let run = |mode: &str| {
+        let o = Command::new(env!("CARGO_BIN_EXE_cvc"))
+            .current_dir(&dir)
+            .env("CVC_OVERLAP", mode)
+            .args(["train", "s.cvnn", "--out", &format!("run{mode}"), "-q"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        let metrics = std::fs::read_to_string(dir.join(format!("run{mode}/metrics.jsonl"))).unwrap();
+        metrics
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|m| m.get("train_loss").is_some())
+            .collect::<Vec<_>>()
+    };
+    let (plain, overlapped) = (run("0"), run("1"));
+    assert_eq!(plain.len(), 2);
+    for (a, b) in plain.iter().zip(&overlapped) {
+        for key in ["train_loss", "train_acc", "val_loss", "val_acc", "val_miou"] {
+            assert!(a[key].is_number(), "{key} missing in {a}");
+            assert_eq!(a[key], b[key], "{key}: plain {a} vs overlapped {b}");
+        }
+        for m in [a, b] {
+            let p = &m["step_phases_ms"];
+            for phase in ["upload", "launch", "overlapped", "wait", "download"] {
+                let v = p[phase].as_f64().unwrap_or_else(|| panic!("{phase} missing in {m}"));
+                assert!(v.is_finite() && v >= 0.0, "{phase} = {v}");
+            }
+        }
+    }
+}

@@ -10,7 +10,7 @@ use cvc_compiler::interp::{Session, SplitMix64, Tensor, TensorData};
 use cvc_compiler::ir::{DType, Graph, Mode, Op, Value};
 use cvc_compiler::passes::pipeline::{compile, Options};
 use cvc_compiler::passes::Program;
-use cvc_compiler::target::{IndexChoice, KernelConfig};
+use cvc_compiler::target::{IndexChoice, KernelConfig, TcHalf};
 use cvc_runtime::backend::{Backend, HostData, HostTensor};
 use cvc_runtime::cuda::CudaBackend;
 use cvc_tests::differential::{check_training_steps, from_host, to_host};
@@ -390,7 +390,7 @@ fn train_two_steps(path: &Path, rng: &mut SplitMix64) -> Vec<String> {
 /// of `CVC_BENCH_STEPS` (default 20) synchronised steps, in the precisions of
 /// `CVC_BENCH_PRECISIONS` (comma-separated, default fp32,tf32,bf16,fp16).
 /// Prints one JSON line per precision (`mode`, `peak_mib`, `step_ms`, ...) and, for fp32 and
-/// bf16 (or `CVC_BENCH_PROFILE`), a per-kernel profile naming each of the slowest kernels'
+/// bf16 (or those of `CVC_BENCH_PROFILE`, empty for none), a per-kernel profile naming each of the slowest kernels'
 /// layers.
 #[test]
 #[ignore = "benchmark: run by bench/gpu.sh on a GPU"]
@@ -484,6 +484,7 @@ fn bench_seed_cnn() {
 fn precisions_of(key: &str, default: &str) -> Vec<Precision> {
     let list = std::env::var(key).unwrap_or_else(|_| default.into());
     list.split(',')
+        .filter(|p| !p.trim().is_empty())
         .map(|p| Precision::from_name(p.trim()).unwrap_or_else(|| panic!("{key}: unknown precision {p}")))
         .collect()
 }
@@ -718,11 +719,15 @@ fn unit_roundoff(p: Precision) -> f64 {
     }
 }
 
-/// The extra rounding of a precision for the local checks: TF32 operands of every
-/// contraction (all three reduced precisions multiply on TF32 tensor cores), and the 16-bit
-/// store of bf16/fp16 values.
-fn numerics_of(p: Precision) -> cvc_tests::differential::Numerics {
-    let operand = if p.tensor_cores() { unit_roundoff(Precision::Tf32) } else { 0.0 };
+/// The extra rounding of a precision for the local checks: the operands of every
+/// contraction (TF32 at `tf32`; at bf16 and fp16 their own 16-bit format, or TF32 under the
+/// kernel choice `tc16=tf32`), and the 16-bit store of bf16/fp16 values.
+fn numerics_of(p: Precision, kernels: &KernelConfig) -> cvc_tests::differential::Numerics {
+    let operand = match p {
+        Precision::Bf16 | Precision::Fp16 if kernels.tc16 == TcHalf::Native => unit_roundoff(p),
+        _ if p.tensor_cores() => unit_roundoff(Precision::Tf32),
+        _ => 0.0,
+    };
     let store = if p.storage().is_half() { unit_roundoff(p) } else { 0.0 };
     let max_finite = if p == Precision::Fp16 { 65504.0 } else { 0.0 };
     cvc_tests::differential::Numerics { operand, store, max_finite }
@@ -738,8 +743,9 @@ const END_TO_END_GROSS: f64 = 0.5;
 /// Every example (and with `CVC_PRECISION_FIXTURES=1` every fixture) trained one step (SGD,
 /// lr 1) in TF32, bf16 and fp16 on the GPU, checked kernel by kernel against the f64
 /// interpreter replaying it on the device's own operands (`check_training_steps_with`): each
-/// stored value within the f32 bound of the replay plus its format's rounding, `2·u_tf32·Σ|a||b|`
-/// for a contraction's TF32 operands and `u·|x|` for a value stored in bf16 (u = 2⁻⁸) or fp16
+/// stored value within the f32 bound of the replay plus its format's rounding, `2·u_op·Σ|a||b|`
+/// for a contraction's operands rounded to TF32 or to the 16-bit format ([`numerics_of`]),
+/// and `u·|x|` for a value stored in bf16 (u = 2⁻⁸) or fp16
 /// (2⁻¹¹), an fp16 element beyond 65504 stored as an infinity accepted (the loss scaler then
 /// skips the step); the outputs and loss end to end within [`END_TO_END_GROSS`] where no
 /// decision lies between them and the leaves; the program's plan against the keep-everything
@@ -779,7 +785,7 @@ fn reduced_precision_kernels_match_the_interpreter_within_their_format() {
                 1,
                 PLAN_TOL,
                 &mut rng,
-                numerics_of(precision),
+                numerics_of(precision, &kernels()),
                 end_tol,
             )
             .unwrap_or_else(|e| panic!("{} {precision:?}: {e}", ex.name));

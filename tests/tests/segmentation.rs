@@ -108,3 +108,44 @@ fn pixel_accuracy_and_mean_iou_match_a_direct_count() {
     let miou = ious.iter().sum::<f64>() / ious.len() as f64;
     assert!((cm.mean_iou() - miou).abs() < 1e-12, "{} vs {miou}", cm.mean_iou());
 }
+
+/// Every (true, predicted) count of [`Confusion::add`] and [`Confusion::add_pixels`] against
+/// a direct count, on logits with many ties (first class wins) and labels outside the classes,
+/// for a few classes (counted per batch in a dense table) and for 300 (counted as sorted
+/// pairs), and for a batch large enough to be counted on several threads.
+#[test]
+fn confusion_counts_match_a_direct_count_with_ties() {
+    use cvc_runtime::metrics::Confusion;
+    // (The last case's 10 MB of logits are counted on two or more threads.)
+    for (c, p, n) in [(5usize, 7usize, 40usize), (300, 3, 40), (5, 4096, 128)] {
+        let mut rng = SplitMix64::new(seed::seed_for(&format!("segmentation::confusion{c}")));
+        // Scores from {0, 1, 2}: most pixels tie between several classes.
+        let logits: Vec<f32> = (0..n * c * p).map(|_| (rng.next_u64() % 3) as f32).collect();
+        let labels: Vec<i32> = (0..n * p).map(|_| (rng.next_u64() % (c as u64 + 2)) as i32 - 1).collect();
+        let mut direct = std::collections::BTreeMap::new();
+        for s in 0..n {
+            for q in 0..p {
+                let y = labels[s * p + q];
+                if y < 0 || y as usize >= c {
+                    continue;
+                }
+                let score = |k: usize| logits[s * c * p + k * p + q];
+                let pred = (0..c).fold(0, |b, k| if score(k) > score(b) { k } else { b });
+                *direct.entry((y as u32, pred as u32)).or_insert(0u64) += 1;
+            }
+        }
+        let mut cm = Confusion::new(c);
+        cm.add_pixels(&logits[..n / 2 * c * p], &labels[..n / 2 * p], p);
+        cm.add_pixels(&logits[n / 2 * c * p..], &labels[n / 2 * p..], p);
+        assert_eq!(cm.counts, direct, "{c} classes, per pixel");
+        // One pixel per sample: the classifier's `add` on the same scores as `[n·p, c]` rows.
+        let rows: Vec<f32> = (0..n * p)
+            .flat_map(|r| (0..c).map(move |k| (r / p, k, r % p)))
+            .map(|(s, k, q)| logits[s * c * p + k * p + q])
+            .collect();
+        let mut flat = Confusion::new(c);
+        flat.add(&rows, &labels);
+        assert_eq!(flat.counts, direct, "{c} classes, per sample");
+        assert_eq!(flat.total(), direct.values().sum::<u64>());
+    }
+}

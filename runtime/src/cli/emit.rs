@@ -39,7 +39,7 @@ pub struct EmitArgs {
     /// With `--cuda`: kernel choices over the defaults, e.g. `conv=gemm,fill=528` (keys:
     /// conv=direct32|direct64|gemm, wgrad=direct|gemm|ot2|ot4|pf|ot2pf|ot4pf, fill=BLOCKS,
     /// bk=16|32, ck=CHANNELS, grid=BLOCKS, index=auto|64, yz=BLOCKS, tc=plain|prefetch|async,
-    /// tctile=64|128). The device is always an H200 (132 SMs, sm_90).
+    /// tctile=64|128, tc16=native|tf32). The device is always an H200 (132 SMs, sm_90).
     #[arg(long, requires = "cuda", value_name = "SPEC")]
     pub kernels: Option<String>,
 }
@@ -99,7 +99,8 @@ pub fn run(args: &EmitArgs) -> CliResult {
     let text = if args.cuda {
         let kernels = KernelConfig::parse(args.kernels.as_deref().unwrap_or_default())
             .map_err(|e| CliError::Message(format!("--kernels: {e}")))?;
-        cvc_compiler::back::cuda::emit_source(&program, &CudaTarget::h200().with_kernels(kernels))
+        let target = CudaTarget::h200().with_kernels(kernels).with_precision(checked.train.precision);
+        cvc_compiler::back::cuda::emit_source(&program, &target)
             .map_err(|e| CliError::Message(e.to_string()))?
     } else if args.cpu {
         let config = cvc_compiler::back::clif::host_config().map_err(CliError::Message)?;

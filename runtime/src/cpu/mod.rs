@@ -530,6 +530,28 @@ impl Backend for CpuBackend {
         Ok(HostTensor::from_bytes(ty.dtype, &shape, raw))
     }
 
+    fn download_into(&mut self, v: Value, out: &mut HostTensor) -> Result<(), RuntimeError> {
+        if cfg!(target_endian = "big") {
+            *out = self.download(v)?;
+            return Ok(());
+        }
+        let slot = self.slot(v)?;
+        let ty = self.program.graph.ty(v);
+        let shape = ty.shape.resolve(self.program.plan.batch);
+        let bytes = ty.bytes(self.program.plan.batch);
+        let dst = out.reshape_for_overwrite(ty.dtype, &shape);
+        if dst.len() != bytes {
+            return Err(RuntimeError(format!(
+                "download of {v}: {} bytes for a {bytes}-byte value",
+                dst.len()
+            )));
+        }
+        // SAFETY: the slot lies inside the arena and holds `bytes` bytes of this value.
+        let raw = unsafe { std::slice::from_raw_parts(self.arena.ptr.add(slot.offset), bytes) };
+        dst.copy_from_slice(raw);
+        Ok(())
+    }
+
     fn step(&mut self) -> Result<(), RuntimeError> {
         let sh = Shared { base: self.arena.ptr, scratch: self.scratch.as_mut_ptr() };
         for k in self.kernels.iter_mut() {

@@ -724,6 +724,28 @@ impl Backend for CudaBackend {
         Ok(HostTensor::from_bytes(dt, &shape, &bytes))
     }
 
+    fn download_into(&mut self, v: Value, out: &mut HostTensor) -> Result<(), RuntimeError> {
+        let storage = self.storage_of(v);
+        if storage.is_half() || cfg!(target_endian = "big") {
+            *out = self.download(v)?;
+            return Ok(());
+        }
+        self.bind()?;
+        let (dt, shape, slot) = self.slot(v)?;
+        let bytes = out.reshape_for_overwrite(dt, &shape);
+        if bytes.len() > slot.bytes {
+            return Err(RuntimeError(format!(
+                "download of {v}: {} bytes from a {}-byte buffer",
+                bytes.len(),
+                slot.bytes
+            )));
+        }
+        // SAFETY: `bytes.len() <= slot.bytes` (checked above), read from inside the arena; the
+        // copy is synchronous.
+        unsafe { result::memcpy_dtoh_sync(bytes, self.arena + slot.offset as u64) }
+            .map_err(driver_err("download"))
+    }
+
     fn step(&mut self) -> Result<(), RuntimeError> {
         self.launch()?;
         self.finish()
@@ -825,8 +847,10 @@ impl Backend for CudaBackend {
         let (_, ptr, cap, len) = &mut self.staging[i];
         debug_assert!(bytes.len() <= *cap);
         // SAFETY: `ptr` points to `cap` bytes of page-locked memory owned by this back end
-        // and no transfer from it is in flight (uploads from it are synchronous).
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), *ptr, bytes.len()) };
+        // and no transfer from it is in flight (uploads from it are synchronous); nothing else
+        // refers to it while `dst` lives.
+        let dst = unsafe { std::slice::from_raw_parts_mut(*ptr, bytes.len()) };
+        crate::par::copy(dst, &bytes);
         *len = bytes.len();
         Ok(true)
     }

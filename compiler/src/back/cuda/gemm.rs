@@ -551,8 +551,21 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
 /// operands stored in 32 bits; 16-bit ones widen on the way and are staged as `plain`).
 /// [`TcTile::Wide`] doubles the block tile along the longer side (warp tiles of 32 × 32
 /// instead of 32 × 16).
+///
+/// At `bf16` and `fp16` with [`TcHalf::Native`] (the default), the operands are rounded to
+/// the 16-bit format on their way to shared memory instead, stored there K-contiguous
+/// (`[x][k]`, so that a fragment register holds two consecutive k), and multiplied 16 deep
+/// through `mma.sync.m16n8k16` in 32-deep K tiles (16-deep where K is); staged `plain` or
+/// `prefetch` (a copy cannot round).
 fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
     let kc = &ctx.target.kernels;
+    let half = match ctx.precision() {
+        Precision::Bf16 if kc.tc16 == TcHalf::Native => Some(Half::Bf16),
+        Precision::Fp16 if kc.tc16 == TcHalf::Native => Some(Half::F16),
+        _ => None,
+    };
+    // K tile depth: two MMA steps per tile, or one 16-deep step where K is no deeper.
+    let bk = if half.is_some() && gm.k > BK { 2 * BK } else { BK };
     // (block tile, warps along M, MMA tiles of 16 × 8 per warp along M and N)
     let (bm, bn, wm, tm, tn) = match kc.tc_tile {
         _ if gm.m <= 32 => (32, 128, 1, 2, 2),
@@ -564,20 +577,24 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
     let gx = gm.n.div_ceil(bn);
     let gy = gm.m.div_ceil(bm);
     let tiles = gx * gy * gm.groups;
-    let (splits, chunk) = split_k(ctx, gm, v, tiles, BK);
+    let (splits, chunk) = split_k(ctx, gm, v, tiles, bk);
     let grid = Grid::new(ctx, [gx, gy, gm.groups * splits], &kernel_name(ctx, v))?;
-    let index = indexing(ctx, gm, v, [bm, bn, BK], splits * chunk);
+    let index = indexing(ctx, gm, v, [bm, bn, bk], splits * chunk);
     let (ca, cb, cc) = (gm.ta == DType::C64, gm.tb == DType::C64, gm.tc == DType::C64);
     let (ta, tb) = (ctype(gm.ta), ctype(gm.tb));
     let pad = 8;
-    // Re (and im) planes of 16 × (bm + 8) and 16 × (bn + 8) floats per stage.
-    let planes = |x: usize, complex: bool| BK * (x + pad) * 4 * if complex { 2 } else { 1 };
+    // Re (and im) planes per stage: 16 × (x + 8) floats, or (x) × (32 + 8) 16-bit words (rows
+    // of 20 words: the fragment loads of a warp hit 32 distinct banks).
+    let planes = |x: usize, complex: bool| {
+        let plane = if half.is_some() { x * (bk + pad) * 2 } else { bk * (x + pad) * 4 };
+        plane * if complex { 2 } else { 1 }
+    };
     let stage_bytes = planes(bm, ca) + planes(bn, cb);
     let node = ctx.g.node(v);
     let full = node.inputs.iter().all(|&x| !ctx.storage(x).is_half());
     let two = 2 * stage_bytes <= ctx.target.device.shared_per_block;
     let staging = match kc.tc_staging {
-        TcStaging::Async if !(full && two) => TcStaging::Plain,
+        TcStaging::Async if !(full && two && half.is_none()) => TcStaging::Plain,
         other => other,
     };
     let stages = if staging != TcStaging::Plain && two { 2 } else { 1 };
@@ -590,13 +607,17 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
         writeln!(c, "  const u32 wmi = warp % {wm}u, wni = warp / {wm}u, gr = lane >> 2, gc = lane & 3u;");
     c.push_str(&block_coords(&grid, gm.groups, bm, bn));
     let _ = writeln!(c, "  const ix kb = split * {chunk}u, ke = min(kb + (ix){chunk}u, (ix){}u);", gm.k);
-    let _ = writeln!(c, "  __shared__ float Ar[{stages}][{BK}][{}];", bm + pad);
-    if ca {
-        let _ = writeln!(c, "  __shared__ float Ai[{stages}][{BK}][{}];", bm + pad);
-    }
-    let _ = writeln!(c, "  __shared__ float Br[{stages}][{BK}][{}];", bn + pad);
-    if cb {
-        let _ = writeln!(c, "  __shared__ float Bi[{stages}][{BK}][{}];", bn + pad);
+    for (plane, x, complex) in [("A", bm, ca), ("B", bn, cb)] {
+        for part in if complex { &["r", "i"][..] } else { &["r"][..] } {
+            let _ = match half {
+                None => writeln!(c, "  __shared__ float {plane}{part}[{stages}][{bk}][{}];", x + pad),
+                Some(_) => writeln!(
+                    c,
+                    "  __shared__ __align__(16) unsigned short {plane}{part}[{stages}][{x}][{}];",
+                    bk + pad
+                ),
+            };
+        }
     }
     let asynchronous = staging == TcStaging::Async;
     if asynchronous {
@@ -628,9 +649,9 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
         ("A", gm.m, bm, gm.a_k_fast, "m", ca, ta, &gm.load_a),
         ("B", gm.n, bn, gm.b_k_fast, "n", cb, tb, &gm.load_b),
     ] {
-        let per = BK * bx / 256;
+        let per = bk * bx / 256;
         let (kk, xx) = if k_fast {
-            (format!("e % {BK}u"), format!("e / {BK}u"))
+            (format!("e % {bk}u"), format!("e / {bk}u"))
         } else {
             (format!("e / {bx}u"), format!("e % {bx}u"))
         };
@@ -659,16 +680,25 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
                 fetch,
                 "{head}      const ix k = k0 + kk, x = {len}0 + xx;\n      {reg}[r] = (x < {ext}u && k < ke) ? L{plane}({args}) : {z};\n    }}\n",
             );
-            let put = if cx {
-                format!("{plane}r[s][kk][xx] = {reg}[r].x; {plane}i[s][kk][xx] = {reg}[r].y;")
-            } else {
-                format!("{plane}r[s][kk][xx] = {reg}[r];")
+            let put = match (half, cx) {
+                (None, true) => {
+                    format!("{plane}r[s][kk][xx] = {reg}[r].x; {plane}i[s][kk][xx] = {reg}[r].y;")
+                }
+                (None, false) => format!("{plane}r[s][kk][xx] = {reg}[r];"),
+                (Some(h), true) => format!(
+                    "{plane}r[s][xx][kk] = {f}({reg}[r].x); {plane}i[s][xx][kk] = {f}({reg}[r].y);",
+                    f = h.bits()
+                ),
+                (Some(h), false) => format!("{plane}r[s][xx][kk] = {}({reg}[r]);", h.bits()),
             };
             let _ = write!(store, "{head}      {put}\n    }}\n");
         }
     }
-    let products = mma_products(gm, tm, tn, asynchronous);
-    let next = format!("k0 + {BK}u < ke");
+    let products = match half {
+        None => mma_products(gm, tm, tn, asynchronous),
+        Some(h) => mma16_products(gm, tm, tn, bk, h),
+    };
+    let next = format!("k0 + {bk}u < ke");
     match (staging, stages) {
         (TcStaging::Async, _) => {
             // Two stages in flight: tile k0 + 16 copies while tile k0 is multiplied.
@@ -676,8 +706,8 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
                 c,
                 "  {{\n    const ix k0 = kb; const u32 s = 0;\n{fetch}  }}\n  cp_async_commit();"
             );
-            let _ = writeln!(c, "  u32 s = 0;\n  for (ix k0 = kb; k0 < ke; k0 += {BK}u, s ^= 1u) {{");
-            let _ = writeln!(c, "    if ({next}) {{\n      const ix k0n = k0 + {BK}u; const u32 sn = s ^ 1u;\n      {{\n        const ix k0 = k0n; const u32 s = sn;\n{fetch}      }}\n    }}");
+            let _ = writeln!(c, "  u32 s = 0;\n  for (ix k0 = kb; k0 < ke; k0 += {bk}u, s ^= 1u) {{");
+            let _ = writeln!(c, "    if ({next}) {{\n      const ix k0n = k0 + {bk}u; const u32 sn = s ^ 1u;\n      {{\n        const ix k0 = k0n; const u32 s = sn;\n{fetch}      }}\n    }}");
             c.push_str("    cp_async_commit();\n    cp_async_wait1();\n    __syncthreads();\n");
             c.push_str(&products);
             c.push_str("    __syncthreads();\n  }\n");
@@ -691,15 +721,15 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
                 ("const u32", "", "    __syncthreads();\n")
             };
             let _ = writeln!(c, "  {{\n    const ix k0 = kb;\n{fetch}  }}");
-            let _ = writeln!(c, "  {decl} s = 0;\n  for (ix k0 = kb; k0 < ke; k0 += {BK}u{flip}) {{");
+            let _ = writeln!(c, "  {decl} s = 0;\n  for (ix k0 = kb; k0 < ke; k0 += {bk}u{flip}) {{");
             c.push_str(&store);
             c.push_str("    __syncthreads();\n");
-            let _ = writeln!(c, "    if ({next}) {{\n      const ix k0n = k0 + {BK}u;\n      {{\n        const ix k0 = k0n;\n{fetch}      }}\n    }}");
+            let _ = writeln!(c, "    if ({next}) {{\n      const ix k0n = k0 + {bk}u;\n      {{\n        const ix k0 = k0n;\n{fetch}      }}\n    }}");
             c.push_str(&products);
             let _ = writeln!(c, "{tail}  }}");
         }
         (TcStaging::Plain, _) => {
-            let _ = writeln!(c, "  const u32 s = 0;\n  for (ix k0 = kb; k0 < ke; k0 += {BK}u) {{");
+            let _ = writeln!(c, "  const u32 s = 0;\n  for (ix k0 = kb; k0 < ke; k0 += {bk}u) {{");
             c.push_str(&fetch);
             c.push_str(&store);
             c.push_str("    __syncthreads();\n");
@@ -766,8 +796,85 @@ fn mma_products(gm: &Gemm, tm: usize, tn: usize, raw: bool) -> String {
     if ca && cb {
         let _ = writeln!(c, "      u32 an[{tm}][4];\n      #pragma unroll\n      for (int t = 0; t < {tm}; ++t)\n        #pragma unroll\n        for (int q = 0; q < 4; ++q) an[t][q] = ai[t][q] ^ 0x80000000u;");
     }
-    // Products per (re/im of C): list of (A plane, B plane).
-    let mut prods: Vec<(&str, &str, &str)> = vec![("cr", "ar", "br")];
+    let _ = writeln!(c, "      #pragma unroll\n      for (int i = 0; i < {tm}; ++i)\n        #pragma unroll\n        for (int j = 0; j < {tn}; ++j) {{");
+    for (acc, a, b) in complex_products(ca, cb) {
+        let _ = writeln!(c, "          mma_tf32({acc}[i][j], {a}[i], {b}[j]);");
+    }
+    c.push_str("        }\n    }\n");
+    c
+}
+
+/// The 16-bit operand format of [`TcHalf::Native`] products.
+#[derive(Clone, Copy)]
+enum Half {
+    Bf16,
+    F16,
+}
+
+impl Half {
+    /// The prelude function rounding an f32 to this format's bits.
+    fn bits(self) -> &'static str {
+        match self {
+            Half::Bf16 => "bf16_bits",
+            Half::F16 => "f16_bits",
+        }
+    }
+    /// The prelude's `m16n8k16` product of this format.
+    fn mma(self) -> &'static str {
+        match self {
+            Half::Bf16 => "mma_bf16",
+            Half::F16 => "mma_f16",
+        }
+    }
+}
+
+/// The 16-bit tensor-core products of one `bk`-deep K tile of stage `s` (planes `[x][k]` of
+/// 16-bit words): per 16-deep slice, each warp's A fragments (`tm` of 16 × 16, row-major:
+/// a0 (r, 2c..2c+1), a1 (r+8, 2c..), a2 (r, 2c+8..), a3 (r+8, 2c+8..)) and B fragments (`tn`
+/// of 16 × 8, col-major: b0 (2c..2c+1, n), b1 (2c+8.., n)), r = lane/4, c = lane%4, each
+/// register two consecutive k read as one 32-bit word. The conjugations were applied when the
+/// tiles were stored.
+fn mma16_products(gm: &Gemm, tm: usize, tn: usize, bk: usize, h: Half) -> String {
+    let (ca, cb) = (gm.ta == DType::C64, gm.tb == DType::C64);
+    let mut c = String::new();
+    let _ = writeln!(c, "    #pragma unroll\n    for (int ks = 0; ks < {bk}; ks += 16) {{");
+    let parts = |complex: bool| if complex { vec!["r", "i"] } else { vec!["r"] };
+    for p in parts(ca) {
+        let _ = writeln!(c, "      u32 a{p}[{tm}][4];");
+        let _ = writeln!(
+            c,
+            "      #pragma unroll\n      for (int t = 0; t < {tm}; ++t) {{\n        const u32 mb = wmi * {wmt}u + t * 16u + gr, kc = ks + 2u * gc;\n        \
+             a{p}[t][0] = ld_u32(&A{p}[s][mb][kc]); a{p}[t][1] = ld_u32(&A{p}[s][mb + 8u][kc]);\n        \
+             a{p}[t][2] = ld_u32(&A{p}[s][mb][kc + 8u]); a{p}[t][3] = ld_u32(&A{p}[s][mb + 8u][kc + 8u]);\n      }}",
+            wmt = 16 * tm,
+        );
+    }
+    for p in parts(cb) {
+        let _ = writeln!(c, "      u32 b{p}[{tn}][2];");
+        let _ = writeln!(
+            c,
+            "      #pragma unroll\n      for (int t = 0; t < {tn}; ++t) {{\n        const u32 nb = wni * {wnt}u + t * 8u + gr, kc = ks + 2u * gc;\n        \
+             b{p}[t][0] = ld_u32(&B{p}[s][nb][kc]); b{p}[t][1] = ld_u32(&B{p}[s][nb][kc + 8u]);\n      }}",
+            wnt = 8 * tn,
+        );
+    }
+    if ca && cb {
+        // -Im(A) for Re(C): both 16-bit halves' sign bits flipped.
+        let _ = writeln!(c, "      u32 an[{tm}][4];\n      #pragma unroll\n      for (int t = 0; t < {tm}; ++t)\n        #pragma unroll\n        for (int q = 0; q < 4; ++q) an[t][q] = ai[t][q] ^ 0x80008000u;");
+    }
+    let mma = h.mma();
+    let _ = writeln!(c, "      #pragma unroll\n      for (int i = 0; i < {tm}; ++i)\n        #pragma unroll\n        for (int j = 0; j < {tn}; ++j) {{");
+    for (acc, a, b) in complex_products(ca, cb) {
+        let _ = writeln!(c, "          {mma}({acc}[i][j], {a}[i], {b}[j]);");
+    }
+    c.push_str("        }\n    }\n");
+    c
+}
+
+/// The real products of a complex GEMM on re/im fragments, as (C plane, A fragment, B
+/// fragment): `an` is the negated imaginary part of A.
+fn complex_products(ca: bool, cb: bool) -> Vec<(&'static str, &'static str, &'static str)> {
+    let mut prods = vec![("cr", "ar", "br")];
     match (ca, cb) {
         (true, true) => {
             prods.push(("cr", "an", "bi"));
@@ -778,10 +885,5 @@ fn mma_products(gm: &Gemm, tm: usize, tn: usize, raw: bool) -> String {
         (false, true) => prods.push(("ci", "ar", "bi")),
         (false, false) => {}
     }
-    let _ = writeln!(c, "      #pragma unroll\n      for (int i = 0; i < {tm}; ++i)\n        #pragma unroll\n        for (int j = 0; j < {tn}; ++j) {{");
-    for (acc, a, b) in prods {
-        let _ = writeln!(c, "          mma_tf32({acc}[i][j], {a}[i], {b}[j]);");
-    }
-    c.push_str("        }\n    }\n");
-    c
+    prods
 }

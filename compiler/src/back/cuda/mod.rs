@@ -84,7 +84,7 @@ use crate::ir::*;
 use crate::passes::fusion::{GroupKind, KernelGroup};
 use crate::passes::memplan::ArenaPlan;
 use crate::passes::Program;
-use crate::target::{CudaTarget, IndexChoice, TcStaging, TcTile};
+use crate::target::{CudaTarget, IndexChoice, TcHalf, TcStaging, TcTile};
 use std::fmt::Write;
 
 /// Threads per block of the generated kernels.
@@ -615,6 +615,25 @@ static __device__ __forceinline__ void mma_tf32(float* d, const u32* a, const u3
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+// 16-bit tensor-core products: d += a (16×16, row) · b (16×8, col), fp32 accumulate; each
+// register holds two consecutive k (the lower k in the low half).
+static __device__ __forceinline__ void mma_bf16(float* d, const u32* a, const u32* b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+static __device__ __forceinline__ void mma_f16(float* d, const u32* a, const u32* b) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+static __device__ __forceinline__ unsigned short bf16_bits(float x) {
+  unsigned short b; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(x)); return b;
+}
+static __device__ __forceinline__ unsigned short f16_bits(float x) {
+  unsigned short b; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(x)); return b;
+}
+static __device__ __forceinline__ u32 ld_u32(const unsigned short* p) { return *(const u32*)p; }
 // Asynchronous 4-byte copy global -> shared (sm_80+), zero-filled when `ok` is false (the
 // source is then not read); a commit closes a group, wait1 leaves at most one group pending.
 static __device__ __forceinline__ void cp_async4(float* dst, const float* src, bool ok) {
