@@ -224,7 +224,7 @@ fn run_state(out: &Path) -> RunState {
         .lines()
         .map(|l| {
             let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
-            for k in ["step_ms", "samples_per_s", "measured_peak_bytes"] {
+            for k in ["step_ms", "step_phases_ms", "samples_per_s", "measured_peak_bytes"] {
                 v.as_object_mut().unwrap().remove(k);
             }
             v
