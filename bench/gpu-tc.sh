@@ -9,7 +9,9 @@
 # 2. speed: the seed network at batch 1024 (bench_seed_cnn) in tf32 and bf16 per variant, with
 #    the profile of the default's contractions; CVC_TC_RUNS overrides the list ('|'-separated
 #    `FILE BATCH PRECISION SPEC` items, e.g. "seed_cnn 1024 bf16 tc16=tf32").
-# Builds nothing (.gpu/gpu). Usage: bench/gpu-tc.sh [tests|bench]... (default both).
+# Builds nothing (.gpu/gpu; CVC_GPU_TEST_BIN names another test binary, e.g. an older build
+# to compare side by side, and CVC_TC_TAG labels its rows). Usage: bench/gpu-tc.sh
+# [tests|bench]... (default both).
 # One summary file in $OUT; a table last.
 set -u
 cd "$(dirname "$0")/.."
@@ -19,6 +21,8 @@ O=${OUT:-bench/out}
 mkdir -p "$O"
 S=$O/summary.txt
 say() { tee -a "$S"; }
+GPU=${CVC_GPU_TEST_BIN:-.gpu/gpu}
+TAG=${CVC_TC_TAG:-}
 for what in ${*:-tests bench}; do
   case $what in
     tests)
@@ -27,14 +31,14 @@ for what in ${*:-tests bench}; do
         set -- $spec
         tag=$(echo "$1" | tr '=,' '__')
         CVC_KERNELS=$1 CVC_PRECISION_LIST=$2 CVC_PRECISION_FIXTURES=${3:-0} CVC_REQUIRE_GPU=1 timeout 170 \
-          .gpu/gpu reduced_precision_kernels_match_the_interpreter_within_their_format --test-threads=1 \
+          "$GPU" reduced_precision_kernels_match_the_interpreter_within_their_format --test-threads=1 \
           >"$O/tests-$tag.log" 2>&1
         echo "tests, kernels $1, $2: exit $? ($(grep -h 'test result' "$O/tests-$tag.log" | cut -c1-60))" | say
         grep -h -i -E "fail|mismatch|panicked" "$O/tests-$tag.log" | head -8 | cut -c1-300 | say
       done
       ;;
     bench)
-      : >"$O/tc.jsonl"
+      [ -n "${CVC_TC_APPEND:-}" ] || : >"$O/tc.jsonl"
       runs=${CVC_TC_RUNS:-"seed_cnn 1024 tf32 default|seed_cnn 1024 tf32 tc=plain|seed_cnn 1024 tf32 tc=prefetch|seed_cnn 1024 tf32 tctile=128|seed_cnn 1024 tf32 tc=prefetch,tctile=128|seed_cnn 1024 bf16 default|seed_cnn 1024 bf16 tc=prefetch|seed_cnn 1024 bf16 tctile=128"}
       IFS='|' read -ra RUNS <<<"$runs"
       for run in "${RUNS[@]}"; do
@@ -44,8 +48,8 @@ for what in ${*:-tests bench}; do
         [ "$4" = default ] && prof=$3
         CVC_KERNELS=$4 CVC_BENCH_FILE=examples/$1.cvnn CVC_BENCH_BATCH=$2 CVC_BENCH_PRECISIONS=$3 \
           CVC_BENCH_PROFILE=$([ $prof = none ] || echo $prof) CVC_BENCH_STEPS=10 timeout 120 \
-          .gpu/gpu bench_seed_cnn --ignored --nocapture --test-threads=1 >"$O/b.out" 2>"$O/bench-$1-$3-$tag.err"
-        grep -h -o '{"mode.*}' "$O/b.out" | sed "s/^{/{\"choice\": \"$4\", /" | tee -a "$O/tc.jsonl" | say
+          "$GPU" bench_seed_cnn --ignored --nocapture --test-threads=1 >"$O/b.out" 2>"$O/bench-$1-$3-$tag$TAG.err"
+        grep -h -o '{"mode.*}' "$O/b.out" | sed "s/^{/{\"choice\": \"$4$TAG\", /" | tee -a "$O/tc.jsonl" | say
         [ $prof = none ] || grep -h -A20 "profile (kernels" "$O/bench-$1-$3-$tag.err" | say
       done
       python3 - "$O/tc.jsonl" <<'PY' | say

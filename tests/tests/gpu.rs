@@ -842,11 +842,16 @@ fn reduced_precision_end_to_end_error_report() {
             let program = compile(g.clone(), &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
             let pg = &program.graph;
             // (fp16 adds the loss-scale state and unscaled gradients: a tiny model's arena can
-            // grow by those few hundred bytes.)
+            // grow by those few hundred bytes. A toy bf16 plan can also be slightly larger, where
+            // fp32's cheap recomputation finds a trial and bf16's none: `norms.cvnn`, 12,800
+            // against 12,288 bytes; `passes::bf16_plans_are_no_larger_than_fp32_plans` bounds
+            // that on the CPU.)
             if precision == Precision::Bf16 {
                 assert!(
-                    program.plan.arena_bytes <= probe.plan.arena_bytes,
-                    "{name} {precision:?}: arena grew"
+                    program.plan.arena_bytes <= probe.plan.arena_bytes + 1024,
+                    "{name} {precision:?}: arena grew from {} to {} bytes",
+                    probe.plan.arena_bytes,
+                    program.plan.arena_bytes
                 );
             }
             // The same leaves by name; leaves only this program has (the loss-scale state)

@@ -63,47 +63,82 @@ fn compile_new_kernels(
     seen: &mut HashSet<String>,
     out: Output,
 ) -> usize {
-    let (prelude, chunks) = kernel_chunks(&module.source);
-    let mut source = prelude;
+    let (mut head, chunks) = kernel_chunks(&module.source);
     for lib in cuda::LIBRARIES.iter().filter(|lib| module.source.contains(*lib)) {
-        source.push_str(lib);
+        head.push_str(lib);
     }
-    let mut names = Vec::new();
+    let mut new = Vec::new();
     for chunk in chunks {
         let chunk = without_libraries(&chunk);
         let mine: Vec<&String> =
             module.kernels.iter().filter(|k| chunk.contains(&format!(" {k}("))).collect();
         assert!(!mine.is_empty(), "{what}: a kernel chunk names no kernel of the module:\n{chunk}");
         if seen.insert(kernel_key(&chunk, &mine)) {
-            source.push_str(&chunk);
-            names.extend(mine.into_iter().cloned());
+            let names = mine.into_iter().cloned().collect();
+            new.push((chunk, names));
         }
     }
-    if names.is_empty() {
-        return 0;
+    let count = new.iter().map(|(_, names): &(String, Vec<String>)| names.len()).sum();
+    // As the runtime does: units of about `UNIT_BYTES` of kernels (NVRTC's time grows faster
+    // than a unit's size), compiled in parallel.
+    let mut units: Vec<(String, Vec<String>)> = Vec::new();
+    let mut bytes = usize::MAX;
+    for (chunk, names) in new {
+        if bytes.saturating_add(chunk.len()) > cuda::UNIT_BYTES {
+            units.push((head.clone(), Vec::new()));
+            bytes = 0;
+        }
+        bytes += chunk.len();
+        let unit = units.last_mut().expect("a unit was just pushed");
+        unit.0.push_str(&chunk);
+        unit.1.extend(names);
     }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(units.len().max(1));
+    let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
+        let units = &units;
+        let jobs: Vec<_> = (0..threads)
+            .map(|t| {
+                scope.spawn(move || {
+                    units.iter().skip(t).step_by(threads).try_for_each(|u| check_unit(what, u, out))
+                })
+            })
+            .collect();
+        jobs.into_iter()
+            .map(|j| j.join().unwrap_or_else(|_| Err(format!("{what}: a compile thread panicked"))))
+            .collect()
+    });
+    for r in results {
+        r.unwrap_or_else(|e| panic!("{e}"));
+    }
+    count
+}
+
+/// Compiles one unit to `out` and checks that every kernel it names is in the result.
+fn check_unit(what: &str, (source, names): &(String, Vec<String>), out: Output) -> Result<(), String> {
     match out {
         Output::Cubin => {
             let cubin =
-                cvc_runtime::cuda::compile_cubin(&source, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
-            assert!(cubin.starts_with(b"\x7fELF"), "{what}: NVRTC's cubin is not an ELF image");
-            for k in &names {
+                cvc_runtime::cuda::compile_cubin(source, "sm_90").map_err(|e| format!("{what}: {e}"))?;
+            if !cubin.starts_with(b"\x7fELF") {
+                return Err(format!("{what}: NVRTC's cubin is not an ELF image"));
+            }
+            for k in names {
                 let needle = format!("{k}\0");
-                assert!(
-                    cubin.windows(needle.len()).any(|w| w == needle.as_bytes()),
-                    "{what}: kernel {k} missing from the cubin"
-                );
+                if !cubin.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    return Err(format!("{what}: kernel {k} missing from the cubin"));
+                }
             }
         }
         Output::Ptx => {
-            let ptx =
-                cvc_runtime::cuda::compile_ptx(&source, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
-            for k in &names {
-                assert!(ptx.contains(&format!(".entry {k}(")), "{what}: {k} missing from the PTX");
+            let ptx = cvc_runtime::cuda::compile_ptx(source, "sm_90").map_err(|e| format!("{what}: {e}"))?;
+            for k in names {
+                if !ptx.contains(&format!(".entry {k}(")) {
+                    return Err(format!("{what}: {k} missing from the PTX"));
+                }
             }
         }
     }
-    names.len()
+    Ok(())
 }
 
 /// A kernel chunk without the template libraries the module emitted just before it.
@@ -338,7 +373,64 @@ fn second_start_is_a_cache_hit() {
         cvc_runtime::cuda::cached_cubin(&format!("{src}// changed\n"), "sm_90", 1).expect("compile");
     assert!(!info3.cache_hit, "a changed source must not hit");
     eprintln!("{info1}\n{info2}");
+    units_compile_apart_and_hit_the_cache();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A module as translation units ([`cuda::CudaModule::units`], as the runtime compiles it):
+/// the units hold every kernel once, in order, each with the prelude and exactly the template
+/// libraries its kernels use; they compile in parallel into cubins that define their
+/// kernels, and a second start reads every unit from the cache. (Called by
+/// [`second_start_is_a_cache_hit`], which owns `CVC_CACHE_DIR` in this binary.)
+fn units_compile_apart_and_hit_the_cache() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf();
+    let path = root.join("tests/fixtures/ok/vit_tiny.cvnn");
+    let src = std::fs::read_to_string(&path).expect("readable fixture");
+    let checked = check_source(&path.display().to_string(), &src, Mode::Train).expect("checks");
+    let opts = Options { batch: 2, optimizer: checked.train.optimizer.clone(), ..Options::default() };
+    let program = compile(checked.graph, &opts).expect("compiles");
+    let module = cuda::generate(&program, &CudaTarget::h200()).expect("generates");
+    // Small units, so that the fixture's module splits into several.
+    let units = module.units(16 * 1024);
+    assert!(units.len() >= 3, "{} units of a {}-byte module", units.len(), module.source.len());
+    let listed: Vec<String> = units.iter().flat_map(|u| u.kernels.clone()).collect();
+    assert_eq!(listed, module.kernels, "the units list every kernel once, in order");
+    let (attention, _) = (cuda::LIBRARIES[0], cuda::LIBRARIES[1]);
+    let mut with_attention = 0;
+    for u in &units {
+        assert!(u.source.starts_with("// Generated by cvc"), "a unit starts with the prelude");
+        for k in &u.kernels {
+            assert_eq!(
+                u.source.matches(&format!(" {k}(char* A)")).count(),
+                1,
+                "{k} defined once in its unit"
+            );
+        }
+        let calls =
+            u.source.contains("attn_fwd<") || u.source.contains("attn_lse<") || u.source.contains("attn_d");
+        let has = u.source.contains(attention);
+        assert!(!calls || has, "a unit calling the attention templates carries them");
+        with_attention += usize::from(has);
+    }
+    assert!(
+        with_attention >= 1 && with_attention < units.len(),
+        "only the units that use the templates carry them"
+    );
+    let (cubins, first) = cvc_runtime::cuda::cached_units(&units, "sm_90").expect("units compile");
+    assert_eq!((first.units, first.compiled, first.cache_hit), (units.len(), units.len(), false), "{first}");
+    for (cubin, u) in cubins.iter().zip(&units) {
+        for k in &u.kernels {
+            let needle = format!("{k}\0");
+            assert!(
+                cubin.windows(needle.len()).any(|w| w == needle.as_bytes()),
+                "{k} missing from its unit's cubin"
+            );
+        }
+    }
+    let (again, second) = cvc_runtime::cuda::cached_units(&units, "sm_90").expect("units load");
+    assert!(second.cache_hit && second.compiled == 0, "the second start recompiled: {second}");
+    assert_eq!(again, cubins);
+    eprintln!("{first}\n{second}");
 }
 
 /// The benchmark configuration (seed network, batch 1024, fp32): every batchnorm layer reads

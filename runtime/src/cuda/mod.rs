@@ -9,7 +9,7 @@
 use crate::backend::{Backend, HostTensor, RuntimeError};
 use crate::numerics::{self, CheckedBuffer, NonFinite};
 use cudarc::driver::{result, sys};
-use cvc_compiler::back::cuda::{self, CudaModule, CudaStep};
+use cvc_compiler::back::cuda::{self, CompileUnit, CudaModule, CudaStep};
 use cvc_compiler::config::Precision;
 use cvc_compiler::ir::{DType, Storage, Value};
 use cvc_compiler::passes::memplan::Slot;
@@ -205,11 +205,17 @@ pub struct CompileInfo {
     pub arch: String,
     /// Number of kernels in the module.
     pub kernels: usize,
-    /// Seconds spent compiling (0 on a cache hit) or reading the cache.
+    /// Translation units the kernels were split into ([`CudaModule::units`]).
+    pub units: usize,
+    /// Units NVRTC compiled (the others came from the cache).
+    pub compiled: usize,
+    /// Threads the compiled units were spread over.
+    pub threads: usize,
+    /// Seconds spent compiling and reading the cache.
     pub seconds: f64,
-    /// Whether the cubin came from the on-disk cache.
+    /// Whether every unit came from the on-disk cache.
     pub cache_hit: bool,
-    /// The cache file, when a cache directory exists.
+    /// The cache directory (or, for one unit, its file), when a cache directory exists.
     pub cache_path: Option<PathBuf>,
     /// NVRTC version used (or that the cache key names).
     pub nvrtc: (i32, i32),
@@ -220,6 +226,16 @@ impl std::fmt::Display for CompileInfo {
         let (major, minor) = self.nvrtc;
         let how = if self.cache_hit {
             format!("loaded from the cache (NVRTC {major}.{minor}, no compilation)")
+        } else if self.compiled < self.units {
+            format!(
+                "compiled with NVRTC {major}.{minor} ({} of {} units, {} from the cache, {} threads)",
+                self.compiled,
+                self.units,
+                self.units - self.compiled,
+                self.threads
+            )
+        } else if self.units > 1 {
+            format!("compiled with NVRTC {major}.{minor} ({} units, {} threads)", self.units, self.threads)
         } else {
             format!("compiled with NVRTC {major}.{minor}")
         };
@@ -231,50 +247,128 @@ impl std::fmt::Display for CompileInfo {
     }
 }
 
-/// Compiles `source` for `arch` through the on-disk cache keyed by sha256 of source, arch and
-/// NVRTC version. Returns the cubin and how it was obtained.
-pub fn cached_cubin(source: &str, arch: &str, kernels: usize) -> Result<(Vec<u8>, CompileInfo), String> {
-    let nvrtc = nvrtc_version()?;
+/// The cache file of `source` compiled for `arch` by NVRTC `nvrtc`: named by the sha256 of
+/// all three.
+fn cache_file(source: &str, arch: &str, nvrtc: (i32, i32)) -> Option<PathBuf> {
     let mut h = Sha256::new();
     h.update(source.as_bytes());
     h.update([0]);
     h.update(arch.as_bytes());
     h.update(format!("\0nvrtc {}.{}", nvrtc.0, nvrtc.1).as_bytes());
     let key: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    let path = cache_dir().map(|d| d.join(format!("{key}.{arch}.cubin")));
+    cache_dir().map(|d| d.join(format!("{key}.{arch}.cubin")))
+}
+
+/// A cached cubin, when the file exists and is not empty.
+fn read_cached(path: &Option<PathBuf>) -> Option<Vec<u8>> {
+    std::fs::read(path.as_ref()?).ok().filter(|b| !b.is_empty())
+}
+
+/// Writes a cubin to the cache atomically (a temporary file, then a rename). Best effort: a
+/// read-only cache directory only costs a recompile next time.
+fn write_cached(path: &Option<PathBuf>, cubin: &[u8]) {
+    let Some(p) = path else { return };
+    if let Some(dir) = p.parent() {
+        if std::fs::create_dir_all(dir).is_ok() {
+            // A name of its own per write: units compile on several threads.
+            static WRITES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp = p.with_extension(format!("tmp{}.{n}", std::process::id()));
+            if std::fs::write(&tmp, cubin).is_ok() && std::fs::rename(&tmp, p).is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
+        }
+    }
+}
+
+/// Compiles `source` for `arch` through the on-disk cache keyed by sha256 of source, arch and
+/// NVRTC version. Returns the cubin and how it was obtained.
+pub fn cached_cubin(source: &str, arch: &str, kernels: usize) -> Result<(Vec<u8>, CompileInfo), String> {
+    let nvrtc = nvrtc_version()?;
+    let path = cache_file(source, arch, nvrtc);
     let t = Instant::now();
-    if let Some(p) = &path {
-        if let Ok(bytes) = std::fs::read(p) {
-            if !bytes.is_empty() {
-                let info = CompileInfo {
-                    arch: arch.into(),
-                    kernels,
-                    seconds: t.elapsed().as_secs_f64(),
-                    cache_hit: true,
-                    cache_path: path.clone(),
-                    nvrtc,
-                };
-                return Ok((bytes, info));
+    let (cubin, hit) = match read_cached(&path) {
+        Some(bytes) => (bytes, true),
+        None => {
+            let cubin = compile_cubin(source, arch)?;
+            write_cached(&path, &cubin);
+            (cubin, false)
+        }
+    };
+    let info = CompileInfo {
+        arch: arch.into(),
+        kernels,
+        units: 1,
+        compiled: usize::from(!hit),
+        threads: 1,
+        seconds: t.elapsed().as_secs_f64(),
+        cache_hit: hit,
+        cache_path: path,
+        nvrtc,
+    };
+    Ok((cubin, info))
+}
+
+/// Compiles the translation units of a module for `arch`, each through the on-disk cache
+/// (one cubin per unit, keyed as in [`cached_cubin`]); the units not in the cache compile in
+/// parallel, on up to one thread per core. Returns one cubin per unit, in order.
+pub fn cached_units(units: &[CompileUnit], arch: &str) -> Result<(Vec<Vec<u8>>, CompileInfo), String> {
+    let nvrtc = nvrtc_version()?;
+    let t = Instant::now();
+    let paths: Vec<Option<PathBuf>> = units.iter().map(|u| cache_file(&u.source, arch, nvrtc)).collect();
+    let mut cubins: Vec<Option<Vec<u8>>> = paths.iter().map(read_cached).collect();
+    let missing: Vec<usize> = (0..units.len()).filter(|&i| cubins[i].is_none()).collect();
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let threads = cores.min(missing.len()).max(1);
+    if !missing.is_empty() {
+        // Each thread takes the next missing unit until none is left (units differ in size).
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        // Per thread: the (unit, cubin) pairs it compiled, or the first NVRTC error.
+        type Compiled = Result<Vec<(usize, Vec<u8>)>, String>;
+        let results: Vec<Compiled> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut done = Vec::new();
+                        loop {
+                            let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(&i) = missing.get(at) else { return Ok(done) };
+                            let cubin = compile_cubin(&units[i].source, arch)?;
+                            write_cached(&paths[i], &cubin);
+                            done.push((i, cubin));
+                        }
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap_or_else(|_| Err("an NVRTC compile thread panicked".to_string())))
+                .collect()
+        });
+        for r in results {
+            for (i, cubin) in r? {
+                cubins[i] = Some(cubin);
             }
         }
     }
-    let cubin = compile_cubin(source, arch)?;
-    let seconds = t.elapsed().as_secs_f64();
-    if let Some(p) = &path {
-        // Best effort: a read-only cache directory only costs a recompile next time.
-        if let Some(dir) = p.parent() {
-            if std::fs::create_dir_all(dir).is_ok() {
-                let tmp = p.with_extension(format!("tmp{}", std::process::id()));
-                if std::fs::write(&tmp, &cubin).is_ok() {
-                    let _ = std::fs::rename(&tmp, p);
-                }
-            }
-        }
-    }
-    Ok((
-        cubin,
-        CompileInfo { arch: arch.into(), kernels, seconds, cache_hit: false, cache_path: path, nvrtc },
-    ))
+    let cubins = cubins
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| c.ok_or_else(|| format!("unit {i} of the CUDA module was neither cached nor compiled")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let cache_path = if units.len() == 1 { paths[0].clone() } else { cache_dir() };
+    let info = CompileInfo {
+        arch: arch.into(),
+        kernels: units.iter().map(|u| u.kernels.len()).sum(),
+        units: units.len(),
+        compiled: missing.len(),
+        threads: if missing.is_empty() { 0 } else { threads },
+        seconds: t.elapsed().as_secs_f64(),
+        cache_hit: missing.is_empty(),
+        cache_path,
+        nvrtc,
+    };
+    Ok((cubins, info))
 }
 
 /// The facts code generation needs about `device`, from the driver's attributes.
@@ -311,7 +405,8 @@ enum Action {
 pub struct CudaBackend {
     device: sys::CUdevice,
     ctx: sys::CUcontext,
-    module: sys::CUmodule,
+    /// One loaded module per translation unit ([`CudaModule::units`]).
+    modules: Vec<sys::CUmodule>,
     actions: Vec<Action>,
     arena: sys::CUdeviceptr,
     arena_bytes: usize,
@@ -383,7 +478,7 @@ impl CudaBackend {
         let mut backend = CudaBackend {
             device,
             ctx,
-            module: std::ptr::null_mut(),
+            modules: Vec::new(),
             actions: Vec::new(),
             arena: 0,
             arena_bytes: 0,
@@ -395,6 +490,9 @@ impl CudaBackend {
             compile: CompileInfo {
                 arch: String::new(),
                 kernels: 0,
+                units: 0,
+                compiled: 0,
+                threads: 0,
                 seconds: 0.0,
                 cache_hit: false,
                 cache_path: None,
@@ -402,6 +500,7 @@ impl CudaBackend {
             },
             generated: CudaModule {
                 source: String::new(),
+                kernel_code: Vec::new(),
                 steps: Vec::new(),
                 kernels: Vec::new(),
                 scratch: (0, 0),
@@ -416,26 +515,37 @@ impl CudaBackend {
         Ok(backend)
     }
 
-    /// Compiles (or loads from the cache) the generated source for `arch`, loads the module
-    /// and resolves every launch of the step to its kernel.
+    /// Compiles (or loads from the cache) the generated source for `arch` as its translation
+    /// units, loads one module per unit and resolves every launch of the step to its kernel.
     fn load_module(&mut self, arch: &str) -> Result<(), RuntimeError> {
-        let (cubin, info) =
-            cached_cubin(&self.generated.source, arch, self.generated.kernels.len()).map_err(RuntimeError)?;
+        let units = self.generated.units(cuda::UNIT_BYTES);
+        let (cubins, info) = cached_units(&units, arch).map_err(RuntimeError)?;
         // One line on stderr so every start reports compile time or the cache hit.
         crate::cli::write_err(&format!("cuda: {info}\n"));
         self.compile = info;
-        // SAFETY: `cubin` is a complete cubin image NVRTC produced (or the cache holds, keyed
-        // by its source, arch and NVRTC version) and outlives the call, which copies it; the
-        // back end's context is current (bound by `attach`), and `Drop` unloads the module.
-        self.module = unsafe { result::module::load_data(cubin.as_ptr() as *const c_void) }
-            .map_err(driver_err("module load"))?;
+        let mut unit_of = std::collections::HashMap::new();
+        for (cubin, unit) in cubins.iter().zip(&units) {
+            // SAFETY: `cubin` is a complete cubin image NVRTC produced (or the cache holds,
+            // keyed by its source, arch and NVRTC version) and outlives the call, which copies
+            // it; the back end's context is current (bound by `attach`), and `Drop` unloads
+            // every module pushed here.
+            let module = unsafe { result::module::load_data(cubin.as_ptr() as *const c_void) }
+                .map_err(driver_err("module load"))?;
+            self.modules.push(module);
+            for k in &unit.kernels {
+                unit_of.insert(k.as_str(), module);
+            }
+        }
         for step in &self.generated.steps {
             self.actions.push(match step {
                 CudaStep::Launch(l) => {
                     let cname = CString::new(l.name.as_str())
                         .map_err(|_| RuntimeError(format!("kernel name {:?} contains a NUL byte", l.name)))?;
-                    // SAFETY: `self.module` is the module loaded above, alive until `Drop`.
-                    let f = unsafe { result::module::get_function(self.module, cname) }
+                    let module = *unit_of.get(l.name.as_str()).ok_or_else(|| {
+                        RuntimeError(format!("internal error: kernel {} is in no unit of the module", l.name))
+                    })?;
+                    // SAFETY: `module` is one loaded above, alive until `Drop`.
+                    let f = unsafe { result::module::get_function(module, cname) }
                         .map_err(driver_err(&format!("lookup of kernel {}", l.name)))?;
                     Action::Launch {
                         f,
@@ -884,7 +994,7 @@ impl Backend for CudaBackend {
 impl Drop for CudaBackend {
     fn drop(&mut self) {
         // SAFETY: every handle below was created by this back end and is released once,
-        // here: the arena and module only when they were made (non-zero / non-null), after
+        // here: the arena only when it was made (non-zero), the modules that were loaded, after
         // the context finished all work that uses them; the primary context last.
         unsafe {
             if result::ctx::set_current(self.ctx).is_ok() {
@@ -892,8 +1002,8 @@ impl Drop for CudaBackend {
                 if self.arena != 0 {
                     let _ = result::free_sync(self.arena);
                 }
-                if !self.module.is_null() {
-                    let _ = result::module::unload(self.module);
+                for &module in &self.modules {
+                    let _ = result::module::unload(module);
                 }
                 for &(_, ptr, _, _) in &self.staging {
                     let _ = result::free_host(ptr as *mut c_void);

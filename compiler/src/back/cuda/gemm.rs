@@ -50,36 +50,61 @@ fn conj_if(c: bool, x: String) -> String {
     }
 }
 
-/// Where a GEMM operand's element lives: `pre` (statements that may end the lookup early with
-/// `return ZERO;`, for padding), then the element `ptr[idx]`, conjugated if `conj`. The
-/// kernels read it as a value ([`Load::value`]) or, to copy it asynchronously, as an index
-/// ([`Load::index`]).
+/// Where a GEMM operand's element lives: `pre` (declarations), `guard` (a condition, empty
+/// for none, outside which the element is padding and reads as zero), then the element
+/// `ptr[idx]`, conjugated if `conj`. The kernels compute the element's index first
+/// ([`Load::index`]) and then load it ([`Load::fetch`]) or copy it asynchronously: the index
+/// arithmetic has no branches, so the loads of a tile can all be in flight at once (a gather
+/// that returned early for padding put every load in its own branch, and each load waited
+/// for its data before the next one was issued: bench/GPU-NOTES.md).
 struct Load {
     pre: String,
+    guard: String,
     ptr: String,
     idx: String,
     conj: bool,
 }
 
-/// The placeholder of [`Load::pre`] for "this element is zero".
-const ZERO: &str = "ZERO";
+/// The index of padding and of elements outside the GEMM's extents (all ones).
+const NOIDX: &str = "(ix)~(ix)0";
 
 impl Load {
     /// An element read without padding.
     fn plain(ptr: &str, idx: String, conj: bool) -> Load {
-        Load { pre: String::new(), ptr: ptr.to_string(), idx, conj }
+        Load { pre: String::new(), guard: String::new(), ptr: ptr.to_string(), idx, conj }
     }
 
-    /// The body of a lambda returning the element's value (`zero` for padding).
+    /// The body of a lambda returning the element's index into `ptr`, or [`NOIDX`] for
+    /// padding; the conjugation is left to the caller.
+    fn index(&self) -> String {
+        if self.guard.is_empty() {
+            format!("{}return {};", self.pre, self.idx)
+        } else {
+            format!("{}return ({}) ? (ix)({}) : {NOIDX};", self.pre, self.guard, self.idx)
+        }
+    }
+
+    /// The body of a lambda returning the element's value (`zero` for padding), returning
+    /// early for padding: the fp32 kernels' form, where the next tile's loads are issued
+    /// before this tile's products and the branch-free [`Load::fetch`] measured 2% slower on
+    /// the seed step (2026-12-03, bench/RESULTS.md).
     fn value(&self, zero: &str) -> String {
         let ld = conj_if(self.conj, format!("{}[{}]", self.ptr, self.idx));
-        format!("{}return {ld};", self.pre.replace(ZERO, zero))
+        if self.guard.is_empty() {
+            format!("{}return {ld};", self.pre)
+        } else {
+            format!("{}if (!({})) return {zero};\n      return {ld};", self.pre, self.guard)
+        }
     }
 
-    /// The body of a lambda returning the element's index into `ptr`, or `NOIDX` (all ones)
-    /// for padding; the conjugation is left to the caller.
-    fn index(&self) -> String {
-        format!("{}return {};", self.pre.replace(ZERO, "(ix)~(ix)0"), self.idx)
+    /// Statements storing the element at index `at` (from [`Load::index`], [`NOIDX`] for
+    /// zero) into `dst` as `ty`: the load is unconditional (index 0 stands in for padding)
+    /// and the zero is selected afterwards, so no branch separates the loads of a tile.
+    fn fetch(&self, at: &str, dst: &str, ty: &str, zero: &str) -> String {
+        let ld = conj_if(self.conj, format!("({ty}){}[ok ? {at} : 0]", self.ptr));
+        format!(
+            "const bool ok = {at} != {NOIDX};\n      const {ty} v = {ld};\n      {dst} = ok ? v : {zero};"
+        )
     }
 }
 
@@ -157,6 +182,7 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                 tc,
                 load_a: Load {
                     pre: format!("const ix oc = k / {khw}u, r = k % {khw}u;\n      "),
+                    guard: String::new(),
                     ptr: p1.clone(),
                     idx: format!("((g * {og}u + oc) * {cg}u + m) * {khw}u + r"),
                     conj: conj[1],
@@ -166,9 +192,7 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                         "const ix oc = k / {khw}u, r = k % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
                          const ix b = n / {hw}u, q = n % {hw}u, y = q / {w}u, x = q % {w}u;\n      \
                          const int sy = (int)(y + {pd0}u) - (int)(i * {d0}u), sx = (int)(x + {pd1}u) - (int)(j * {d1}u);\n      \
-                         if (sy < 0 || sx < 0 || sy % {s0} != 0 || sx % {s1} != 0) return {ZERO};\n      \
-                         const int oy = sy / {s0}, ox = sx / {s1};\n      \
-                         if (oy >= {ho} || ox >= {wo}) return {ZERO};\n      ",
+                         const int oy = sy / {s0}, ox = sx / {s1};\n      ",
                         hw = h * w,
                         s0 = geom.stride[0],
                         s1 = geom.stride[1],
@@ -176,6 +200,11 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                         d1 = geom.dilation[1],
                         pd0 = geom.pad[0],
                         pd1 = geom.pad[1],
+                    ),
+                    guard: format!(
+                        "sy >= 0 && sx >= 0 && sy % {s0} == 0 && sx % {s1} == 0 && oy < {ho} && ox < {wo}",
+                        s0 = geom.stride[0],
+                        s1 = geom.stride[1],
                     ),
                     ptr: p0.clone(),
                     idx: format!("((b * {o}u + g * {og}u + oc) * {ho}u + (u32)oy) * {wo}u + (u32)ox"),
@@ -364,8 +393,7 @@ fn patch_gather(p: &Patch) -> Load {
     let pre = format!(
         "const ix ci = {tap} / {khw}u, r = {tap} % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
          const ix b = {pixel} / {hwo}u, q = {pixel} % {hwo}u, oh = q / {wo}u, ow = q % {wo}u;\n      \
-         const int y = (int)(oh * {s0}u + i * {d0}u) - {pd0}, x = (int)(ow * {s1}u + j * {d1}u) - {pd1};\n      \
-         if (y < 0 || y >= {h} || x < 0 || x >= {w}) return {ZERO};\n      ",
+         const int y = (int)(oh * {s0}u + i * {d0}u) - {pd0}, x = (int)(ow * {s1}u + j * {d1}u) - {pd1};\n      ",
         khw = kh * kw,
         hwo = ho * wo,
         s0 = geom.stride[0],
@@ -377,6 +405,7 @@ fn patch_gather(p: &Patch) -> Load {
     );
     Load {
         pre,
+        guard: format!("y >= 0 && y < {h} && x >= 0 && x < {w}"),
         ptr: x.to_string(),
         idx: format!("((b * {c}u + g * {cg}u + ci) * {h}u + (u32)y) * {w}u + (u32)x"),
         conj,
@@ -620,23 +649,10 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
         }
     }
     let asynchronous = staging == TcStaging::Async;
-    if asynchronous {
-        // The conjugations are applied to the imaginary fragments (the copies move raw
-        // elements).
-        let _ = writeln!(c, "  auto IA = [&](ix m, ix k) -> ix {{\n      {}\n  }};", gm.load_a.index());
-        let _ = writeln!(c, "  auto IB = [&](ix k, ix n) -> ix {{\n      {}\n  }};", gm.load_b.index());
-    } else {
-        let _ = writeln!(
-            c,
-            "  auto LA = [&](ix m, ix k) -> {ta} {{\n      {}\n  }};",
-            gm.load_a.value(czero(gm.ta))
-        );
-        let _ = writeln!(
-            c,
-            "  auto LB = [&](ix k, ix n) -> {tb} {{\n      {}\n  }};",
-            gm.load_b.value(czero(gm.tb))
-        );
-    }
+    // (Asynchronous copies move raw elements: the conjugations are then applied to the
+    // imaginary fragments.)
+    let _ = writeln!(c, "  auto IA = [&](ix m, ix k) -> ix {{\n      {}\n  }};", gm.load_a.index());
+    let _ = writeln!(c, "  auto IB = [&](ix k, ix n) -> ix {{\n      {}\n  }};", gm.load_b.index());
     let _ = writeln!(c, "  float cr[{tm}][{tn}][4] = {{}};");
     if cc {
         let _ = writeln!(c, "  float ci[{tm}][{tn}][4] = {{}};");
@@ -667,8 +683,8 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
             };
             let _ = write!(
                 fetch,
-                "{head}      const ix k = k0 + kk, x = {len}0 + xx;\n      const ix at = (x < {ext}u && k < ke) ? I{plane}({args}) : (ix)~(ix)0;\n      \
-                 const bool ok = at != (ix)~(ix)0;\n      const float* src = (const float*)({ptr} + (ok ? at : 0));\n      \
+                "{head}      const ix k = k0 + kk, x = {len}0 + xx;\n      const ix at = (x < {ext}u && k < ke) ? I{plane}({args}) : {NOIDX};\n      \
+                 const bool ok = at != {NOIDX};\n      const float* src = (const float*)({ptr} + (ok ? at : 0));\n      \
                  cp_async4(&{plane}r[s][kk][xx], src, ok);\n{hi}    }}\n",
                 ptr = load.ptr,
             );
@@ -678,7 +694,8 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
             let _ = writeln!(c, "  {ty} {reg}[{per}];");
             let _ = write!(
                 fetch,
-                "{head}      const ix k = k0 + kk, x = {len}0 + xx;\n      {reg}[r] = (x < {ext}u && k < ke) ? L{plane}({args}) : {z};\n    }}\n",
+                "{head}      const ix k = k0 + kk, x = {len}0 + xx;\n      const ix at = (x < {ext}u && k < ke) ? I{plane}({args}) : {NOIDX};\n      {}\n    }}\n",
+                load.fetch("at", &format!("{reg}[r]"), ty, z),
             );
             let put = match (half, cx) {
                 (None, true) => {

@@ -125,8 +125,12 @@ pub enum CudaStep {
 /// The generated CUDA module of a program: source plus the launch list of one step.
 #[derive(Clone, Debug)]
 pub struct CudaModule {
-    /// CUDA C++ source of every kernel (NVRTC compiles it as one module).
+    /// CUDA C++ source of every kernel, as one translation unit (what `cvc emit --cuda`
+    /// prints); the runtime compiles it as [`CudaModule::units`].
     pub source: String,
+    /// Per kernel (in the order of `kernels`): its code with the comment lines before it,
+    /// and the template libraries it uses (indices into [`LIBRARIES`]).
+    pub kernel_code: Vec<(String, Vec<usize>)>,
     /// The actions of one step, in schedule order.
     pub steps: Vec<CudaStep>,
     /// Names of all kernels in the module.
@@ -135,6 +139,56 @@ pub struct CudaModule {
     /// reductions split over blocks, and their counters. The runtime allocates it with the
     /// arena (one allocation) and zeroes it once.
     pub scratch: (usize, usize),
+}
+
+/// One translation unit of a module: the prelude, the template libraries its kernels use,
+/// and a run of consecutive kernels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompileUnit {
+    /// CUDA C++ source.
+    pub source: String,
+    /// The kernels it defines.
+    pub kernels: Vec<String>,
+}
+
+/// Source bytes of kernels per [`CompileUnit`]. NVRTC's time grows faster than linearly in a
+/// unit's size (measured on the ViT's 2.5 MB module: 181 s as one unit, 150 s of CPU time as
+/// eight, bench/GPU-NOTES.md), and units compile in parallel.
+pub const UNIT_BYTES: usize = 64 * 1024;
+
+impl CudaModule {
+    /// The module split into translation units of consecutive kernels, each about
+    /// `unit_bytes` of kernel source (at least one kernel), so that NVRTC can compile them
+    /// apart and in parallel. The split depends only on the module, so each unit's source,
+    /// and its cache key, is the same on every start.
+    pub fn units(&self, unit_bytes: usize) -> Vec<CompileUnit> {
+        let mut units = Vec::new();
+        let mut at = 0;
+        while at < self.kernel_code.len() {
+            let mut end = at;
+            let mut bytes = 0;
+            while end < self.kernel_code.len()
+                && (end == at || bytes + self.kernel_code[end].0.len() <= unit_bytes)
+            {
+                bytes += self.kernel_code[end].0.len();
+                end += 1;
+            }
+            let mut libs: Vec<usize> =
+                self.kernel_code[at..end].iter().flat_map(|k| k.1.iter().copied()).collect();
+            libs.sort_unstable();
+            libs.dedup();
+            let mut source = String::from(PRELUDE);
+            for l in libs {
+                source.push_str(LIBRARIES[l]);
+            }
+            for (code, _) in &self.kernel_code[at..end] {
+                source.push_str(code);
+            }
+            units.push(CompileUnit { source, kernels: self.kernels[at..end].to_vec() });
+            at = end;
+        }
+        units
+    }
 }
 
 /// The CUDA C source of every kernel of `program` for `target`, as `cvc emit --cuda` prints
@@ -169,6 +223,7 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
     source.push_str(PRELUDE);
     let mut steps = Vec::new();
     let mut kernels = Vec::new();
+    let mut kernel_code = Vec::new();
     let scratch_start = program.plan.arena_bytes.next_multiple_of(256);
     let mut scratch_end = scratch_start;
     let group_at = |gi: usize| {
@@ -203,6 +258,7 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
                 }
             }
         }
+        let mut libs = Vec::new();
         let out = match group.kind {
             GroupKind::View => continue,
             GroupKind::Elementwise => kernels::elementwise(&ctx, group, &name)?,
@@ -214,6 +270,7 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
                     source.push_str(attention::LIB);
                     attention_lib = true;
                 }
+                libs.push(0);
                 attention::kernel(&ctx, group, &name)?
             }
             GroupKind::Recurrence => {
@@ -221,15 +278,19 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
                     source.push_str(recurrence::LIB);
                     recurrence_lib = true;
                 }
+                libs.push(1);
                 recurrence::kernel(&ctx, group, &name)?
             }
         };
+        let mut code = String::new();
         for (id, k) in ids.iter().zip(&run) {
-            let _ = writeln!(source, "// group {id}: {}", describe(&ctx, k));
+            let _ = writeln!(code, "// group {id}: {}", describe(&ctx, k));
         }
-        let _ = writeln!(source, "// index: {}", out.index);
-        source.push_str(&out.code);
-        source.push('\n');
+        let _ = writeln!(code, "// index: {}", out.index);
+        code.push_str(&out.code);
+        code.push('\n');
+        source.push_str(&code);
+        kernel_code.push((code, libs));
         scratch_end = (scratch_end + out.scratch).next_multiple_of(256);
         steps.extend(out.zero.into_iter().map(|(offset, bytes)| CudaStep::Zero { offset, bytes }));
         steps.push(CudaStep::Launch(KernelLaunch {
@@ -242,7 +303,13 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
         }));
         kernels.push(name);
     }
-    Ok(CudaModule { source, steps, kernels, scratch: (scratch_start, scratch_end - scratch_start) })
+    Ok(CudaModule {
+        source,
+        kernel_code,
+        steps,
+        kernels,
+        scratch: (scratch_start, scratch_end - scratch_start),
+    })
 }
 
 fn kind_tag(g: &KernelGroup) -> &'static str {
