@@ -1,5 +1,7 @@
 //! CUDA C code generation: every kernel group of a [`Program`] becomes one `extern "C"
-//! __global__` kernel of a single NVRTC module, with a launch list the runtime replays.
+//! __global__` kernel of one module, with a launch list the runtime replays; the runtime
+//! compiles the module with NVRTC as translation units of consecutive kernels
+//! ([`CudaModule::units`]).
 //!
 //! Conventions of the generated code:
 //! - every kernel takes one parameter, the arena's base address (`char* A`); each buffer's
