@@ -184,6 +184,18 @@ pub struct KernelConfig {
     pub tc_tile: TcTile,
     /// How the tensor-core GEMM multiplies at the 16-bit precisions.
     pub tc16: TcHalf,
+    /// How the 16-bit tensor-core GEMM loads its fragments from shared memory.
+    pub tc_frag: TcFragments,
+}
+
+/// How the 16-bit tensor-core GEMM (`m16n8k16`) reads its operand fragments from shared memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TcFragments {
+    /// One 32-bit shared load per fragment register (four per A fragment, two per B fragment).
+    Lds,
+    /// `ldmatrix.x4`: one instruction per A fragment and per two B fragments.
+    #[default]
+    Ldmatrix,
 }
 
 /// How the tensor-core implicit GEMM (TF32 and the 16-bit precisions) brings each 16-deep K
@@ -246,6 +258,7 @@ impl Default for KernelConfig {
             tc_staging: TcStaging::default(),
             tc_tile: TcTile::default(),
             tc16: TcHalf::default(),
+            tc_frag: TcFragments::default(),
         }
     }
 }
@@ -253,7 +266,7 @@ impl Default for KernelConfig {
 /// The keys of a kernel spec, with their values, for messages and `--help`.
 pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|gemm|ot2|ot4|pf|ot2pf|ot4pf, \
                                     fill=BLOCKS, bk=16|32, ck=CHANNELS, grid=BLOCKS, index=auto|64, yz=BLOCKS, \
-                                    tc=plain|prefetch|async, tctile=64|128, tc16=native|tf32";
+                                    tc=plain|prefetch|async, tctile=64|128, tc16=native|tf32, frag=ldmatrix|lds";
 
 impl KernelConfig {
     /// Reads a kernel spec: comma-separated `key=value` pairs over the defaults, e.g.
@@ -272,7 +285,9 @@ impl KernelConfig {
     ///   tiles ([`TcStaging`]);
     /// - `tctile`: `64` (default) or `128`, the tensor-core GEMM's block tile ([`TcTile`]);
     /// - `tc16`: `native` (default) or `tf32`, the tensor-core GEMM's operands at the 16-bit
-    ///   precisions ([`TcHalf`]).
+    ///   precisions ([`TcHalf`]);
+    /// - `frag`: `ldmatrix` (default) or `lds`, the 16-bit tensor-core GEMM's fragment loads
+    ///   ([`TcFragments`]).
     ///
     /// ```
     /// use cvc_compiler::target::{ConvKernel, KernelConfig};
@@ -344,6 +359,13 @@ impl KernelConfig {
                         _ => return Err(bad()),
                     }
                 }
+                "frag" => {
+                    k.tc_frag = match value {
+                        "ldmatrix" => TcFragments::Ldmatrix,
+                        "lds" => TcFragments::Lds,
+                        _ => return Err(bad()),
+                    }
+                }
                 _ => return Err(format!("unknown kernel choice `{key}` (keys: {KERNEL_SPEC_KEYS})")),
             }
         }
@@ -359,6 +381,7 @@ impl KernelConfig {
             "tc" => "plain, prefetch or async",
             "tctile" => "64 or 128",
             "tc16" => "native or tf32",
+            "frag" => "ldmatrix or lds",
             _ => "a positive number",
         }
     }
@@ -454,6 +477,15 @@ impl fmt::Display for KernelConfig {
                 match self.tc16 {
                     TcHalf::Native => "tc16=native",
                     TcHalf::Tf32 => "tc16=tf32",
+                }
+                .into(),
+            );
+        }
+        if self.tc_frag != d.tc_frag {
+            parts.push(
+                match self.tc_frag {
+                    TcFragments::Ldmatrix => "frag=ldmatrix",
+                    TcFragments::Lds => "frag=lds",
                 }
                 .into(),
             );

@@ -19,13 +19,14 @@ fn plan(name: &str, batch: usize, half: Storage) -> Program {
 }
 
 /// In the seed CNN under bf16: every convolution output and every activation gradient with
-/// the batch axis is 16-bit; parameters, their gradients, optimizer state, batch statistics,
+/// the batch axis is 16-bit, except the narrow output of the `linear(10)` head (full width, so
+/// its 16,384-long K can be split over blocks); parameters, their gradients, optimizer state, batch statistics,
 /// the data input, the outputs and the loss keep full width; bytes follow the storage.
 #[test]
 fn the_seed_network_stores_activations_and_their_gradients_in_bf16() {
     let p = plan("seed_cnn.cvnn", 8, Storage::Bf16);
     let g = &p.graph;
-    let mut convs = 0;
+    let (mut convs, mut matmuls) = (0, 0);
     for (v, n) in g.nodes.iter() {
         let s = g.storage(v);
         let batched = n.ty.shape.batch_power() > 0;
@@ -38,6 +39,13 @@ fn the_seed_network_stores_activations_and_their_gradients_in_bf16() {
                 assert_eq!(s, Storage::Full, "{v} {} ({})", n.origin.label, n.op.mnemonic());
             }
             Op::Conv2dWeightGrad { .. } => assert_eq!(s, Storage::Full, "{v}: a weight gradient"),
+            Op::MatMul { .. } if batched => {
+                let narrow = n.ty.shape.fixed_numel() <= cvc_compiler::ir::storage::NARROW_CONTRACTION;
+                assert_eq!(narrow, n.ty.shape.fixed_numel() == 10, "{v} {}: {}", n.origin.label, n.ty.shape);
+                let want = if narrow { Storage::Full } else { Storage::Bf16 };
+                assert_eq!(s, want, "{v} {} {}: a matmul's output", n.origin.label, n.ty.shape);
+                matmuls += 1;
+            }
             _ if !batched => assert_eq!(s, Storage::Full, "{v} {}: no batch axis", n.origin.label),
             _ => {}
         }
@@ -51,6 +59,8 @@ fn the_seed_network_stores_activations_and_their_gradients_in_bf16() {
     }
     // Three forward convolutions and the input gradients of the second and third.
     assert_eq!(convs, 5, "forward convolutions and input gradients");
+    // The head's forward product ([B, 10], full width) and its input gradient ([B, 16384], bf16).
+    assert_eq!(matmuls, 2, "the linear layer's batched products");
     for o in &g.outputs {
         assert_eq!(g.storage(o.value), Storage::Full, "output {} is read back", o.name);
     }

@@ -280,10 +280,14 @@ fn half_precision_kernels_compile_with_nvrtc_for_sm90() {
                     halves > 0 || !example,
                     "{name} ({mode:?}, {precision:?}): no value is stored in 16 bits"
                 );
-                // Tiny fixtures can round to the same aligned arena; the examples must shrink.
+                // The examples must shrink. Tiny fixtures can round to the same aligned arena,
+                // or pack their few buffers of mixed widths up to 1 KiB worse than fp32's (the
+                // bound of `passes::bf16_plans_are_no_larger_than_fp32_plans`; gru_tiny's
+                // inference plan at batch 3: 7,680 bytes against 7,168, once its narrow
+                // contractions kept full width).
                 let (smaller, full_bytes) = (program.plan.arena_bytes, full.plan.arena_bytes);
                 assert!(
-                    smaller < full_bytes || (!example && smaller == full_bytes),
+                    smaller < full_bytes || (!example && smaller <= full_bytes + 1024),
                     "{name} ({mode:?}, {precision:?}): arena {smaller} is not below fp32's {full_bytes}"
                 );
                 let module = cuda::generate(&program, &CudaTarget::h200().with_precision(precision))

@@ -97,6 +97,19 @@ impl Load {
         }
     }
 
+    /// [`Load::fetch`] for an operand stored in the 16-bit format its products use: the
+    /// element's bits as they are (`u32` for a complex pair, im in the high half; `unsigned
+    /// short` for a real), conjugated by flipping the imaginary half's sign bit.
+    fn fetch_bits(&self, at: &str, dst: &str, complex: bool) -> String {
+        let (ty, field, flip) =
+            if complex { ("u32", "u", " ^ 0x80000000u") } else { ("unsigned short", "b", "") };
+        let flip = if self.conj { flip } else { "" };
+        format!(
+            "const bool ok = {at} != {NOIDX};\n      const {ty} v = {}[ok ? {at} : 0].{field}{flip};\n      {dst} = ok ? v : ({ty})0;",
+            self.ptr
+        )
+    }
+
     /// Statements storing the element at index `at` (from [`Load::index`], [`NOIDX`] for
     /// zero) into `dst` as `ty`: the load is unconditional (index 0 stands in for padding)
     /// and the zero is selected afterwards, so no branch separates the loads of a tile.
@@ -621,6 +634,13 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
     let stage_bytes = planes(bm, ca) + planes(bn, cb);
     let node = ctx.g.node(v);
     let full = node.inputs.iter().all(|&x| !ctx.storage(x).is_half());
+    // How an operand is stored: that of the input whose buffer it reads.
+    let stored = |load: &Load| {
+        node.inputs
+            .iter()
+            .find(|&&x| ctx.ptr(x).is_ok_and(|p| p == load.ptr))
+            .map_or(Storage::Full, |&x| ctx.storage(x))
+    };
     let two = 2 * stage_bytes <= ctx.target.device.shared_per_block;
     let staging = match kc.tc_staging {
         TcStaging::Async if !(full && two && half.is_none()) => TcStaging::Plain,
@@ -688,6 +708,22 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
                  cp_async4(&{plane}r[s][kk][xx], src, ok);\n{hi}    }}\n",
                 ptr = load.ptr,
             );
+        } else if half.is_some_and(|h| h.storage() == stored(load)) {
+            // Stored in the products' format already: moved bit for bit (no widening and
+            // rounding back).
+            let reg = format!("r{}", plane.to_lowercase());
+            let _ = writeln!(c, "  {} {reg}[{per}];", if cx { "u32" } else { "unsigned short" });
+            let _ = write!(
+                fetch,
+                "{head}      const ix k = k0 + kk, x = {len}0 + xx;\n      const ix at = (x < {ext}u && k < ke) ? I{plane}({args}) : {NOIDX};\n      {}\n    }}\n",
+                load.fetch_bits("at", &format!("{reg}[r]"), cx),
+            );
+            let put = if cx {
+                format!("{plane}r[s][xx][kk] = (unsigned short){reg}[r]; {plane}i[s][xx][kk] = (unsigned short)({reg}[r] >> 16);")
+            } else {
+                format!("{plane}r[s][xx][kk] = {reg}[r];")
+            };
+            let _ = write!(store, "{head}      {put}\n    }}\n");
         } else {
             let z = czero(if cx { DType::C64 } else { DType::F32 });
             let reg = format!("r{}", plane.to_lowercase());
@@ -713,7 +749,7 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
     }
     let products = match half {
         None => mma_products(gm, tm, tn, asynchronous),
-        Some(h) => mma16_products(gm, tm, tn, bk, h),
+        Some(h) => mma16_products(gm, tm, tn, bk, h, kc.tc_frag == TcFragments::Ldmatrix),
     };
     let next = format!("k0 + {bk}u < ke");
     match (staging, stages) {
@@ -836,6 +872,13 @@ impl Half {
             Half::F16 => "f16_bits",
         }
     }
+    /// The storage of values kept in this format.
+    fn storage(self) -> Storage {
+        match self {
+            Half::Bf16 => Storage::Bf16,
+            Half::F16 => Storage::F16,
+        }
+    }
     /// The prelude's `m16n8k16` product of this format.
     fn mma(self) -> &'static str {
         match self {
@@ -851,12 +894,35 @@ impl Half {
 /// of 16 × 8, col-major: b0 (2c..2c+1, n), b1 (2c+8.., n)), r = lane/4, c = lane%4, each
 /// register two consecutive k read as one 32-bit word. The conjugations were applied when the
 /// tiles were stored.
-fn mma16_products(gm: &Gemm, tm: usize, tn: usize, bk: usize, h: Half) -> String {
+///
+/// With `ldmatrix` the fragments come from `ldmatrix.x4` (one instruction per A fragment and
+/// per pair of B fragments, instead of four and four 32-bit shared loads); rows of the planes
+/// are 80 bytes, so the eight row addresses of each 8 × 8 matrix hit distinct banks.
+fn mma16_products(gm: &Gemm, tm: usize, tn: usize, bk: usize, h: Half, ldmatrix: bool) -> String {
     let (ca, cb) = (gm.ta == DType::C64, gm.tb == DType::C64);
     let mut c = String::new();
     let _ = writeln!(c, "    #pragma unroll\n    for (int ks = 0; ks < {bk}; ks += 16) {{");
     let parts = |complex: bool| if complex { vec!["r", "i"] } else { vec!["r"] };
-    for p in parts(ca) {
+    let ldsm = ldmatrix && tn.is_multiple_of(2);
+    if ldsm {
+        for p in parts(ca) {
+            // Matrices: rows 0-7 / 8-15 (lanes 0-7 / 8-15) at k 0-7, then the same at k 8-15.
+            let _ = writeln!(
+                c,
+                "      u32 a{p}[{tm}][4];\n      #pragma unroll\n      for (int t = 0; t < {tm}; ++t)\n        ldsm4(a{p}[t], &A{p}[s][wmi * {wmt}u + t * 16u + (lane & 15u)][ks + ((lane >> 4) << 3)]);",
+                wmt = 16 * tm,
+            );
+        }
+        for p in parts(cb) {
+            // Matrices: B tile t at k 0-7 and 8-15, then tile t + 1 at k 0-7 and 8-15.
+            let _ = writeln!(
+                c,
+                "      u32 b{p}[{tn}][2];\n      #pragma unroll\n      for (int t = 0; t < {tn}; t += 2)\n        ldsm4(&b{p}[t][0], &B{p}[s][wni * {wnt}u + t * 8u + ((lane >> 4) << 3) + (lane & 7u)][ks + (((lane >> 3) & 1u) << 3)]);",
+                wnt = 8 * tn,
+            );
+        }
+    }
+    for p in parts(ca).into_iter().filter(|_| !ldsm) {
         let _ = writeln!(c, "      u32 a{p}[{tm}][4];");
         let _ = writeln!(
             c,
@@ -866,7 +932,7 @@ fn mma16_products(gm: &Gemm, tm: usize, tn: usize, bk: usize, h: Half) -> String
             wmt = 16 * tm,
         );
     }
-    for p in parts(cb) {
+    for p in parts(cb).into_iter().filter(|_| !ldsm) {
         let _ = writeln!(c, "      u32 b{p}[{tn}][2];");
         let _ = writeln!(
             c,

@@ -237,6 +237,14 @@ pub(crate) fn elementwise(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
     Ok(Kernel { code, grid: [grid, 1, 1], block: [BLOCK, 1, 1], zero: Vec::new(), scratch: 0, index })
 }
 
+/// Points a reduction's thread folds per trip of its loop (a sum's f32 partial covers them).
+const REDUCE_UNROLL: usize = 4;
+
+/// Consecutive outputs that one block of a long reduction serves when the domain's innermost
+/// axis is kept: 32 threads per output, eight outputs of 8 bytes side by side (64 bytes per
+/// row read in one go).
+const COLUMN_OUTPUTS: usize = 8;
+
 /// Accumulator of a reduction: its scalar parts, and the code that folds values into it.
 struct Acc {
     /// `(C type, suffix, initial value)` of each part.
@@ -279,6 +287,31 @@ impl Acc {
                 "{{ float mm = abs2({x}); if (mm > {a}m) {{ {a}x = {x}.x; {a}y = {x}.y; {a}m = mm; {a}i = {r}; }} }}"
             ),
             (ReduceOp::MaxMag, _) => format!("{{ float mm = fabsf({x}); if (mm > {a}m) {{ {a}x = {x}; {a}m = mm; {a}i = {r}; }} }}"),
+        }
+    }
+    /// Declarations of the f32 partial `p` that a sum adds [`REDUCE_UNROLL`] points into before
+    /// they reach its f64 accumulator (nothing for the other reductions, which fold in f32).
+    fn partial_decl(op: ReduceOp, dt: DType, p: &str) -> String {
+        match (op, dt) {
+            (ReduceOp::Sum, DType::C64) => format!("    float {p}x = 0.0f, {p}y = 0.0f;\n"),
+            (ReduceOp::Sum, _) => format!("    float {p}x = 0.0f;\n"),
+            _ => String::new(),
+        }
+    }
+    /// Folds `x` into the f32 partial `p` of a sum; `None` for reductions without one.
+    fn partial_fold(op: ReduceOp, dt: DType, p: &str, x: &str) -> Option<String> {
+        match (op, dt) {
+            (ReduceOp::Sum, DType::C64) => Some(format!("{p}x += {x}.x; {p}y += {x}.y;")),
+            (ReduceOp::Sum, _) => Some(format!("{p}x += {x};")),
+            _ => None,
+        }
+    }
+    /// Adds the f32 partial `p` to the accumulator `a`.
+    fn partial_flush(op: ReduceOp, dt: DType, a: &str, p: &str) -> String {
+        match (op, dt) {
+            (ReduceOp::Sum, DType::C64) => format!("    {a}x += (double){p}x; {a}y += (double){p}y;\n"),
+            (ReduceOp::Sum, _) => format!("    {a}x += (double){p}x;\n"),
+            _ => String::new(),
         }
     }
     /// Merges accumulator `b` into `a` (keeping the first of equal candidates).
@@ -354,7 +387,9 @@ pub(crate) fn joins(ctx: &Ctx, run: &[&KernelGroup], next: &KernelGroup) -> bool
 /// output to finish (an atomic counter per output) adds them in split order and stores the
 /// result: the sum stays in f64 until its one final rounding and does not depend on the order
 /// the blocks ran in. (Rounding each partial to f32 first costs near-cancelling sums, such as a
-/// batchnorm's `Σ dy`, most of their digits.)
+/// batchnorm's `Σ dy`, most of their digits. The f32 partials of [`REDUCE_UNROLL`] points
+/// that each thread adds first round at most three times per four points, wherever the sum
+/// stands: their errors do not grow with the reduced range.)
 pub(crate) fn reduce(
     ctx: &Ctx,
     groups: &[&KernelGroup],
@@ -394,17 +429,28 @@ pub(crate) fn reduce(
     // Lanes per output and splits of the reduced range over blocks: enough blocks for eight
     // per SM (the device's `fill_blocks`), so the loads of many blocks are in flight at once.
     let fill = ctx.target.device.fill_blocks();
-    let (lanes, splits) = if r_n <= 32 {
-        (1usize, 1usize)
+    // A block of 256 threads serves `per_block` outputs: one, or [`COLUMN_OUTPUTS`] consecutive
+    // ones where the domain's innermost axis is kept (a `[B, T, D]` gradient summed over B and
+    // T into D features), so that the block's threads read consecutive addresses; with one
+    // output per block its 256 lanes read one element every D.
+    let column = !axes.contains(&(domain.len() - 1)) && domain.last().is_some_and(|&d| d > 1);
+    let (lanes, splits, per_block) = if r_n <= 32 {
+        (1usize, 1usize, 1usize)
     } else if r_n <= 4096 || o_n >= 2048 {
-        (32, 1)
+        (32, 1, 1)
     } else {
-        let s = if op == ReduceOp::Sum && o_n < fill {
-            fill.div_ceil(o_n).min(r_n.div_ceil(4096)).min(ctx.target.device.max_grid[1]).max(1)
+        let per_block = if column { COLUMN_OUTPUTS } else { 1 };
+        // At least 4096 points per split and lane group (1024 in columns: 32 lanes an output).
+        let least = if column { 1024 } else { 4096 };
+        let s = if op == ReduceOp::Sum && o_n.div_ceil(per_block) < fill {
+            fill.div_ceil(o_n.div_ceil(per_block))
+                .min(r_n.div_ceil(least))
+                .min(ctx.target.device.max_grid[1])
+                .max(1)
         } else {
             1
         };
-        (256, s)
+        (BLOCK as usize / per_block, s, per_block)
     };
     let chunk = r_n.div_ceil(splits);
     let accs: Vec<Acc> = reds.iter().map(|r| Acc::of(r.2, r.4)).collect();
@@ -418,7 +464,13 @@ pub(crate) fn reduce(
         rstr[a] = s;
         s *= domain[a];
     }
-    let grid_x = if lanes == 256 { ctx.grid_for(o_n, 1) } else { ctx.grid_for(o_n * lanes, BLOCK as usize) };
+    // Whether a block's 256 threads serve `per_block` outputs, merging through shared memory.
+    let blockwide = lanes * per_block == BLOCK as usize;
+    let grid_x = if blockwide {
+        ctx.grid_for(o_n.div_ceil(per_block), 1)
+    } else {
+        ctx.grid_for(o_n * lanes, BLOCK as usize)
+    };
     let parts: usize = accs.iter().map(|a| a.parts.len()).sum();
     let buffers: Vec<Value> = inputs.iter().copied().chain(reds.iter().map(|r| r.0)).collect();
     // Besides the buffers: the domain, the threads of the grid-stride loop over outputs, the
@@ -426,17 +478,29 @@ pub(crate) fn reduce(
     let index =
         ctx.indexing(&buffers, &[dn, grid_x as usize * BLOCK as usize, splits * chunk, splits * o_n * parts]);
     let mut code = open_kernel(name, &index);
-    let _ = writeln!(code, "  const u32 lane = threadIdx.x % {lanes}u;");
-    let _ = writeln!(code, "  const ix first = ((ix)blockIdx.x * blockDim.x + threadIdx.x) / {lanes}u;");
-    let _ = writeln!(code, "  const ix stride = ((ix)gridDim.x * blockDim.x) / {lanes}u;");
-    if lanes == 256 {
+    if blockwide {
+        // Thread `slot` of each group of `per_block` serves output `ob + slot`; `lane` numbers the
+        // threads of one output. The loop over output groups has the same trips in every thread
+        // of the block (its barriers need them all).
+        let _ = writeln!(
+            code,
+            "  const u32 slot = threadIdx.x % {per_block}u, lane = threadIdx.x / {per_block}u;"
+        );
         for (j, acc) in accs.iter().enumerate() {
             for (t, s, _) in &acc.parts {
-                let _ = writeln!(code, "  __shared__ {t} sh{j}{s}[{}];", BLOCK / 32);
+                let _ = writeln!(code, "  __shared__ {t} sh{j}{s}[{}];", BLOCK as usize / 32 * per_block);
             }
         }
+        let _ = writeln!(
+            code,
+            "  for (ix ob = (ix)blockIdx.x * {per_block}u; ob < {o_n}u; ob += (ix)gridDim.x * {per_block}u) {{\n    const ix o = ob + slot;"
+        );
+    } else {
+        let _ = writeln!(code, "  const u32 lane = threadIdx.x % {lanes}u;");
+        let _ = writeln!(code, "  const ix first = ((ix)blockIdx.x * blockDim.x + threadIdx.x) / {lanes}u;");
+        let _ = writeln!(code, "  const ix stride = ((ix)gridDim.x * blockDim.x) / {lanes}u;");
+        let _ = writeln!(code, "  for (ix o = first; o < {o_n}u; o += stride) {{");
     }
-    let _ = writeln!(code, "  for (ix o = first; o < {o_n}u; o += stride) {{");
     for (j, acc) in accs.iter().enumerate() {
         acc.decl(&mut code, &format!("a{j}"));
     }
@@ -445,9 +509,24 @@ pub(crate) fn reduce(
         "    const ix rb = {};",
         if splits > 1 { format!("(ix)blockIdx.y * {chunk}u") } else { "0u".into() }
     );
-    let _ = writeln!(code, "    const ix re_ = min(rb + (ix){chunk}u, (ix){r_n}u);");
-    // Unrolled so that the loads of several points are in flight at once (no stores inside).
-    let _ = writeln!(code, "    #pragma unroll 4\n    for (ix r = rb + lane; r < re_; r += {lanes}u) {{");
+    let _ = writeln!(
+        code,
+        "    const ix re_ = {}min(rb + (ix){chunk}u, (ix){r_n}u);",
+        if per_block > 1 { format!("o >= {o_n}u ? rb : ") } else { String::new() }
+    );
+    // Four points per trip, unrolled so that their loads are in flight at once (no stores
+    // inside). Sums add the four in f32 and then the f32 partial to the f64 accumulator: one
+    // conversion to f64 per four points instead of one per point (conversions to f64 run at a
+    // sixteenth of the FP32 rate on sm_90; the seed network's batchnorm backward folds eight
+    // sums per point), at a cost of at most three f32 roundings per four points.
+    let _ = writeln!(code, "    for (ix r4 = rb + lane; r4 < re_; r4 += {}u) {{", REDUCE_UNROLL * lanes);
+    for (j, &(_, _, op, _, dt)) in reds.iter().enumerate() {
+        let _ = write!(code, "{}", Acc::partial_decl(op, dt, &format!("p{j}")));
+    }
+    let _ = writeln!(
+        code,
+        "    #pragma unroll\n    for (u32 u = 0; u < {REDUCE_UNROLL}u; ++u) {{\n    const ix r = r4 + u * {lanes}u;\n    if (r < re_) {{"
+    );
     let mut coords = Vec::new();
     for a in 0..domain.len() {
         let e = if kept.contains(&a) {
@@ -481,12 +560,21 @@ pub(crate) fn reduce(
     for (j, &(red, x, op, _, dt)) in reds.iter().enumerate() {
         let xv =
             vars.get(&x).ok_or_else(|| format!("{red}: its operand {x} is not available in the kernel"))?;
-        let _ = writeln!(code, "    {}", Acc::fold(op, dt, &format!("a{j}"), xv, "r"));
+        let fold = match Acc::partial_fold(op, dt, &format!("p{j}"), xv) {
+            Some(f) => f,
+            None => Acc::fold(op, dt, &format!("a{j}"), xv, "r"),
+        };
+        let _ = writeln!(code, "    {fold}");
+    }
+    code.push_str("    }\n    }\n");
+    for (j, &(_, _, op, _, dt)) in reds.iter().enumerate() {
+        let _ = write!(code, "{}", Acc::partial_flush(op, dt, &format!("a{j}"), &format!("p{j}")));
     }
     code.push_str("    }\n");
     if lanes >= 32 {
-        // Warp tree: lane 0 of each warp ends with the warp's accumulator.
-        code.push_str("    for (int off = 16; off > 0; off >>= 1) {\n");
+        // Warp tree: the first `per_block` threads of each warp end with the warp's
+        // accumulators (of outputs `ob + slot`).
+        let _ = writeln!(code, "    for (int off = 16; off >= {per_block}; off >>= 1) {{");
         for (j, (acc, r)) in accs.iter().zip(&reds).enumerate() {
             for (t, s, _) in &acc.parts {
                 let _ = writeln!(code, "      {t} b{j}{s} = __shfl_down_sync(0xffffffffu, a{j}{s}, off);");
@@ -495,30 +583,32 @@ pub(crate) fn reduce(
         }
         code.push_str("    }\n");
     }
-    if lanes == 256 {
-        code.push_str("    if ((lane & 31u) == 0u) {\n");
+    if blockwide {
+        let _ = writeln!(code, "    if ((threadIdx.x & 31u) < {per_block}u) {{");
         for (j, acc) in accs.iter().enumerate() {
             for (_, s, _) in &acc.parts {
-                let _ = writeln!(code, "      sh{j}{s}[lane >> 5] = a{j}{s};");
+                let _ = writeln!(code, "      sh{j}{s}[(threadIdx.x >> 5) * {per_block}u + slot] = a{j}{s};");
             }
         }
         code.push_str("    }\n    __syncthreads();\n    if (lane == 0u) {\n");
         let _ = writeln!(code, "      for (u32 w = 1; w < {}u; ++w) {{", BLOCK / 32);
         for (j, (acc, r)) in accs.iter().zip(&reds).enumerate() {
             for (t, s, _) in &acc.parts {
-                let _ = writeln!(code, "        {t} b{j}{s} = sh{j}{s}[w];");
+                let _ = writeln!(code, "        {t} b{j}{s} = sh{j}{s}[w * {per_block}u + slot];");
             }
             let _ = writeln!(code, "        {}", Acc::merge(r.2, r.4, &format!("a{j}"), &format!("b{j}")));
         }
         code.push_str("      }\n    }\n    __syncthreads();\n");
     }
+    // The thread that stores an output (past the last output in a group of `per_block`: none).
+    let lead = if per_block > 1 { format!("lane == 0u && o < {o_n}u") } else { "lane == 0u".to_string() };
     let mut scratch_bytes = 0;
     if splits > 1 {
         // Partials: double [splits][o_n][parts]; then one u32 counter per output, which the
         // last block puts back to 0 for the next step (the runtime zeroes scratch once).
         let counters = scratch + splits * o_n * parts * 8;
         scratch_bytes = counters + 4 * o_n - scratch;
-        code.push_str("    if (lane == 0u) {\n");
+        let _ = writeln!(code, "    if ({lead}) {{");
         let _ = writeln!(
             code,
             "      double* part = (double*)(A + {scratch}ull) + ((ix)blockIdx.y * {o_n}u + o) * {parts}u;"
@@ -560,7 +650,7 @@ pub(crate) fn reduce(
     } else {
         for (j, &(red, _, op, _, dt)) in reds.iter().enumerate() {
             let res = Acc::result(op, dt, &format!("a{j}"));
-            let _ = writeln!(code, "    if (lane == 0u) {}[o] = {res};", ctx.ptr(red)?);
+            let _ = writeln!(code, "    if ({lead}) {}[o] = {res};", ctx.ptr(red)?);
         }
     }
     code.push_str("  }\n}\n");

@@ -86,7 +86,7 @@ use crate::ir::*;
 use crate::passes::fusion::{GroupKind, KernelGroup};
 use crate::passes::memplan::ArenaPlan;
 use crate::passes::Program;
-use crate::target::{CudaTarget, IndexChoice, TcHalf, TcStaging, TcTile};
+use crate::target::{CudaTarget, IndexChoice, TcFragments, TcHalf, TcStaging, TcTile};
 use std::fmt::Write;
 
 /// Threads per block of the generated kernels.
@@ -703,6 +703,12 @@ static __device__ __forceinline__ unsigned short f16_bits(float x) {
   unsigned short b; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(b) : "f"(x)); return b;
 }
 static __device__ __forceinline__ u32 ld_u32(const unsigned short* p) { return *(const u32*)p; }
+// Four 8 x 8 matrices of 16-bit words from shared memory (sm_75+): lanes 8i..8i+7 give the
+// row addresses of matrix i; register i of lane t holds row t/4, words 2(t%4), 2(t%4)+1 of it.
+static __device__ __forceinline__ void ldsm4(u32* r, const unsigned short* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+    : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"((u32)__cvta_generic_to_shared(p)));
+}
 // Asynchronous 4-byte copy global -> shared (sm_80+), zero-filled when `ok` is false (the
 // source is then not read); a commit closes a group, wait1 leaves at most one group pending.
 static __device__ __forceinline__ void cp_async4(float* dst, const float* src, bool ok) {

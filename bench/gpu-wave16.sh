@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# H200 run of 2026-12-03 (night): every GPU test on this build (.gpu/gpu), in five processes
+# side by side (the tests compare against the f64 interpreter on the CPU, which is what takes
+# the time; none of them measures device memory):
+# 1. every example forward and backward, and trained with the real plan (fp32);
+# 2. 64-bit indexed kernels;
+# 3. fixtures, volumes, attention, batched matmuls, check mode, overlapped steps;
+# 4. the reduced-precision end-to-end error report;
+# 5. tf32, bf16 and fp16 on the examples, kernel by kernel.
+# Builds nothing. The summary and one archive of logs in $OUT.
+. "$(dirname "$0")/gpu-prologue.sh"
+run() {
+  local tag=$1; shift
+  local t0=$(date +%s)
+  CVC_REQUIRE_GPU=1 timeout ${CVC_SUITE_LIMIT:-520} .gpu/gpu --test-threads=1 "$@" >"$W/$tag.log" 2>&1
+  echo "$tag: exit $? in $(( $(date +%s) - t0 )) s" >"$W/$tag.status"
+}
+run examples every_example_ &
+run sixty_four sixty_four_bit &
+run rest every_fixture volume_layers attention_kernels batched_matmul check_mode overlapped_steps &
+run report reduced_precision_end_to_end &
+run precision reduced_precision_kernels &
+wait
+for t in examples sixty_four rest report precision; do
+  cat "$W/$t.status" | tee -a "$S"
+  grep -E "^test |test result" "$W/$t.log" | cut -c1-160 | tee -a "$S"
+  grep -h -i -E "mismatch|panicked" "$W/$t.log" | head -6 | cut -c1-300 | tee -a "$S"
+done
+tar czf "$O/logs.tgz" -C "$W" . 2>/dev/null
