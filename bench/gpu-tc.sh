@@ -10,7 +10,8 @@
 #    the profile of the default's contractions; CVC_TC_RUNS overrides the list ('|'-separated
 #    `FILE BATCH PRECISION SPEC` items, e.g. "seed_cnn 1024 bf16 tc16=tf32").
 # Builds nothing (.gpu/gpu; CVC_GPU_TEST_BIN names another test binary, e.g. an older build
-# to compare side by side, and CVC_TC_TAG labels its rows). Usage: bench/gpu-tc.sh
+# to compare side by side, CVC_TC_TAG labels its rows, CVC_TC_PROFILE=0 skips the profiles,
+# CVC_BENCH_BUDGET plans under a memory budget). Usage: bench/gpu-tc.sh
 # [tests|bench]... (default both).
 # One summary file in $OUT; a table last.
 set -u
@@ -45,12 +46,12 @@ for what in ${*:-tests bench}; do
         set -- $run
         tag=$(echo "$4" | tr '=,' '__')
         prof=none
-        [ "$4" = default ] && prof=$3
+        [ "$4" = default ] && [ "${CVC_TC_PROFILE:-1}" = 1 ] && prof=$3
         CVC_KERNELS=$4 CVC_BENCH_FILE=examples/$1.cvnn CVC_BENCH_BATCH=$2 CVC_BENCH_PRECISIONS=$3 \
           CVC_BENCH_PROFILE=$([ $prof = none ] || echo $prof) CVC_BENCH_STEPS=10 timeout 120 \
           "$GPU" bench_seed_cnn --ignored --nocapture --test-threads=1 >"$O/b.out" 2>"$O/bench-$1-$3-$tag$TAG.err"
         grep -h -o '{"mode.*}' "$O/b.out" | sed "s/^{/{\"choice\": \"$4$TAG\", /" | tee -a "$O/tc.jsonl" | say
-        [ $prof = none ] || grep -h -A20 "profile (kernels" "$O/bench-$1-$3-$tag.err" | say
+        [ $prof = none ] || grep -h -A20 "profile (kernels" "$O/bench-$1-$3-$tag$TAG.err" | say
       done
       python3 - "$O/tc.jsonl" <<'PY' | say
 import json, sys

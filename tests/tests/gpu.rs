@@ -122,6 +122,17 @@ fn load_stored(
     optimizer: Option<Optimizer>,
     half: cvc_compiler::ir::Storage,
 ) -> Example {
+    load_budgeted(path, batch, optimizer, half, None)
+}
+
+/// [`load_stored`] planned under a memory budget (`cvc train --memory-budget`).
+fn load_budgeted(
+    path: &Path,
+    batch: usize,
+    optimizer: Option<Optimizer>,
+    half: cvc_compiler::ir::Storage,
+    memory_budget: Option<u64>,
+) -> Example {
     let name = path.display().to_string();
     let src = std::fs::read_to_string(path).expect("readable example");
     let mut checked = check_source(&name, &src, Mode::Train).unwrap_or_else(|d| panic!("{name}: {d:?}"));
@@ -131,7 +142,7 @@ fn load_stored(
     }
     let classes = checked.inputs.iter().filter_map(|i| i.classes.map(|c| (i.name.clone(), c))).collect();
     let optimizer = optimizer.unwrap_or_else(|| checked.train.optimizer.clone());
-    let opts = Options { batch, optimizer, half, ..Options::default() };
+    let opts = Options { batch, optimizer, half, memory_budget, ..Options::default() };
     let program = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
     Example { name, program, classes }
 }
@@ -389,6 +400,7 @@ fn train_two_steps(path: &Path, rng: &mut SplitMix64) -> Vec<String> {
 /// random data resident on the device as the peers keep it, 3 warm-up steps, then the median
 /// of `CVC_BENCH_STEPS` (default 20) synchronised steps, in the precisions of
 /// `CVC_BENCH_PRECISIONS` (comma-separated, default fp32,tf32,bf16,fp16).
+/// `CVC_BENCH_BUDGET` (e.g. `4.6GiB`) plans under that memory budget, as `--memory-budget`.
 /// Prints one JSON line per precision (`mode`, `peak_mib`, `step_ms`, ...) and, for fp32 and
 /// bf16 (or those of `CVC_BENCH_PROFILE`, empty for none), a per-kernel profile naming each of the slowest kernels'
 /// layers.
@@ -405,10 +417,14 @@ fn bench_seed_cnn() {
     let file = std::env::var("CVC_BENCH_FILE").unwrap_or_else(|_| "examples/seed_cnn.cvnn".into());
     let stem = Path::new(&file).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let profiled = precisions_of("CVC_BENCH_PROFILE", "fp32,bf16");
+    // `CVC_BENCH_BUDGET=4.6GiB`: plan under a memory budget, as `cvc train --memory-budget`.
+    let budget = std::env::var("CVC_BENCH_BUDGET").ok().map(|b| {
+        cvc_compiler::units::parse_bytes(&b).unwrap_or_else(|e| panic!("CVC_BENCH_BUDGET={b}: {e}"))
+    });
     let mut rng = SplitMix64::new(seed_for("gpu::bench_seed_cnn"));
     for precision in precisions_of("CVC_BENCH_PRECISIONS", "fp32,tf32,bf16,fp16") {
         let t = std::time::Instant::now();
-        let ex = load_stored(&root.join(&file), batch, None, precision.storage());
+        let ex = load_budgeted(&root.join(&file), batch, None, precision.storage(), budget);
         let compile_s = t.elapsed().as_secs_f64();
         let g = &ex.program.graph;
         let session = Session::new(g, batch, 7);

@@ -121,6 +121,17 @@ pub fn unfused(g: &Graph) -> Fusion {
 /// network stored two such chains as 64 MiB temporaries at its peak; bench/GPU-NOTES.md).
 pub const INLINE_CAP: usize = 64;
 
+/// Most distinct full-size stored tensors a chain of sums may read before its last sum is
+/// stored instead: the node cap bounds arithmetic, this one bounds memory traffic. A
+/// pre-norm transformer's residual stream `x + a₁ + m₁ + a₂ + …` is one add per block: under
+/// the node cap alone every reader of the last block's input re-added all 25 stored branch
+/// outputs (the ViT example's norm and gradient kernels read up to 40 stored `[B, 256, 192]`
+/// tensors a launch, 195 GiB a step in all; 137 GiB with this cap, the arena the same). Only
+/// adds and subtractions of operands of their own shape count: other cones (a norm's
+/// backward) read a few tensors many ways, and a cap on them stores gradients as
+/// temporaries that grow the arena (tried: the seed network 141.7 → 150.6 MiB).
+pub const INLINE_READS_CAP: usize = 2;
+
 /// The kind of group a node roots when it is materialised.
 fn kind_of(op: &Op) -> GroupKind {
     match op.class() {
@@ -150,7 +161,7 @@ fn inlines_operands(op: &Op) -> bool {
 
 /// Which values must be written to memory: leaves, outputs, the results of reductions,
 /// contractions, movement and views, and elementwise values that a non-elementwise user
-/// reads or whose inline cone exceeds [`INLINE_CAP`] (except the parts of a real/imag
+/// reads or whose inline cone exceeds [`INLINE_CAP`] or [`INLINE_READS_CAP`] (except the parts of a real/imag
 /// combine, which are always computed inside the combine's kernel).
 pub fn materialization(g: &Graph) -> Vec<bool> {
     materialization_keeping(g, &[])
@@ -172,6 +183,8 @@ pub fn materialization_keeping(g: &Graph, keep: &[Value]) -> Vec<bool> {
     let mut mat = vec![false; g.nodes.len()];
     // The distinct inlined nodes each value would recompute; `None` once past the cap.
     let mut cone: Vec<Option<Vec<Value>>> = vec![Some(Vec::new()); g.nodes.len()];
+    // The distinct full-size stored tensors each value's cone reads.
+    let mut reads: Vec<Vec<Value>> = vec![Vec::new(); g.nodes.len()];
     for (h, n) in g.nodes.iter() {
         let i = h.index();
         let us = &users[i];
@@ -181,6 +194,29 @@ pub fn materialization_keeping(g: &Graph, keep: &[Value]) -> Vec<bool> {
             (_, OpClass::Leaf) => true,
             (_, OpClass::Elementwise) => {
                 let mut set = Some(vec![h]);
+                // A sum's chain reads: the stored full-size operands of it and of the sums it
+                // inlines. Other inlined nodes end the chain (a norm's backward reads a few
+                // tensors many ways and recomputes cheaply; only a chain of adds grows by a
+                // stored tensor per node).
+                // Batch-free sums (a parameter's gradient assembled from padded pieces) are a
+                // few bytes: recomputing them costs nothing, a kernel of their own a launch.
+                let sum =
+                    matches!(n.op, Op::Binary(BinaryOp::Add | BinaryOp::Sub)) && n.ty.shape.batch_power() > 0;
+                let mut read: Vec<Value> = Vec::new();
+                for &o in n.inputs.iter().filter(|_| sum) {
+                    let from: &[Value] = if !mat[o.index()] {
+                        &reads[o.index()]
+                    } else if g.ty(o).shape == n.ty.shape && !matches!(g.node(o).op, Op::Scalar { .. }) {
+                        std::slice::from_ref(&o)
+                    } else {
+                        &[]
+                    };
+                    for &v in from {
+                        if !read.contains(&v) {
+                            read.push(v);
+                        }
+                    }
+                }
                 for o in n.inputs.iter().filter(|o| !mat[o.index()]) {
                     set = match (set, &cone[o.index()]) {
                         (Some(mut s), Some(os)) => {
@@ -196,11 +232,13 @@ pub fn materialization_keeping(g: &Graph, keep: &[Value]) -> Vec<bool> {
                 }
                 let only_combined = !us.is_empty()
                     && us.iter().all(|&u| matches!(g.node(u).op, Op::Binary(BinaryOp::Complex)));
-                let over = set.is_none();
+                let over = set.is_none() || read.len() > INLINE_READS_CAP;
                 cone[i] = set;
+                reads[i] = read;
                 let m = roots[i] || us.is_empty() || foreign_user || (over && !only_combined);
                 if m {
                     cone[i] = Some(Vec::new());
+                    reads[i].clear();
                 }
                 m
             }

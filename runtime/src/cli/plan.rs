@@ -694,6 +694,10 @@ pub fn json(p: &Program, src: &str) -> serde_json::Value {
     let lines = LineIndex::new(src);
     let g = &p.graph;
     let plan = &p.plan;
+    let value_bytes = |v: Value| match plan.slots.get(v.index()) {
+        Some(Some(slot)) => slot.bytes,
+        _ => g.ty(v).bytes(plan.batch),
+    };
     let kernels: Vec<serde_json::Value> = p
         .order
         .iter()
@@ -703,7 +707,12 @@ pub fn json(p: &Program, src: &str) -> serde_json::Value {
                 "kind": kind_name(k.kind),
                 "nodes": k.nodes.len(),
                 "domain": k.domain.to_string(),
+                "inputs": k.inputs.iter().map(|i| i.index()).collect::<Vec<_>>(),
                 "outputs": k.outputs.iter().map(|o| o.index()).collect::<Vec<_>>(),
+                // What the launch moves through memory (at the plan's storage widths): the
+                // traffic that fusion and recomputation trade against arena bytes.
+                "read_bytes": k.inputs.iter().map(|&i| value_bytes(i)).sum::<usize>(),
+                "written_bytes": k.outputs.iter().map(|&o| value_bytes(o)).sum::<usize>(),
                 "label": kernel_label(p, gi),
             })
         })
