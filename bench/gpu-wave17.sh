@@ -21,22 +21,6 @@ for p in fp32 tf32; do
   PYTHONPATH=bench/vit PYTHONUNBUFFERED=1 timeout 150 python3 bench/vit/jax_vit.py --tokens 256 --batch 128 \
     --precision $p --steps 5 2>"$W/jax-vit-$p.err" | tee -a "$S"
 done
-run() {
-  local tag=$1; shift
-  local t0=$(date +%s)
-  CVC_REQUIRE_GPU=1 timeout ${CVC_SUITE_LIMIT:-300} .gpu/gpu --test-threads=1 "$@" >"$W/$tag.log" 2>&1
-  echo "$tag: exit $? in $(( $(date +%s) - t0 )) s" >"$W/$tag.status"
-}
-run examples every_example_ &
-run sixty_four sixty_four_bit &
-run rest every_fixture volume_layers attention_kernels batched_matmul check_mode overlapped_steps &
-run report reduced_precision_end_to_end &
-run precision reduced_precision_kernels &
-wait
-for t in examples sixty_four rest report precision; do
-  cat "$W/$t.status" | tee -a "$S"
-  grep -E "^test |test result" "$W/$t.log" | cut -c1-160 | tee -a "$S"
-  grep -h -i -E "mismatch|panicked" "$W/$t.log" | head -6 | cut -c1-300 | tee -a "$S"
-done
+. bench/gpu-suite.sh
 tar czf "$O/logs.tgz" -C "$W" . 2>/dev/null
 grep -v '^{' "$S" | tail -60

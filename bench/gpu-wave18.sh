@@ -9,23 +9,7 @@ OUT=$W CVC_TC_RUNS="vit_sar 128 fp32 default" bash bench/gpu-tc.sh bench >/dev/n
 OUT=$W CVC_TC_APPEND=1 CVC_TC_PROFILE=0 CVC_BENCH_BUDGET=4.6GiB CVC_TC_TAG=-budget \
   CVC_TC_RUNS="vit_sar 128 fp32 default" bash bench/gpu-tc.sh bench >/dev/null
 cat "$W/summary.txt" >>"$S"; : >"$W/summary.txt"
-run() {
-  local tag=$1; shift
-  local t0=$(date +%s)
-  CVC_REQUIRE_GPU=1 timeout ${CVC_SUITE_LIMIT:-300} .gpu/gpu --test-threads=1 "$@" >"$W/$tag.log" 2>&1
-  echo "$tag: exit $? in $(( $(date +%s) - t0 )) s" >"$W/$tag.status"
-}
-run examples every_example_ &
-run sixty_four sixty_four_bit &
-run rest every_fixture volume_layers attention_kernels batched_matmul check_mode overlapped_steps &
-run report reduced_precision_end_to_end &
-run precision reduced_precision_kernels &
-wait
-for t in examples sixty_four rest report precision; do
-  cat "$W/$t.status" | tee -a "$S"
-  grep -E "^test |test result" "$W/$t.log" | cut -c1-160 | tee -a "$S"
-  grep -h -i -E "mismatch|panicked" "$W/$t.log" | head -6 | cut -c1-300 | tee -a "$S"
-done
+. bench/gpu-suite.sh
 rm -f "$W/b.out"
 tar czf "$O/logs.tgz" -C "$W" . 2>/dev/null
 grep -v '^{' "$S" | tail -40

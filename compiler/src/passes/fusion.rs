@@ -121,7 +121,7 @@ pub fn unfused(g: &Graph) -> Fusion {
 /// network stored two such chains as 64 MiB temporaries at its peak; bench/GPU-NOTES.md).
 pub const INLINE_CAP: usize = 64;
 
-/// Most distinct full-size stored tensors a chain of sums may read before its last sum is
+/// Most distinct full-size stored tensors a chain of batched sums may read before its last sum is
 /// stored instead: the node cap bounds arithmetic, this one bounds memory traffic. A
 /// pre-norm transformer's residual stream `x + a₁ + m₁ + a₂ + …` is one add per block: under
 /// the node cap alone every reader of the last block's input re-added all 25 stored branch
