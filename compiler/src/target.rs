@@ -186,6 +186,35 @@ pub struct KernelConfig {
     pub tc16: TcHalf,
     /// How the 16-bit tensor-core GEMM loads its fragments from shared memory.
     pub tc_frag: TcFragments,
+    /// How the fp32 GEMM multiplies complex by complex operands.
+    pub cmul: ComplexProducts,
+    /// The fp32 GEMM's block tile.
+    pub fma_tile: FmaTile,
+}
+
+/// How the fp32 (FMA) implicit GEMM forms a complex × complex product
+/// (`compiler/src/back/cuda/gemm.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ComplexProducts {
+    /// Four real products per complex term: `re = Σ ar·br − ai·bi`, `im = Σ ar·bi + ai·br`.
+    #[default]
+    Four,
+    /// Three (Gauss): `t₁ = Σ ar·br`, `t₂ = Σ ai·bi`, `t₃ = Σ (ar + ai)(br + bi)`, then
+    /// `re = t₁ − t₂`, `im = t₃ − t₁ − t₂`. A quarter fewer multiply-adds (the operand sums
+    /// are formed once per register-tile row and column), three accumulators per output
+    /// instead of two, and an error bound of `Σ (|ar| + |ai|)(|br| + |bi|)` rather than
+    /// `Σ |a||b|` on the imaginary part.
+    Three,
+}
+
+/// The fp32 implicit GEMM's block tile (256 threads on a 16 × 16 grid).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FmaTile {
+    /// At most 64 × 64 (32 × 128 for M ≤ 32): register tiles of 4 × 4.
+    #[default]
+    Narrow,
+    /// At most 128 × 64 (M ≥ 128): register tiles of 8 × 4.
+    Tall,
 }
 
 /// How the 16-bit tensor-core GEMM (`m16n8k16`) reads its operand fragments from shared memory.
@@ -259,6 +288,8 @@ impl Default for KernelConfig {
             tc_tile: TcTile::default(),
             tc16: TcHalf::default(),
             tc_frag: TcFragments::default(),
+            cmul: ComplexProducts::default(),
+            fma_tile: FmaTile::default(),
         }
     }
 }
@@ -266,7 +297,8 @@ impl Default for KernelConfig {
 /// The keys of a kernel spec, with their values, for messages and `--help`.
 pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|gemm|ot2|ot4|pf|ot2pf|ot4pf, \
                                     fill=BLOCKS, bk=16|32, ck=CHANNELS, grid=BLOCKS, index=auto|64, yz=BLOCKS, \
-                                    tc=plain|prefetch|async, tctile=64|128, tc16=native|tf32, frag=ldmatrix|lds";
+                                    tc=plain|prefetch|async, tctile=64|128, tc16=native|tf32, frag=ldmatrix|lds, \
+                                    cmul=4m|3m, ftile=64|128";
 
 impl KernelConfig {
     /// Reads a kernel spec: comma-separated `key=value` pairs over the defaults, e.g.
@@ -287,7 +319,9 @@ impl KernelConfig {
     /// - `tc16`: `native` (default) or `tf32`, the tensor-core GEMM's operands at the 16-bit
     ///   precisions ([`TcHalf`]);
     /// - `frag`: `ldmatrix` (default) or `lds`, the 16-bit tensor-core GEMM's fragment loads
-    ///   ([`TcFragments`]).
+    ///   ([`TcFragments`]);
+    /// - `cmul`: `4m` (default) or `3m`, the fp32 GEMM's complex products ([`ComplexProducts`]);
+    /// - `ftile`: `64` (default) or `128`, the fp32 GEMM's block tile ([`FmaTile`]).
     ///
     /// ```
     /// use cvc_compiler::target::{ConvKernel, KernelConfig};
@@ -366,6 +400,20 @@ impl KernelConfig {
                         _ => return Err(bad()),
                     }
                 }
+                "cmul" => {
+                    k.cmul = match value {
+                        "4m" => ComplexProducts::Four,
+                        "3m" => ComplexProducts::Three,
+                        _ => return Err(bad()),
+                    }
+                }
+                "ftile" => {
+                    k.fma_tile = match value {
+                        "64" => FmaTile::Narrow,
+                        "128" => FmaTile::Tall,
+                        _ => return Err(bad()),
+                    }
+                }
                 _ => return Err(format!("unknown kernel choice `{key}` (keys: {KERNEL_SPEC_KEYS})")),
             }
         }
@@ -382,6 +430,8 @@ impl KernelConfig {
             "tctile" => "64 or 128",
             "tc16" => "native or tf32",
             "frag" => "ldmatrix or lds",
+            "cmul" => "4m or 3m",
+            "ftile" => "64 or 128",
             _ => "a positive number",
         }
     }
@@ -486,6 +536,24 @@ impl fmt::Display for KernelConfig {
                 match self.tc_frag {
                     TcFragments::Ldmatrix => "frag=ldmatrix",
                     TcFragments::Lds => "frag=lds",
+                }
+                .into(),
+            );
+        }
+        if self.cmul != d.cmul {
+            parts.push(
+                match self.cmul {
+                    ComplexProducts::Four => "cmul=4m",
+                    ComplexProducts::Three => "cmul=3m",
+                }
+                .into(),
+            );
+        }
+        if self.fma_tile != d.fma_tile {
+            parts.push(
+                match self.fma_tile {
+                    FmaTile::Narrow => "ftile=64",
+                    FmaTile::Tall => "ftile=128",
                 }
                 .into(),
             );

@@ -179,11 +179,16 @@ fn every_model_generates_a_module_that_stays_inside_its_arena() {
             }
             let p = program(&name, &src, mode, batch);
             let m = generate(&p, config).unwrap_or_else(|e| panic!("{name}: {e}"));
-            // One launch per non-view group, in schedule order.
+            // One launch per non-view group, in schedule order; one per node of an attention
+            // group with its log-sum-exp fused, back to back.
             let groups: Vec<usize> =
                 p.order.iter().copied().filter(|&g| p.groups[g].kind != GroupKind::View).collect();
             let launched: Vec<usize> = m.launches.iter().map(|l| l.group).collect();
-            assert_eq!(launched, groups, "{name}: launches follow the schedule");
+            let per_group =
+                |g: usize| if p.groups[g].kind == GroupKind::Attention { p.groups[g].nodes.len() } else { 1 };
+            let expected: Vec<usize> =
+                groups.iter().flat_map(|&g| std::iter::repeat_n(g, per_group(g))).collect();
+            assert_eq!(launched, expected, "{name}: launches follow the schedule");
             assert_eq!(m.arena_bytes, p.plan.arena_bytes);
             assert_inside(&name, &m);
             // The text form names every launch.

@@ -53,7 +53,7 @@ impl AttnCase {
 }
 
 /// The variants the kernel tests cover: both scores, causal (T < S and T > S), key mask,
-/// dropout, head dimensions 8 to 128 (the narrow and the wide tilings, chunk tails), query
+/// dropout, head dimensions 7 to 128 (the narrow and the wide tilings, chunk tails, odd widths), query
 /// counts across a 64-row tile and key counts across 32- and 16-key tiles (tails everywhere).
 pub fn cases() -> Vec<AttnCase> {
     let c =
@@ -65,6 +65,9 @@ pub fn cases() -> Vec<AttnCase> {
         c(1, 20, 33, 100, 128, true, false, true, Some((0.5, 11))),
         c(1, 45, 37, 8, 72, false, true, false, None),
         c(1, 66, 40, 64, 64, true, false, false, Some((0.1, 3))),
+        // Odd head widths: the kernels' element-per-element loads instead of pairs.
+        c(2, 33, 50, 9, 7, true, false, true, None),
+        c(1, 40, 40, 7, 10, false, true, false, Some((0.2, 9))),
     ]
 }
 
@@ -124,10 +127,17 @@ pub fn program_text(c: &AttnCase) -> String {
 /// The compiled training step of `c` at `batch` (plain SGD at lr 1, as the differential
 /// tests use: a parameter's update is its gradient).
 pub fn program(c: &AttnCase, batch: usize) -> Program {
+    program_fused(c, batch, true)
+}
+
+/// [`program`], or with `fuse = false` its one-node-per-kernel baseline: the log-sum-exp then
+/// has a kernel of its own and the forward reads it (`attn_lse` and `attn_fwd` on CUDA, which
+/// the fused plan runs only for a forward recomputed under a memory budget).
+pub fn program_fused(c: &AttnCase, batch: usize, fuse: bool) -> Program {
     let text = program_text(c);
     let parsed = parse_graph(&text).unwrap_or_else(|e| panic!("{}: {e:?}\n{text}", c.name()));
     let sgd =
         Optimizer { kind: OptimizerKind::Sgd { momentum: 0.0, nesterov: false }, lr: 1.0, weight_decay: 0.0 };
-    let opts = Options { batch, optimizer: sgd, ..Options::default() };
+    let opts = Options { batch, optimizer: sgd, fuse, ..Options::default() };
     compile(parsed.graph, &opts).unwrap_or_else(|e| panic!("{}: {e}", c.name()))
 }

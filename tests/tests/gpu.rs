@@ -485,7 +485,16 @@ fn bench_seed_cnn() {
             let mut top = prof.clone();
             top.sort_by(|a, b| b.1.partial_cmp(&a.1).expect("finite"));
             for (name, ms) in top.iter().take(16) {
-                eprintln!("    {ms:9.3} ms  {name}  {}", kernel_label(&ex.program, name));
+                let res = be
+                    .kernel_resources(name)
+                    .map(|r| {
+                        format!(
+                            "  [{} regs, {} B local, {} B shared]",
+                            r.registers, r.local_bytes, r.shared_bytes
+                        )
+                    })
+                    .unwrap_or_default();
+                eprintln!("    {ms:9.3} ms  {name}  {}{res}", kernel_label(&ex.program, name));
             }
             eprintln!("every launch, in order:");
             for (name, ms) in &prof {
@@ -587,9 +596,10 @@ train Probe {
 }
 
 /// Every fused attention variant of `cvc_tests::attention::cases` (both scores, causal, key
-/// mask, dropout, heads 8 to 128, tails of every tile), one training step at batch 2 on the
-/// GPU: the log-sum-exp, forward, dq and dk‖dv kernels each against the interpreter replaying
-/// their group on the values the GPU read, and the loss end to end.
+/// mask, dropout, heads 7 to 128, odd widths, tails of every tile), one training step at batch
+/// 2 on the GPU: the forward with its log-sum-exp, dq and dk‖dv kernels each against the
+/// interpreter replaying their group on the values the GPU read, and the loss end to end; then
+/// the unfused plan, whose log-sum-exp and forward kernels run apart.
 #[test]
 fn attention_kernels_match_the_interpreter() {
     use cvc_compiler::passes::fusion::GroupKind;
@@ -598,14 +608,19 @@ fn attention_kernels_match_the_interpreter() {
     }
     let mut failures = Vec::new();
     for c in cvc_tests::attention::cases() {
-        let name = c.name();
-        let program = cvc_tests::attention::program(&c, 2);
-        assert_eq!(program.groups.iter().filter(|g| g.kind == GroupKind::Attention).count(), 4, "{name}");
-        let mut rng = SplitMix64::new(seed_for(&format!("gpu::{name}")));
-        let fails = check_training_steps(&program, &cuda, 1, PLAN_TOL, &mut rng)
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        eprintln!("{name}: {}", if fails.is_empty() { "checked" } else { "FAILS" });
-        failures.extend(fails.into_iter().map(|f| format!("{name}: {f}")));
+        // Fused: the forward computes its log-sum-exp (`attn_fwd_lse`); unfused: `attn_lse`
+        // and `attn_fwd` apart, as a recomputed forward runs them.
+        for (fuse, kernels) in [(true, 3), (false, 4)] {
+            let name = format!("{}{}", c.name(), if fuse { "" } else { " unfused" });
+            let program = cvc_tests::attention::program_fused(&c, 2, fuse);
+            let attn = program.groups.iter().filter(|g| g.kind == GroupKind::Attention).count();
+            assert_eq!(attn, kernels, "{name}");
+            let mut rng = SplitMix64::new(seed_for(&format!("gpu::{name}")));
+            let fails = check_training_steps(&program, &cuda, 1, PLAN_TOL, &mut rng)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            eprintln!("{name}: {}", if fails.is_empty() { "checked" } else { "FAILS" });
+            failures.extend(fails.into_iter().map(|f| format!("{name}: {f}")));
+        }
     }
     assert!(failures.is_empty(), "GPU attention vs interpreter mismatches:\n{}", failures.join("\n"));
 }
@@ -628,7 +643,8 @@ fn attention_flops(op: &Op, pairs: f64, d: f64, dv: f64) -> f64 {
 /// The attention kernels' speed (run with `--ignored`): B = `CVC_BENCH_BATCH` (default 128),
 /// H = 3, T = S = 256, D = Dv = 64 (the ViT's attention), real and magnitude scores, and
 /// causal with dropout (its pairs counted as the unmasked ones); each kernel timed alone (`profile_step`, the median of 5 profiles) and
-/// its executed GFLOP/s printed, forward (lse + attention) and backward (dq + dk‖dv) summed.
+/// its executed GFLOP/s printed, forward (attention with its log-sum-exp, one pass) and backward
+/// (dq + dk‖dv) summed.
 #[test]
 #[ignore = "benchmark: run on a GPU"]
 fn bench_attention() {

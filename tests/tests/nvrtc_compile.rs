@@ -614,6 +614,9 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
         ("fill=264", Some),
         ("fill=66", Some),
         ("bk=32", SomeOf(" As[")),
+        ("cmul=3m", SomeOf(" As[")),
+        ("ftile=128", SomeOf(" As[")),
+        ("cmul=3m,ftile=128", SomeOf(" As[")),
         ("grid=64", LaunchesOnly),
         // (`index=64` changes every kernel: the 64-bit code of every kernel compiles in
         // `every_model_at_a_huge_batch_generates_64_bit_kernels_that_compile`.)
@@ -731,7 +734,7 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
             // fp32 kernel choices of the direct kernels do not apply to TF32 numerics, nor the
             // tensor-core GEMM's to fp32.
             let fp32_only = precision == Precision::Tf32
-                && ["conv=", "ck=", "wgrad=", "bk="].iter().any(|k| what.starts_with(k));
+                && ["conv=", "ck=", "wgrad=", "bk=", "cmul=", "ftile="].iter().any(|k| what.starts_with(k));
             let tc_only = precision == Precision::Fp32 && what.starts_with("tc");
             match expect {
                 LaunchesOnly => assert!(launches_changed, "{what}: no launch list changed"),
@@ -822,7 +825,7 @@ fn attention_kernels_compile_with_nvrtc_for_sm90() {
         let name = c.name();
         let program = cvc_tests::attention::program(&c, 3);
         let attn = program.groups.iter().filter(|g| g.kind == GroupKind::Attention).count();
-        assert_eq!(attn, 4, "{name}: lse, forward and two gradient kernels expected");
+        assert_eq!(attn, 3, "{name}: forward (with the log-sum-exp) and two gradient kernels expected");
         let (t, s) = (c.t, c.s);
         for (v, n) in program.graph.nodes.iter() {
             let shape = n.ty.shape.resolve(3);
@@ -831,7 +834,7 @@ fn attention_kernels_compile_with_nvrtc_for_sm90() {
         }
         for target in [CudaTarget::h200(), small.clone()] {
             let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{name}: {e}"));
-            for f in ["attn_lse<", "attn_fwd<", "attn_dq<", "attn_dkv<"] {
+            for f in ["attn_fwd_lse<", "attn_dq<", "attn_dkv<"] {
                 assert_eq!(module.source.matches(f).count(), 1, "{name}: one call of {f}");
             }
             if !nvrtc {

@@ -306,6 +306,7 @@ pub fn fuse_keeping(g: &Graph, keep: &[Value]) -> Fusion {
         groups.push(KernelGroup { kind, nodes, inputs, outputs: vec![h], domain });
     }
     let groups = merge_assigns(g, groups);
+    let groups = merge_attention_lse(g, groups);
     let recomputed = recomputed_values(g, &groups);
     Fusion { groups, recomputed }
 }
@@ -374,6 +375,60 @@ fn merge_assigns(g: &Graph, groups: Vec<KernelGroup>) -> Vec<KernelGroup> {
         k.outputs.sort();
     }
     out
+}
+
+/// Moves each `AttnLse` into the group of its first user when that is the `Attention` of the
+/// same queries, keys and mask: one kernel then computes the log-sum-exp and the output in one
+/// pass over the keys (online softmax), instead of computing every score twice. The group
+/// writes both; the backward (and a recomputed forward) read the stored log-sum-exp.
+fn merge_attention_lse(g: &Graph, groups: Vec<KernelGroup>) -> Vec<KernelGroup> {
+    let users = g.users();
+    let mut lse_group: std::collections::HashMap<Value, usize> = std::collections::HashMap::new();
+    for (gi, k) in groups.iter().enumerate() {
+        if k.kind == GroupKind::Attention
+            && k.nodes.len() == 1
+            && matches!(g.node(k.nodes[0]).op, Op::AttnLse { .. })
+        {
+            lse_group.insert(k.nodes[0], gi);
+        }
+    }
+    let mut absorbed = vec![false; groups.len()];
+    let mut merges: Vec<(usize, Value)> = Vec::new();
+    for (gi, k) in groups.iter().enumerate() {
+        let &[a] = &k.nodes[..] else { continue };
+        let an = g.node(a);
+        let Op::Attention { spec } = &an.op else { continue };
+        let Some(&l) = an.inputs.get(3) else { continue };
+        let Some(&li) = lse_group.get(&l) else { continue };
+        let ln = g.node(l);
+        let Op::AttnLse { spec: ls } = &ln.op else { continue };
+        let first_user = users[l.index()].iter().copied().min();
+        let mask_same = !spec.key_mask || ln.inputs.get(2) == an.inputs.get(4);
+        let same = ls.scale == spec.scale
+            && ls.score == spec.score
+            && ls.causal == spec.causal
+            && ls.key_mask == spec.key_mask
+            && ln.inputs[..2] == an.inputs[..2]
+            && mask_same;
+        if same && first_user == Some(a) && !absorbed[li] {
+            absorbed[li] = true;
+            merges.push((gi, l));
+        }
+    }
+    let mut groups = groups;
+    for (gi, l) in merges {
+        let k = &mut groups[gi];
+        k.nodes.insert(0, l);
+        k.outputs.insert(0, l);
+        k.inputs.retain(|&i| i != l);
+        for &i in &g.node(l).inputs {
+            if !k.inputs.contains(&i) {
+                k.inputs.push(i);
+            }
+        }
+        k.inputs.sort();
+    }
+    groups.into_iter().zip(absorbed).filter(|(_, a)| !a).map(|(k, _)| k).collect()
 }
 
 /// Non-scalar values computed inside more than one group.

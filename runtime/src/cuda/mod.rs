@@ -700,6 +700,36 @@ impl CudaBackend {
     }
 }
 
+/// What one kernel of a module holds on an SM, from the driver: registers per thread, local
+/// memory (spills) per thread in bytes, and static shared memory per block in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelResources {
+    /// Registers per thread.
+    pub registers: i32,
+    /// Local memory per thread (register spills, local arrays), bytes.
+    pub local_bytes: i32,
+    /// Static shared memory per block, bytes.
+    pub shared_bytes: i32,
+}
+
+impl CudaBackend {
+    /// The driver's [`KernelResources`] of the launched kernel `name`, if the step launches it.
+    pub fn kernel_resources(&self, name: &str) -> Option<KernelResources> {
+        use sys::CUfunction_attribute_enum as A;
+        let f = self.actions.iter().find_map(|a| match a {
+            Action::Launch { f, name: n, .. } if n == name => Some(*f),
+            _ => None,
+        })?;
+        // SAFETY: `f` is a function of a module this backend loaded and still holds.
+        let get = |attr| unsafe { result::function::get_function_attribute(f, attr) }.ok();
+        Some(KernelResources {
+            registers: get(A::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+            local_bytes: get(A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+            shared_bytes: get(A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
+        })
+    }
+}
+
 impl Action {
     fn label(&self) -> String {
         match self {

@@ -208,6 +208,16 @@ pub fn generate(program: &Program, config: TargetFrontendConfig) -> CompileResul
                 loops.push(LoopKernel { group: gid, func: k.func, rows: k.rows, work: k.work });
                 CpuCall::Loop { kernel: loops.len() - 1 }
             }
+            // An attention group with its log-sum-exp fused (`fusion::merge_attention_lse`):
+            // the CPU computes the two in turn, each blocked over the keys.
+            GroupKind::Attention if grp.nodes.len() > 1 => {
+                for &v in &grp.nodes {
+                    let call = call_of(program, v)?;
+                    workspace = workspace.max(&call);
+                    launches.push(CpuLaunch { group: gid, call });
+                }
+                continue;
+            }
             GroupKind::Contraction | GroupKind::Movement | GroupKind::Attention | GroupKind::Recurrence => {
                 let v = *grp
                     .nodes

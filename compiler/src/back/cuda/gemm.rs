@@ -493,9 +493,12 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
     if ctx.precision().tensor_cores() {
         return emit_tf32(ctx, gm, v, name);
     }
-    let bm = tile(gm.m, 64);
+    let kc = &ctx.target.kernels;
+    let bm = tile(gm.m, if kc.fma_tile == FmaTile::Tall { 128 } else { 64 });
     // 64 × 128 tiles for 64-high problems measured slower than 64 × 64 (bench/GPU-NOTES.md).
     let bn = if bm <= 32 { tile(gm.n, 128) } else { tile(gm.n, 64) };
+    // Gauss's three products need both operands complex (a real operand already takes two).
+    let three = kc.cmul == ComplexProducts::Three && [gm.ta, gm.tb, gm.tc] == [DType::C64; 3];
     // Tiles of As[bk][bm + 1] and Bs[bk][bn + 1] in static shared memory.
     let tile_bytes = |bk: usize| bk * ((bm + 1) * gm.ta.bytes() + (bn + 1) * gm.tb.bytes());
     // (32-deep tiles only up to 64 wide, as measured; and only where they fit the device.)
@@ -522,8 +525,14 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
         writeln!(c, "  auto LA = [&](ix m, ix k) -> {ta} {{\n      {}\n  }};", gm.load_a.value(czero(gm.ta)));
     let _ =
         writeln!(c, "  auto LB = [&](ix k, ix n) -> {tb} {{\n      {}\n  }};", gm.load_b.value(czero(gm.tb)));
-    let _ = writeln!(c, "  {tc} acc[{tm}][{tn}];");
-    let _ = writeln!(c, "  #pragma unroll\n  for (int i = 0; i < {tm}; ++i)\n    #pragma unroll\n    for (int j = 0; j < {tn}; ++j) acc[i][j] = {};", czero(gm.tc));
+    let zero_acc = if three {
+        let _ = writeln!(c, "  float p1[{tm}][{tn}], p2[{tm}][{tn}], p3[{tm}][{tn}];");
+        "p1[i][j] = p2[i][j] = p3[i][j] = 0.0f".to_string()
+    } else {
+        let _ = writeln!(c, "  {tc} acc[{tm}][{tn}];");
+        format!("acc[i][j] = {}", czero(gm.tc))
+    };
+    let _ = writeln!(c, "  #pragma unroll\n  for (int i = 0; i < {tm}; ++i)\n    #pragma unroll\n    for (int j = 0; j < {tn}; ++j) {zero_acc};");
     // The tile loads: each thread gathers `per` elements of A and of B per K step, into
     // registers (`ra`, `rb`), which are then stored to shared memory.
     let mut fetch = String::new();
@@ -557,7 +566,19 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
     // The next tile's loads are issued before this tile's products, so their latency is
     // hidden behind the arithmetic (measured: 1% of the seed step, bench/GPU-NOTES.md).
     let _ = writeln!(c, "    if (k0 + {bk}u < ke) {{\n      const ix k0n = k0 + {bk}u;\n      {{\n        const ix k0 = k0n;\n{fetch}      }}\n    }}");
-    let body = format!("      #pragma unroll\n      for (int i = 0; i < {tm}; ++i)\n        #pragma unroll\n        for (int j = 0; j < {tn}; ++j) mac(acc[i][j], a[i], b[j]);");
+    let body = if three {
+        // t₃'s operand sums once per row and column of the register tile.
+        format!(
+            "      float sa[{tm}], sb[{tn}];\n      \
+             #pragma unroll\n      for (int i = 0; i < {tm}; ++i) sa[i] = a[i].x + a[i].y;\n      \
+             #pragma unroll\n      for (int j = 0; j < {tn}; ++j) sb[j] = b[j].x + b[j].y;\n      \
+             #pragma unroll\n      for (int i = 0; i < {tm}; ++i)\n        #pragma unroll\n        for (int j = 0; j < {tn}; ++j) {{\n          \
+             p1[i][j] = fmaf(a[i].x, b[j].x, p1[i][j]);\n          p2[i][j] = fmaf(a[i].y, b[j].y, p2[i][j]);\n          \
+             p3[i][j] = fmaf(sa[i], sb[j], p3[i][j]);\n        }}"
+        )
+    } else {
+        format!("      #pragma unroll\n      for (int i = 0; i < {tm}; ++i)\n        #pragma unroll\n        for (int j = 0; j < {tn}; ++j) mac(acc[i][j], a[i], b[j]);")
+    };
     let _ = writeln!(
         c,
         "    #pragma unroll\n    for (int kk = 0; kk < {bk}; ++kk) {{\n      {ta} a[{tm}]; {tb} b[{tn}];\n      \
@@ -565,15 +586,16 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
          #pragma unroll\n      for (int j = 0; j < {tn}; ++j) b[j] = Bs[kk][tx + j * 16];\n{body}\n    }}"
     );
     c.push_str("    __syncthreads();\n  }\n");
-    let store = if splits > 1 {
-        format!("atomic_acc(&{}, acc[i][j]);", gm.out)
+    let value = if three {
+        "const float2 r = make_float2(p1[i][j] - p2[i][j], p3[i][j] - p1[i][j] - p2[i][j]);"
     } else {
-        format!("{} = acc[i][j];", gm.out)
+        "const auto r = acc[i][j];"
     };
+    let store = if splits > 1 { format!("atomic_acc(&{}, r);", gm.out) } else { format!("{} = r;", gm.out) };
     let _ = writeln!(
         c,
         "  #pragma unroll\n  for (int i = 0; i < {tm}; ++i)\n    #pragma unroll\n    for (int j = 0; j < {tn}; ++j) {{\n      \
-         const ix m = m0 + ty + i * 16, n = n0 + tx + j * 16;\n      if (m < {}u && n < {}u) {store}\n    }}\n}}",
+         const ix m = m0 + ty + i * 16, n = n0 + tx + j * 16;\n      {value}\n      if (m < {}u && n < {}u) {store}\n    }}\n}}",
         gm.m, gm.n
     );
     let zero = if splits > 1 { vec![(ctx.offset(v)?, ctx.bytes(v))] } else { Vec::new() };

@@ -86,7 +86,9 @@ use crate::ir::*;
 use crate::passes::fusion::{GroupKind, KernelGroup};
 use crate::passes::memplan::ArenaPlan;
 use crate::passes::Program;
-use crate::target::{CudaTarget, IndexChoice, TcFragments, TcHalf, TcStaging, TcTile};
+use crate::target::{
+    ComplexProducts, CudaTarget, FmaTile, IndexChoice, TcFragments, TcHalf, TcStaging, TcTile,
+};
 use std::fmt::Write;
 
 /// Threads per block of the generated kernels.
