@@ -84,6 +84,21 @@ fn plan_summary_fits_a_screen() {
         let launched =
             json["kernels"].as_array().expect("kernels").iter().filter(|k| k["kind"] != "view").count();
         assert!(text.contains(&format!("kernels: {launched} (")), "{path}: kernel count differs from --json");
+        // Each entry names its group (what the back ends' kernel names carry), once.
+        let mut groups: Vec<u64> = json["kernels"]
+            .as_array()
+            .expect("kernels")
+            .iter()
+            .map(|k| k["group"].as_u64().unwrap_or_else(|| panic!("{path}: a kernel without `group`: {k}")))
+            .collect();
+        let n_groups = groups.len();
+        groups.sort_unstable();
+        groups.dedup();
+        assert_eq!(groups.len(), n_groups, "{path}: a group listed twice in --json");
+        assert!(
+            groups.iter().all(|&g| (g as usize) < n_groups),
+            "{path}: a group index past the plan's groups"
+        );
         let verbose = stdout(&run(&["plan", "--verbose", path]));
         let kernel_lines = verbose
             .lines()

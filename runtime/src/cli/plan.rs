@@ -704,6 +704,9 @@ pub fn json(p: &Program, src: &str) -> serde_json::Value {
         .map(|&gi| {
             let k = &p.groups[gi];
             serde_json::json!({
+                // The group's index: the back ends name its kernels after it (`k30_attn` on
+                // CUDA), so a profile's lines can be matched with these entries.
+                "group": gi,
                 "kind": kind_name(k.kind),
                 "nodes": k.nodes.len(),
                 "domain": k.domain.to_string(),

@@ -387,6 +387,35 @@ static __device__ void attn_lse(const T_q* __restrict__ q, const T_k* __restrict
   }
 }
 
+// acc += P * V for one key tile of the forward kernels: the weights of rows ty + 16a are in
+// `ps`, the tile's value rows are staged through `vs` VC at a time.
+template <int RM, int BN, int VC, int CV, int S, int DV, typename T_v>
+static __device__ __forceinline__ void attn_pv(float2 (&acc)[RM][CV], const float (*ps)[BN + 1], float2* vs,
+    const T_v* __restrict__ vb, int j0, int ty, int tx) {
+  for (int v0 = 0; v0 < BN; v0 += VC) {
+    __syncthreads();
+    attn_stage_rows<VC, S, DV>(vs, vb, j0 + v0);
+    __syncthreads();
+    #pragma unroll 4
+    for (int jj = 0; jj < VC; ++jj) {
+      float pa[RM];
+      #pragma unroll
+      for (int a = 0; a < RM; ++a) pa[a] = ps[ty + 16 * a][v0 + jj];
+      #pragma unroll
+      for (int e = 0; e < CV; ++e) {
+        if (tx + 16 * e < DV) {
+          const float2 w = vs[jj * DV + tx + 16 * e];
+          #pragma unroll
+          for (int a = 0; a < RM; ++a) {
+            acc[a][e].x = fmaf(pa[a], w.x, acc[a][e].x);
+            acc[a][e].y = fmaf(pa[a], w.y, acc[a][e].y);
+          }
+        }
+      }
+    }
+  }
+}
+
 // Attention: o_i = sum_j keep_ij exp(s_ij - lse_i) v_j.
 template <int H, int T, int S, int D, int DV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k, typename T_v, typename T_out>
 static __device__ void attn_fwd(const T_q* __restrict__ q, const T_k* __restrict__ k,
@@ -433,28 +462,7 @@ static __device__ void attn_fwd(const T_q* __restrict__ q, const T_k* __restrict
         ps[ty + 16 * a][tx + 16 * b] = p;
       }
     }
-    for (int v0 = 0; v0 < BN; v0 += VC) {
-      __syncthreads();
-      attn_stage_rows<VC, S, DV>(vs, vb, j0 + v0);
-      __syncthreads();
-      #pragma unroll 4
-      for (int jj = 0; jj < VC; ++jj) {
-        float pa[RM];
-        #pragma unroll
-        for (int a = 0; a < RM; ++a) pa[a] = ps[ty + 16 * a][v0 + jj];
-        #pragma unroll
-        for (int e = 0; e < CV; ++e) {
-          if (tx + 16 * e < DV) {
-            const float2 w = vs[jj * DV + tx + 16 * e];
-            #pragma unroll
-            for (int a = 0; a < RM; ++a) {
-              acc[a][e].x = fmaf(pa[a], w.x, acc[a][e].x);
-              acc[a][e].y = fmaf(pa[a], w.y, acc[a][e].y);
-            }
-          }
-        }
-      }
-    }
+    attn_pv<RM, BN, VC, CV, S, DV>(acc, ps, vs, vb, j0, ty, tx);
   }
   #pragma unroll
   for (int a = 0; a < RM; ++a) {
@@ -531,28 +539,7 @@ static __device__ void attn_fwd_lse(const T_q* __restrict__ q, const T_k* __rest
         ps[ty + 16 * a][tx + 16 * b] = p;
       }
     }
-    for (int v0 = 0; v0 < BN; v0 += VC) {
-      __syncthreads();
-      attn_stage_rows<VC, S, DV>(vs, vb, j0 + v0);
-      __syncthreads();
-      #pragma unroll 4
-      for (int jj = 0; jj < VC; ++jj) {
-        float pa[RM];
-        #pragma unroll
-        for (int a = 0; a < RM; ++a) pa[a] = ps[ty + 16 * a][v0 + jj];
-        #pragma unroll
-        for (int e = 0; e < CV; ++e) {
-          if (tx + 16 * e < DV) {
-            const float2 w = vs[jj * DV + tx + 16 * e];
-            #pragma unroll
-            for (int a = 0; a < RM; ++a) {
-              acc[a][e].x = fmaf(pa[a], w.x, acc[a][e].x);
-              acc[a][e].y = fmaf(pa[a], w.y, acc[a][e].y);
-            }
-          }
-        }
-      }
-    }
+    attn_pv<RM, BN, VC, CV, S, DV>(acc, ps, vs, vb, j0, ty, tx);
   }
   #pragma unroll
   for (int a = 0; a < RM; ++a) {
