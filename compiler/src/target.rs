@@ -190,6 +190,22 @@ pub struct KernelConfig {
     pub cmul: ComplexProducts,
     /// The fp32 GEMM's block tile.
     pub fma_tile: FmaTile,
+    /// How fused attention multiplies at the tensor-core precisions.
+    pub attn: AttnKernel,
+}
+
+/// How the fused attention kernels (`compiler/src/back/cuda/attention.rs`) form their
+/// products at `precision = tf32 | bf16 | fp16`. At fp32, and for the magnitude score or heads
+/// wider than 64, they always use FMA.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AttnKernel {
+    /// Every product (`q·kᴴ`, `dO·vᴴ`, `p·v`, `g·k`, `gᵀ·q`, `p̃ᵀ·dO`) on TF32 tensor cores
+    /// (`mma.sync.m16n8k8`, f32 accumulation) over the interleaved real view of the complex
+    /// rows: `Re(q·conj k)` is the real dot product of the two rows read as `2·D` reals.
+    #[default]
+    TensorCore,
+    /// The fp32 FMA kernels, as at `precision = fp32`.
+    Fma,
 }
 
 /// How the fp32 (FMA) implicit GEMM forms a complex × complex product
@@ -290,6 +306,7 @@ impl Default for KernelConfig {
             tc_frag: TcFragments::default(),
             cmul: ComplexProducts::default(),
             fma_tile: FmaTile::default(),
+            attn: AttnKernel::default(),
         }
     }
 }
@@ -298,7 +315,7 @@ impl Default for KernelConfig {
 pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|gemm|ot2|ot4|pf|ot2pf|ot4pf, \
                                     fill=BLOCKS, bk=16|32, ck=CHANNELS, grid=BLOCKS, index=auto|64, yz=BLOCKS, \
                                     tc=plain|prefetch|async, tctile=64|128, tc16=native|tf32, frag=ldmatrix|lds, \
-                                    cmul=4m|3m, ftile=64|128";
+                                    cmul=4m|3m, ftile=64|128, attn=tc|fma";
 
 impl KernelConfig {
     /// Reads a kernel spec: comma-separated `key=value` pairs over the defaults, e.g.
@@ -321,7 +338,9 @@ impl KernelConfig {
     /// - `frag`: `ldmatrix` (default) or `lds`, the 16-bit tensor-core GEMM's fragment loads
     ///   ([`TcFragments`]);
     /// - `cmul`: `4m` (default) or `3m`, the fp32 GEMM's complex products ([`ComplexProducts`]);
-    /// - `ftile`: `64` (default) or `128`, the fp32 GEMM's block tile ([`FmaTile`]).
+    /// - `ftile`: `64` (default) or `128`, the fp32 GEMM's block tile ([`FmaTile`]);
+    /// - `attn`: `tc` (default) or `fma`, the fused attention's products at the tensor-core
+    ///   precisions ([`AttnKernel`]).
     ///
     /// ```
     /// use cvc_compiler::target::{ConvKernel, KernelConfig};
@@ -414,6 +433,13 @@ impl KernelConfig {
                         _ => return Err(bad()),
                     }
                 }
+                "attn" => {
+                    k.attn = match value {
+                        "tc" => AttnKernel::TensorCore,
+                        "fma" => AttnKernel::Fma,
+                        _ => return Err(bad()),
+                    }
+                }
                 _ => return Err(format!("unknown kernel choice `{key}` (keys: {KERNEL_SPEC_KEYS})")),
             }
         }
@@ -432,6 +458,7 @@ impl KernelConfig {
             "frag" => "ldmatrix or lds",
             "cmul" => "4m or 3m",
             "ftile" => "64 or 128",
+            "attn" => "tc or fma",
             _ => "a positive number",
         }
     }
@@ -554,6 +581,15 @@ impl fmt::Display for KernelConfig {
                 match self.fma_tile {
                     FmaTile::Narrow => "ftile=64",
                     FmaTile::Tall => "ftile=128",
+                }
+                .into(),
+            );
+        }
+        if self.attn != d.attn {
+            parts.push(
+                match self.attn {
+                    AttnKernel::TensorCore => "attn=tc",
+                    AttnKernel::Fma => "attn=fma",
                 }
                 .into(),
             );

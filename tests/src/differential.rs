@@ -272,6 +272,22 @@ pub fn check_step_locally_with(
             if let Some(m) = magnitudes.as_ref().and_then(|m| m.values.get(&o)) {
                 extra = m.to_complex_vec().iter().map(|z| 2.0 * numerics.operand * z.norm()).collect();
             }
+            // Attention on tensor cores: its products' operand rounding, propagated through
+            // the softmax ([`crate::attention::tensor_core_bound`]), on the operands the device
+            // read (a fused forward's log-sum-exp as its replay computed it).
+            if numerics.operand > 0.0 && group.kind == GroupKind::Attention {
+                let node = g.node(o);
+                let ins = node
+                    .inputs
+                    .iter()
+                    .map(|i| operands.get(i).or_else(|| replay.values.get(i)))
+                    .collect::<Option<Vec<&Tensor>>>()
+                    .ok_or_else(|| {
+                        format!("{}: an attention operand was neither read nor replayed", describe(g, o))
+                    })?;
+                extra = crate::attention::tensor_core_bound(&node.op, &ins, numerics.operand)
+                    .map_err(|e| format!("{}: {e}", describe(g, o)))?;
+            }
             if g.storage(o).is_half() {
                 let w = replay.values.get(&o).map(|t| t.to_complex_vec()).unwrap_or_default();
                 extra.resize(w.len(), 0.0);

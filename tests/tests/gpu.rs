@@ -10,7 +10,7 @@ use cvc_compiler::interp::{Session, SplitMix64, Tensor, TensorData};
 use cvc_compiler::ir::{DType, Graph, Mode, Op, Value};
 use cvc_compiler::passes::pipeline::{compile, Options};
 use cvc_compiler::passes::Program;
-use cvc_compiler::target::{IndexChoice, KernelConfig, TcHalf};
+use cvc_compiler::target::{CudaTarget, IndexChoice, KernelConfig, TcHalf};
 use cvc_runtime::backend::{Backend, HostData, HostTensor};
 use cvc_runtime::cuda::CudaBackend;
 use cvc_tests::differential::{check_training_steps, from_host, to_host};
@@ -599,7 +599,11 @@ train Probe {
 /// mask, dropout, heads 7 to 128, odd widths, tails of every tile), one training step at batch
 /// 2 on the GPU: the forward with its log-sum-exp, dq and dk‖dv kernels each against the
 /// interpreter replaying their group on the values the GPU read, and the loss end to end; then
-/// the unfused plan, whose log-sum-exp and forward kernels run apart.
+/// the unfused plan, whose log-sum-exp and forward kernels run apart. Both in fp32 (FMA
+/// kernels) and in TF32, where the real score's kernels with heads up to 64 run on tensor cores
+/// (`attention_tc.rs`): each kernel within the TF32 bound of
+/// `cvc_tests::attention::tensor_core_bound`, the loss within [`END_TO_END_GROSS`]
+/// (`CVC_ATTN_PRECISIONS`, default `fp32,tf32`).
 #[test]
 fn attention_kernels_match_the_interpreter() {
     use cvc_compiler::passes::fusion::GroupKind;
@@ -607,20 +611,45 @@ fn attention_kernels_match_the_interpreter() {
         return;
     }
     let mut failures = Vec::new();
-    for c in cvc_tests::attention::cases() {
-        // Fused: the forward computes its log-sum-exp (`attn_fwd_lse`); unfused: `attn_lse`
-        // and `attn_fwd` apart, as a recomputed forward runs them.
-        for (fuse, kernels) in [(true, 3), (false, 4)] {
-            let name = format!("{}{}", c.name(), if fuse { "" } else { " unfused" });
-            let program = cvc_tests::attention::program_fused(&c, 2, fuse);
-            let attn = program.groups.iter().filter(|g| g.kind == GroupKind::Attention).count();
-            assert_eq!(attn, kernels, "{name}");
-            let mut rng = SplitMix64::new(seed_for(&format!("gpu::{name}")));
-            let fails = check_training_steps(&program, &cuda, 1, PLAN_TOL, &mut rng)
+    let mut tensor_core = 0;
+    for precision in precisions_of("CVC_ATTN_PRECISIONS", "fp32,tf32") {
+        let make = |p: &Program| -> Result<Box<dyn Backend>, String> {
+            let be = CudaBackend::new(p, precision, &kernels()).map_err(|e| e.0)?;
+            Ok(Box::new(be))
+        };
+        let (numerics, end_tol) = match precision {
+            Precision::Fp32 => (Default::default(), cvc_tests::differential::TOL),
+            p => (numerics_of(p, &kernels()), END_TO_END_GROSS),
+        };
+        for c in cvc_tests::attention::cases() {
+            // Fused: the forward computes its log-sum-exp (`attn_fwd_lse`); unfused: `attn_lse`
+            // and `attn_fwd` apart, as a recomputed forward runs them.
+            for (fuse, count) in [(true, 3), (false, 4)] {
+                let name = format!("{}{} {precision:?}", c.name(), if fuse { "" } else { " unfused" });
+                let program = cvc_tests::attention::program_fused(&c, 2, fuse);
+                let attn = program.groups.iter().filter(|g| g.kind == GroupKind::Attention).count();
+                assert_eq!(attn, count, "{name}");
+                let source = cvc_compiler::back::cuda::generate(
+                    &program,
+                    &CudaTarget::h200().with_kernels(kernels()).with_precision(precision),
+                )
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+                .source;
+                tensor_core += source.matches("  attn_tc_").count();
+                let mut rng = SplitMix64::new(seed_for(&format!("gpu::{name}")));
+                let fails = cvc_tests::differential::check_training_steps_with(
+                    &program, &make, 1, PLAN_TOL, &mut rng, numerics, end_tol,
+                )
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
-            eprintln!("{name}: {}", if fails.is_empty() { "checked" } else { "FAILS" });
-            failures.extend(fails.into_iter().map(|f| format!("{name}: {f}")));
+                eprintln!("{name}: {}", if fails.is_empty() { "checked" } else { "FAILS" });
+                failures.extend(fails.into_iter().map(|f| format!("{name}: {f}")));
+            }
         }
+    }
+    eprintln!("{tensor_core} tensor-core attention kernels checked");
+    let reduced = precisions_of("CVC_ATTN_PRECISIONS", "fp32,tf32").iter().any(|p| p.tensor_cores());
+    if reduced && kernels().attn == cvc_compiler::target::AttnKernel::TensorCore {
+        assert!(tensor_core > 0, "no case ran the tensor-core attention kernels");
     }
     assert!(failures.is_empty(), "GPU attention vs interpreter mismatches:\n{}", failures.join("\n"));
 }
@@ -670,10 +699,13 @@ fn bench_attention() {
         cvc_tests::attention::AttnCase { abs: true, ..base.clone() },
         cvc_tests::attention::AttnCase { causal: true, dropout: Some((0.1, 1)), ..base.clone() },
     ];
-    for c in variants {
+    for (precision, c) in precisions_of("CVC_ATTN_PRECISIONS", "fp32,tf32")
+        .into_iter()
+        .flat_map(|p| variants.iter().map(move |c| (p, c.clone())))
+    {
         let p = cvc_tests::attention::program(&c, batch);
         let leaves = cvc_tests::differential::random_leaves(&p.graph, batch, &mut rng);
-        let mut be = CudaBackend::new(&p, Precision::Fp32, &kernels()).unwrap_or_else(|e| panic!("{e}"));
+        let mut be = CudaBackend::new(&p, precision, &kernels()).unwrap_or_else(|e| panic!("{e}"));
         for (&v, t) in &leaves {
             if be.has_buffer(v) {
                 be.upload(v, &to_host(t)).expect("upload");
@@ -687,7 +719,7 @@ fn bench_attention() {
         let per_head: usize = if c.causal { (0..c.t).map(|i| c.s.min(i + 1)).sum() } else { c.t * c.s };
         let pairs = (batch * c.h * per_head) as f64;
         let (mut fwd, mut bwd) = ((0.0, 0.0), (0.0, 0.0));
-        eprintln!("{} at batch {batch}:", c.name());
+        eprintln!("{} {precision:?} at batch {batch}:", c.name());
         for step in &be.module().steps {
             let CudaStep::Launch(l) = step else { continue };
             let g = &p.groups[l.group];
@@ -712,7 +744,7 @@ fn bench_attention() {
             );
         }
         println!(
-            "{{\"attention\": \"{}\", \"batch\": {batch}, \"forward_ms\": {:.3}, \"forward_gflops\": {:.1}, \"backward_ms\": {:.3}, \"backward_gflops\": {:.1}}}",
+            "{{\"attention\": \"{}\", \"precision\": \"{precision:?}\", \"batch\": {batch}, \"forward_ms\": {:.3}, \"forward_gflops\": {:.1}, \"backward_ms\": {:.3}, \"backward_gflops\": {:.1}}}",
             c.name(),
             fwd.0,
             fwd.1 / fwd.0 * 1e-6,

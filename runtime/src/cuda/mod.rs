@@ -547,6 +547,20 @@ impl CudaBackend {
                     // SAFETY: `module` is one loaded above, alive until `Drop`.
                     let f = unsafe { result::module::get_function(module, cname) }
                         .map_err(driver_err(&format!("lookup of kernel {}", l.name)))?;
+                    // Dynamic shared memory beyond the default 48 KiB per block is an opt-in
+                    // per kernel (the code generator checked it against the device's limit).
+                    if l.shared_bytes > 0 {
+                        // SAFETY: `f` is a kernel of a loaded module; the attribute only raises
+                        // the dynamic shared memory its launches may ask for.
+                        unsafe {
+                            result::function::set_function_attribute(
+                                f,
+                                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                l.shared_bytes as i32,
+                            )
+                        }
+                        .map_err(driver_err(&format!("shared memory opt-in of kernel {}", l.name)))?;
+                    }
                     Action::Launch {
                         f,
                         grid: l.grid,

@@ -42,10 +42,11 @@
 //! the largest tiles that fit are chosen ([`tiles`]; about 34 KiB at a head of 64), down to
 //! 16 × 16 tiles for small devices.
 
-use super::{flit, Ctx, Kernel, BLOCK};
+use super::{attention_tc, flit, Ctx, Kernel, BLOCK};
 use crate::error::CompileResult;
 use crate::ir::*;
 use crate::passes::fusion::KernelGroup;
+use crate::target::AttnKernel;
 
 /// The largest head dimension (`D` and `Dv`) the kernels are written for.
 pub const MAX_HEAD: usize = 128;
@@ -152,6 +153,13 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
             d.max(dv)
         ));
     }
+    // The tensor-core kernels (`attention_tc.rs`) where the precision and the score allow
+    // them and their dynamic shared memory fits the device's opt-in limit.
+    let tc_shared = attention_tc::shared_bytes(&node.op, d, dv);
+    let tc = ctx.precision().tensor_cores()
+        && ctx.target.kernels.attn == AttnKernel::TensorCore
+        && attention_tc::applies(&node.op, d, dv)
+        && tc_shared <= ctx.target.device.shared_per_block_optin;
     let limit = ctx.target.device.shared_per_block;
     let tl = tiles(&node.op, d, dv, limit).ok_or_else(|| {
         user!("the fused attention kernels need more shared memory than the device's {limit} bytes per block")
@@ -186,7 +194,25 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
     );
     let opts = format!("{}, {thr}u, {keep}, {salt}u, {step}", flit(spec.scale));
     let (q, k, out) = (ctx.ptr(q)?, ctx.ptr(k)?, ctx.ptr(v)?);
+    let tc_flags =
+        format!("{}, {}, {}", u8::from(spec.causal), u8::from(spec.key_mask), u8::from(dropout.is_some()));
     let (call, tiles) = match &node.op {
+        _ if tc => {
+            let operands = (2..fixed).map(|i| ctx.ptr(ins[i])).collect::<CompileResult<Vec<_>>>()?.join(", ");
+            let (f, flags) = match &node.op {
+                Op::Attention { .. } => {
+                    ("attn_tc_fwd", format!("{tc_flags}, {}", u8::from(fused_lse.is_some())))
+                }
+                Op::AttentionGrad { wrt: AttnWrt::Q, .. } => ("attn_tc_dq", tc_flags),
+                _ => ("attn_tc_dkv", tc_flags),
+            };
+            (
+                format!(
+                    "{f}<{h}, {t}, {s}, {d}, {dv}, {flags}>({q}, {k}, {operands}, {mask}, {out}, {opts});"
+                ),
+                attention_tc::tiles(&node.op, t, s),
+            )
+        }
         Op::AttnLse { .. } => (
             format!("attn_lse<{h}, {t}, {s}, {d}, {flags}>({q}, {k}, {mask}, {out}, {opts});"),
             t.div_ceil(16 * tl.rm),
@@ -221,25 +247,32 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
     let blocks = b * h * tiles;
     let max = ctx.target.device.max_grid[0];
     if blocks > max || b * h * t.max(s) * d.max(dv) >= 1 << 62 {
+        let rows = match &node.op {
+            _ if tc => 64,
+            Op::AttentionGrad { wrt: AttnWrt::KV, .. } => 16 * tl.rn,
+            _ => 16 * tl.rm,
+        };
         return Err(user!(
-            "attention over {} heads of {t} queries needs {blocks} blocks of {} rows, more than the \
+            "attention over {} heads of {t} queries needs {blocks} blocks of {rows} rows, more than the \
              {max} blocks a CUDA grid holds along x: lower the batch",
             b * h,
-            16 * if matches!(node.op, Op::AttentionGrad { wrt: AttnWrt::KV, .. }) { tl.rn } else { tl.rm }
         ));
     }
     // The templates index with `size_t` offsets (64-bit) at every size: they form them once
     // per tile, not per element.
     let largest = ins.iter().chain([&v]).map(|&x| ctx.g.ty(x).shape.numel(ctx.batch).saturating_mul(2)).max();
     let index = super::Indexing::template(largest.unwrap_or(0));
-    let code =
-        format!("extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}(char* A) {{\n  {call}\n}}\n");
+    let threads = if tc { attention_tc::THREADS as u32 } else { BLOCK };
+    let code = format!(
+        "extern \"C\" __global__ void __launch_bounds__({threads}) {name}(char* A) {{\n  {call}\n}}\n"
+    );
     Ok(Kernel {
         code,
         grid: [blocks as u32, 1, 1],
-        block: [BLOCK, 1, 1],
+        block: [threads, 1, 1],
         zero: Vec::new(),
         scratch: 0,
+        shared: if tc { tc_shared } else { 0 },
         index,
     })
 }

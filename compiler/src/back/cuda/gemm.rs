@@ -599,7 +599,7 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
         gm.m, gm.n
     );
     let zero = if splits > 1 { vec![(ctx.offset(v)?, ctx.bytes(v))] } else { Vec::new() };
-    Ok(Kernel { code: c, grid: grid.launch, block: [256, 1, 1], zero, scratch: 0, index })
+    Ok(Kernel { code: c, grid: grid.launch, block: [256, 1, 1], zero, scratch: 0, shared: 0, index })
 }
 
 /// The tensor-core variant (`Precision::Tf32`, and `Bf16`/`Fp16`, whose 16-bit operands widen
@@ -826,7 +826,7 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
         wnt = 8 * tn,
     );
     let zero = if splits > 1 { vec![(ctx.offset(v)?, ctx.bytes(v))] } else { Vec::new() };
-    Ok(Kernel { code: c, grid: grid.launch, block: [256, 1, 1], zero, scratch: 0, index })
+    Ok(Kernel { code: c, grid: grid.launch, block: [256, 1, 1], zero, scratch: 0, shared: 0, index })
 }
 
 /// The tensor-core products of one K tile of stage `s`: per 8-deep slice, each warp's A

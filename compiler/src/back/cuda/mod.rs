@@ -44,7 +44,9 @@
 //!   ([`CudaModule::scratch`]) and its last block adds them in order (deterministic);
 //! - `AttnLse`, `Attention` and `AttentionGrad` are one flash-style kernel each
 //!   (`attention.rs`): scores recomputed per tile in registers and shared memory, never a
-//!   `[T, S]` buffer, deterministic (no atomics);
+//!   `[T, S]` buffer, deterministic (no atomics); at tensor-core precisions the real score's
+//!   kernels are those of `attention_tc.rs` (every product an `mma.sync`, tiles in dynamic
+//!   shared memory, `Kernel::shared` bytes);
 //! - `Recurrence` and `RecurrenceGrad` are one persistent kernel each (`recurrence.rs`): a
 //!   block per sample runs every time step, barriers between steps;
 //! - `Fft` is a direct DFT per output element (O(n²) per row, twiddles by `sincospi` of the
@@ -70,6 +72,7 @@ macro_rules! user {
 }
 
 mod attention;
+mod attention_tc;
 mod conv;
 mod gemm;
 mod kernels;
@@ -78,7 +81,7 @@ mod wgrad;
 
 /// The template libraries a module carries once, before the first kernel that uses them (fused
 /// attention, fused recurrences); tests that compile kernels one at a time put them back.
-pub const LIBRARIES: [&str; 2] = [attention::LIB, recurrence::LIB];
+pub const LIBRARIES: [&str; 3] = [attention::LIB, recurrence::LIB, attention_tc::LIB];
 
 use crate::config::Precision;
 use crate::error::CompileResult;
@@ -272,9 +275,10 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
             GroupKind::Attention => {
                 if !attention_lib {
                     source.push_str(attention::LIB);
+                    source.push_str(attention_tc::LIB);
                     attention_lib = true;
                 }
-                libs.push(0);
+                libs.extend([0, 2]);
                 attention::kernel(&ctx, group, &name)?
             }
             GroupKind::Recurrence => {
@@ -301,7 +305,7 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
             name: name.clone(),
             grid: out.grid,
             block: out.block,
-            shared_bytes: 0,
+            shared_bytes: out.shared as u32,
             group: gi,
             index: out.index,
         }));
@@ -349,6 +353,8 @@ pub(crate) struct Kernel {
     pub zero: Vec<(usize, usize)>,
     /// Bytes of scratch memory the kernel uses (at the offset it was given).
     pub scratch: usize,
+    /// Dynamic shared memory per block in bytes (0: the kernel's shared memory is static).
+    pub shared: usize,
     /// The integer type of its element indices ([`Ctx::indexing`]).
     pub index: Indexing,
 }

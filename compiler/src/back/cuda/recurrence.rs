@@ -219,5 +219,13 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
     let block = block_of(spec.hidden);
     let code =
         format!("extern \"C\" __global__ void __launch_bounds__({block}) {name}(char* A) {{\n  {call}\n}}\n");
-    Ok(Kernel { code, grid: [b as u32, 1, 1], block: [block, 1, 1], zero: Vec::new(), scratch: 0, index })
+    Ok(Kernel {
+        code,
+        grid: [b as u32, 1, 1],
+        block: [block, 1, 1],
+        zero: Vec::new(),
+        scratch: 0,
+        shared: 0,
+        index,
+    })
 }

@@ -265,6 +265,7 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
         block: [256, 1, 1],
         zero: vec![(ctx.offset(v)?, ctx.bytes(v))],
         scratch: 0,
+        shared: 0,
         index,
     }))
 }
