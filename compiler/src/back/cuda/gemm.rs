@@ -605,8 +605,10 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
 /// The tensor-core variant (`Precision::Tf32`, and `Bf16`/`Fp16`, whose 16-bit operands widen
 /// to TF32 exactly): the same gathers, with each of the 8 warps computing a `16·tm × 8·tn`
 /// piece of the block tile through `mma.sync.m16n8k8` on TF32 operands. Complex operands are
-/// kept as separate re/im planes in shared memory and multiplied as real products (4 for
-/// complex × complex, 2 for mixed, 1 for real).
+/// multiplied as real products of their re and im parts (4 for complex × complex, 2 for
+/// mixed, 1 for real); in shared memory they are separate re/im planes, or one interleaved
+/// `float2` plane under `async` staging (one 8-byte copy per element, one 64-bit load per
+/// fragment position).
 ///
 /// How the K tiles reach shared memory is the target's [`TcStaging`]: loaded and stored
 /// between two barriers (`plain`); the next tile's loads issued into registers before this
@@ -678,7 +680,15 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
         writeln!(c, "  const u32 wmi = warp % {wm}u, wni = warp / {wm}u, gr = lane >> 2, gc = lane & 3u;");
     c.push_str(&block_coords(&grid, gm.groups, bm, bn));
     let _ = writeln!(c, "  const ix kb = split * {chunk}u, ke = min(kb + (ix){chunk}u, (ix){}u);", gm.k);
+    let asynchronous = staging == TcStaging::Async;
     for (plane, x, complex) in [("A", bm, ca), ("B", bn, cb)] {
+        if asynchronous && complex {
+            // One interleaved plane per complex operand: an 8-byte copy per element, and one
+            // 64-bit fragment load gives its re and im. Rows `x + 4` float2 apart (8 words
+            // mod 32): the 16 lanes of a half-warp's fragment load hit 32 distinct banks.
+            let _ = writeln!(c, "  __shared__ float2 {plane}c[{stages}][{bk}][{}];", x + 4);
+            continue;
+        }
         for part in if complex { &["r", "i"][..] } else { &["r"][..] } {
             let _ = match half {
                 None => writeln!(c, "  __shared__ float {plane}{part}[{stages}][{bk}][{}];", x + pad),
@@ -690,7 +700,6 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
             };
         }
     }
-    let asynchronous = staging == TcStaging::Async;
     // (Asynchronous copies move raw elements: the conjugations are then applied to the
     // imaginary fragments.)
     let _ = writeln!(c, "  auto IA = [&](ix m, ix k) -> ix {{\n      {}\n  }};", gm.load_a.index());
@@ -718,16 +727,16 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
             "    #pragma unroll\n    for (u32 r = 0; r < {per}u; ++r) {{\n      const u32 e = tid + r * 256u, kk = {kk}, xx = {xx};\n"
         );
         if asynchronous {
-            let hi = if cx {
-                format!("      cp_async4(&{plane}i[s][kk][xx], src + 1, ok);\n")
+            let copy = if cx {
+                format!("cp_async8(&{plane}c[s][kk][xx], src, ok);")
             } else {
-                String::new()
+                format!("cp_async4(&{plane}r[s][kk][xx], src, ok);")
             };
             let _ = write!(
                 fetch,
                 "{head}      const ix k = k0 + kk, x = {len}0 + xx;\n      const ix at = (x < {ext}u && k < ke) ? I{plane}({args}) : {NOIDX};\n      \
                  const bool ok = at != {NOIDX};\n      const float* src = (const float*)({ptr} + (ok ? at : 0));\n      \
-                 cp_async4(&{plane}r[s][kk][xx], src, ok);\n{hi}    }}\n",
+                 {copy}\n    }}\n",
                 ptr = load.ptr,
             );
         } else if half.is_some_and(|h| h.storage() == stored(load)) {
@@ -846,6 +855,43 @@ fn mma_products(gm: &Gemm, tm: usize, tn: usize, raw: bool) -> String {
     let mut planes_b = vec!["r"];
     if cb {
         planes_b.push("i");
+    }
+    // Interleaved planes (asynchronous copies): one float2 load per fragment position.
+    let pair = |plane: &str, r: &str, i: &str, conj: bool| {
+        let n = if conj { "-" } else { "" };
+        format!("{{ const float2 z = {plane}; {r} = tf32(z.x); {i} = tf32({n}z.y); }}")
+    };
+    if ca && raw {
+        let conj = gm.load_a.conj;
+        let at = |q: usize, k: &str, m: &str| {
+            pair(&format!("Ac[s][{k}][{m}]"), &format!("ar[t][{q}]"), &format!("ai[t][{q}]"), conj)
+        };
+        let _ = writeln!(
+            c,
+            "      u32 ar[{tm}][4], ai[{tm}][4];\n      #pragma unroll\n      for (int t = 0; t < {tm}; ++t) {{\n        const u32 mb = wmi * {wmt}u + t * 16u + gr;\n        \
+             {}\n        {}\n        {}\n        {}\n      }}",
+            at(0, "ks + gc", "mb"),
+            at(1, "ks + gc", "mb + 8u"),
+            at(2, "ks + gc + 4u", "mb"),
+            at(3, "ks + gc + 4u", "mb + 8u"),
+            wmt = 16 * tm,
+        );
+        planes_a.clear();
+    }
+    if cb && raw {
+        let conj = gm.load_b.conj;
+        let at = |q: usize, k: &str| {
+            pair(&format!("Bc[s][{k}][nb]"), &format!("br[t][{q}]"), &format!("bi[t][{q}]"), conj)
+        };
+        let _ = writeln!(
+            c,
+            "      u32 br[{tn}][2], bi[{tn}][2];\n      #pragma unroll\n      for (int t = 0; t < {tn}; ++t) {{\n        const u32 nb = wni * {wnt}u + t * 8u + gr;\n        \
+             {}\n        {}\n      }}",
+            at(0, "ks + gc"),
+            at(1, "ks + gc + 4u"),
+            wnt = 8 * tn,
+        );
+        planes_b.clear();
     }
     for p in &planes_a {
         let n = sign(p, gm.load_a.conj);

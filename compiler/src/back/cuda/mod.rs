@@ -723,6 +723,11 @@ static __device__ __forceinline__ void cp_async4(float* dst, const float* src, b
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
     :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 4u : 0u) : "memory");
 }
+// The same for one complex element (8 bytes: re, im), into an interleaved float2 plane.
+static __device__ __forceinline__ void cp_async8(float2* dst, const float* src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;"
+    :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 8u : 0u) : "memory");
+}
 static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 static __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 // 16-bit storage (precision = bf16 | fp16, ir/storage.rs): an element widens to f32 when read
