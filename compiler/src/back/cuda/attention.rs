@@ -591,11 +591,12 @@ static __device__ void attn_fwd_lse(const T_q* __restrict__ q, const T_k* __rest
 }
 
 // delta_i = Re sum_d dO_id conj(o_id) and lse_i of the BM query rows from i0 into shared memory
-// (256 / BM threads per row); ob, dob and lb point at the head's rows.
-template <int T, int DV, int BM, typename T_ob, typename T_dob>
+// (NT / BM threads per row of a block of NT threads; the tensor-core kernels of
+// attention_tc.rs call it too); ob, dob and lb point at the head's rows.
+template <int T, int DV, int BM, int NT, typename T_ob, typename T_dob>
 static __device__ __forceinline__ void attn_rows(const T_ob* __restrict__ ob, const T_dob* __restrict__ dob,
     const float* __restrict__ lb, int i0, float* delta_s, float* lse_s) {
-  constexpr int L = 256 / BM;
+  constexpr int L = NT / BM;
   const int r = threadIdx.x / L, part = threadIdx.x % L, i = i0 + r;
   float acc = 0.0f;
   if (i < T) {
@@ -648,7 +649,7 @@ static __device__ void attn_dq(const T_q* __restrict__ q, const T_k* __restrict_
   const auto* vb = v + (size_t)bh * S * DV;
   const auto* dob = dout + (size_t)bh * T * DV;
   const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
-  attn_rows<T, DV, BM>(o + (size_t)bh * T * DV, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
+  attn_rows<T, DV, BM, 256>(o + (size_t)bh * T * DV, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
   float2 acc[RM][CD];
   #pragma unroll
   for (int a = 0; a < RM; ++a) {
@@ -757,7 +758,7 @@ static __device__ void attn_dkv(const T_q* __restrict__ q, const T_k* __restrict
   // With a causal mask, query tiles that end before the first key see none of these keys.
   for (int i0 = CAUSAL ? (j0 / BM) * BM : 0; i0 < T; i0 += BM) {
     __syncthreads();
-    attn_rows<T, DV, BM>(ob, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
+    attn_rows<T, DV, BM, 256>(ob, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
     float cr[RM][RN], ci[RM][RN], dp[RM][RN], unused[RM][RN];
     attn_dots<RM, RN, T, S, D, ABS>(cr, ci, qb, kb, i0, j0, xs, ys);
     attn_dots<RM, RN, T, S, DV, 0>(dp, unused, dob, vb, i0, j0, xs, ys);

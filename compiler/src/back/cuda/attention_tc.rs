@@ -89,7 +89,7 @@ pub fn tiles(op: &Op, t: usize, s: usize) -> usize {
 }
 
 /// The tensor-core attention templates, emitted after [`super::attention::LIB`] (whose
-/// `attn_valid`, `attn_keep`, `attn_index` and `attn_grad` they use).
+/// `attn_valid`, `attn_keep`, `attn_index`, `attn_grad` and `attn_rows` they use).
 pub const LIB: &str = r#"// Tensor-core fused attention (back/cuda/attention_tc.rs): 128 threads, 4 warps of 16 rows,
 // complex rows read as 2 DC interleaved reals, staged as TF32 words.
 template <int DC>
@@ -141,23 +141,21 @@ static __device__ __forceinline__ void attn_tc_b(u32 (&b)[2], const u32* s, int 
 static __device__ __forceinline__ void attn_tc_pa(u32 (&a)[4], const float (&c)[4]) {
   a[0] = tf32(c[0]); a[1] = tf32(c[2]); a[2] = tf32(c[1]); a[3] = tf32(c[3]);
 }
-// delta_i = Re sum_d dO_id conj(o_id) and lse_i of the R rows from i0 into shared memory
-// (128 / R threads per row).
-template <int T, int DV, int R, typename T_ob, typename T_dob>
-static __device__ __forceinline__ void attn_tc_rows(const T_ob* __restrict__ ob, const T_dob* __restrict__ dob,
-    const float* __restrict__ lb, int i0, float* delta_s, float* lse_s) {
-  constexpr int L = 128 / R;
-  const int r = threadIdx.x / L, part = threadIdx.x % L, i = i0 + r;
-  float acc = 0.0f;
-  if (i < T) {
-    for (int e = part; e < DV; e += L) {
-      const float2 g = dob[(size_t)i * DV + e], o = ob[(size_t)i * DV + e];
-      acc = fmaf(g.x, o.x, fmaf(g.y, o.y, acc));
+// acc[n] += P · s: the KT accumulator tiles of p (8 columns each, as A fragments through
+// attn_tc_pa) times the staged rows s of depth 8 KT, output columns 8 n for n < KS.
+template <int KT, int KS, int SW>
+static __device__ __forceinline__ void attn_tc_pv(float (&acc)[KS][4], const float (&p)[KT][4], const u32* s) {
+  #pragma unroll
+  for (int kt = 0; kt < KT; ++kt) {
+    u32 a[4];
+    attn_tc_pa(a, p[kt]);
+    #pragma unroll
+    for (int n = 0; n < KS; ++n) {
+      u32 b[2];
+      attn_tc_b<SW>(b, s, 8 * kt, n);
+      mma_tf32(acc[n], a, b);
     }
   }
-  #pragma unroll
-  for (int off = L / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (part == 0) { delta_s[r] = acc; lse_s[r] = i < T ? lb[i] : 0.0f; }
 }
 
 // Attention: o_i = sum_j keep_ij exp(s_ij - lse_i) v_j; with LSE_OUT, lse_i computed in the same
@@ -245,17 +243,7 @@ static __device__ void attn_tc_fwd(const T_q* __restrict__ q, const T_k* __restr
         sc[n][e] = p;
       }
     }
-    #pragma unroll
-    for (int kt = 0; kt < BN / 8; ++kt) {
-      u32 a[4];
-      attn_tc_pa(a, sc[kt]);
-      #pragma unroll
-      for (int n = 0; n < WV::KS; ++n) {
-        u32 b[2];
-        attn_tc_b<WV::SW>(b, vs, 8 * kt, n);
-        mma_tf32(o[n], a, b);
-      }
-    }
+    attn_tc_pv<BN / 8, WV::KS, WV::SW>(o, sc, vs);
   }
   #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -299,7 +287,7 @@ static __device__ void attn_tc_dq(const T_q* __restrict__ q, const T_k* __restri
   const auto* vb = v + (size_t)bh * S * DV;
   const auto* dob = dout + (size_t)bh * T * DV;
   const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
-  attn_tc_rows<T, DV, BM>(o + (size_t)bh * T * DV, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
+  attn_rows<T, DV, BM, 128>(o + (size_t)bh * T * DV, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
   attn_tc_stage<BM, T, D>(ks, qb, i0);
   attn_tc_stage<BM, T, DV>(dos, dob, i0);
   __syncthreads();
@@ -356,17 +344,7 @@ static __device__ void attn_tc_dq(const T_q* __restrict__ q, const T_k* __restri
         sc[n][e] = gv;
       }
     }
-    #pragma unroll
-    for (int kt = 0; kt < BN / 8; ++kt) {
-      u32 a[4];
-      attn_tc_pa(a, sc[kt]);
-      #pragma unroll
-      for (int n = 0; n < WK::KS; ++n) {
-        u32 b[2];
-        attn_tc_b<WK::SW>(b, ks, 8 * kt, n);
-        mma_tf32(acc[n], a, b);
-      }
-    }
+    attn_tc_pv<BN / 8, WK::KS, WK::SW>(acc, sc, ks);
   }
   #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -418,7 +396,7 @@ static __device__ void attn_tc_dkv(const T_q* __restrict__ q, const T_k* __restr
   // With a causal mask, query tiles that end before the first key see none of these keys.
   for (int i0 = CAUSAL ? (j0 / BM) * BM : 0; i0 < T; i0 += BM) {
     __syncthreads();
-    attn_tc_rows<T, DV, BM>(ob, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
+    attn_rows<T, DV, BM, 128>(ob, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
     attn_tc_stage<BM, T, D>(qs, qb, i0);
     attn_tc_stage<BM, T, DV>(dos, dob, i0);
     __syncthreads();
@@ -464,24 +442,8 @@ static __device__ void attn_tc_dkv(const T_q* __restrict__ q, const T_k* __restr
         dpt[n][e] = gv;
       }
     }
-    #pragma unroll
-    for (int it = 0; it < BM / 8; ++it) {
-      u32 a[4];
-      attn_tc_pa(a, st[it]);
-      #pragma unroll
-      for (int n = 0; n < WV::KS; ++n) {
-        u32 b[2];
-        attn_tc_b<WV::SW>(b, dos, 8 * it, n);
-        mma_tf32(dv[n], a, b);
-      }
-      attn_tc_pa(a, dpt[it]);
-      #pragma unroll
-      for (int n = 0; n < WK::KS; ++n) {
-        u32 b[2];
-        attn_tc_b<WK::SW>(b, qs, 8 * it, n);
-        mma_tf32(dk[n], a, b);
-      }
-    }
+    attn_tc_pv<BM / 8, WV::KS, WV::SW>(dv, st, dos);
+    attn_tc_pv<BM / 8, WK::KS, WK::SW>(dk, dpt, qs);
   }
   #pragma unroll
   for (int h = 0; h < 2; ++h) {
