@@ -141,6 +141,23 @@ static __device__ __forceinline__ void attn_tc_b(u32 (&b)[2], const u32* s, int 
 static __device__ __forceinline__ void attn_tc_pa(u32 (&a)[4], const float (&c)[4]) {
   a[0] = tf32(c[0]); a[1] = tf32(c[2]); a[2] = tf32(c[1]); a[3] = tf32(c[3]);
 }
+// acc[n] += A · Bᵀ: the warp's 16 staged rows of a (from row 16 warp) times the transpose of
+// the staged rows of b, both of depth 8 KS (TF32 words, rows SW apart), N column tiles of 8.
+template <int KS, int N, int SW>
+static __device__ __forceinline__ void attn_tc_abt(float (&acc)[N][4], const u32* a_rows, const u32* b_rows) {
+  const int warp = threadIdx.x >> 5;
+  #pragma unroll
+  for (int kk = 0; kk < KS; ++kk) {
+    u32 a[4];
+    attn_tc_a<SW>(a, a_rows, 16 * warp, kk);
+    #pragma unroll
+    for (int n = 0; n < N; ++n) {
+      u32 b[2];
+      attn_tc_bt<SW>(b, b_rows, 8 * n, kk);
+      mma_tf32(acc[n], a, b);
+    }
+  }
+}
 // acc[n] += P · s: the KT accumulator tiles of p (8 columns each, as A fragments through
 // attn_tc_pa) times the staged rows s of depth 8 KT, output columns 8 n for n < KS.
 template <int KT, int KS, int SW>
@@ -319,17 +336,7 @@ static __device__ void attn_tc_dq(const T_q* __restrict__ q, const T_k* __restri
         mma_tf32(sc[n], qa[kk], b);
       }
     }
-    #pragma unroll
-    for (int kk = 0; kk < WV::KS; ++kk) {
-      u32 a[4];
-      attn_tc_a<WV::SW>(a, dos, 16 * warp, kk);
-      #pragma unroll
-      for (int n = 0; n < BN / 8; ++n) {
-        u32 b[2];
-        attn_tc_bt<WV::SW>(b, vs, 8 * n, kk);
-        mma_tf32(dp[n], a, b);
-      }
-    }
+    attn_tc_abt<WV::KS, BN / 8, WV::SW>(dp, dos, vs);
     #pragma unroll
     for (int n = 0; n < BN / 8; ++n) {
       #pragma unroll
@@ -406,28 +413,8 @@ static __device__ void attn_tc_dkv(const T_q* __restrict__ q, const T_k* __restr
       #pragma unroll
       for (int e = 0; e < 4; ++e) { st[n][e] = 0.0f; dpt[n][e] = 0.0f; }
     }
-    #pragma unroll
-    for (int kk = 0; kk < WK::KS; ++kk) {
-      u32 a[4];
-      attn_tc_a<WK::SW>(a, ks, 16 * warp, kk);
-      #pragma unroll
-      for (int n = 0; n < BM / 8; ++n) {
-        u32 b[2];
-        attn_tc_bt<WK::SW>(b, qs, 8 * n, kk);
-        mma_tf32(st[n], a, b);
-      }
-    }
-    #pragma unroll
-    for (int kk = 0; kk < WV::KS; ++kk) {
-      u32 a[4];
-      attn_tc_a<WV::SW>(a, vs, 16 * warp, kk);
-      #pragma unroll
-      for (int n = 0; n < BM / 8; ++n) {
-        u32 b[2];
-        attn_tc_bt<WV::SW>(b, dos, 8 * n, kk);
-        mma_tf32(dpt[n], a, b);
-      }
-    }
+    attn_tc_abt<WK::KS, BM / 8, WK::SW>(st, ks, qs);
+    attn_tc_abt<WV::KS, BM / 8, WV::SW>(dpt, vs, dos);
     #pragma unroll
     for (int n = 0; n < BM / 8; ++n) {
       #pragma unroll
