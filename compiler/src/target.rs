@@ -192,6 +192,29 @@ pub struct KernelConfig {
     pub fma_tile: FmaTile,
     /// How fused attention multiplies at the tensor-core precisions.
     pub attn: AttnKernel,
+    /// The least blocks per SM the tensor-core GEMM's registers must allow
+    /// (`__launch_bounds__(256, N)`). `None`: 3 for the 16-bit products (80 registers, no
+    /// spills), the compiler's choice for TF32 (about 100 registers: 2 blocks). Measured on
+    /// an H200 (bench/RESULTS.md, 2026-12-04): 3 blocks took the ViT's bf16 step from 76.9 to
+    /// 71.3 ms and the seed network's from 12.7 to 12.2 ms, but the seed's TF32 step from
+    /// 16.7 to 17.3 ms; 4 blocks (64 registers) were slower on the ViT in bf16 (65.9 →
+    /// 67.9 ms) and faster on the seed (11.9 → 11.7 ms).
+    pub tc_min_blocks: Option<usize>,
+    /// How the runtime issues a step's kernels and memsets.
+    pub launch: LaunchMode,
+}
+
+/// How the CUDA runtime issues a training step's launch list (`runtime/src/cuda`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LaunchMode {
+    /// One CUDA graph of the whole list, instantiated at the first step and launched once per
+    /// step: the host makes one call instead of one per kernel, and the device runs the
+    /// kernels back to back (the ViT's step is about 1,500 launches, a third of them tiny
+    /// parameter kernels).
+    #[default]
+    Graph,
+    /// Each kernel and memset launched on the stream in turn.
+    Stream,
 }
 
 /// How the fused attention kernels (`compiler/src/back/cuda/attention.rs`) form their
@@ -307,6 +330,8 @@ impl Default for KernelConfig {
             cmul: ComplexProducts::default(),
             fma_tile: FmaTile::default(),
             attn: AttnKernel::default(),
+            tc_min_blocks: None,
+            launch: LaunchMode::default(),
         }
     }
 }
@@ -315,7 +340,8 @@ impl Default for KernelConfig {
 pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|gemm|ot2|ot4|pf|ot2pf|ot4pf, \
                                     fill=BLOCKS, bk=16|32, ck=CHANNELS, grid=BLOCKS, index=auto|64, yz=BLOCKS, \
                                     tc=plain|prefetch|async, tctile=64|128, tc16=native|tf32, frag=ldmatrix|lds, \
-                                    cmul=4m|3m, ftile=64|128, attn=tc|fma";
+                                    cmul=4m|3m, ftile=64|128, attn=tc|fma, tcblocks=BLOCKS, \
+                                    launch=graph|stream";
 
 impl KernelConfig {
     /// Reads a kernel spec: comma-separated `key=value` pairs over the defaults, e.g.
@@ -340,7 +366,10 @@ impl KernelConfig {
     /// - `cmul`: `4m` (default) or `3m`, the fp32 GEMM's complex products ([`ComplexProducts`]);
     /// - `ftile`: `64` (default) or `128`, the fp32 GEMM's block tile ([`FmaTile`]);
     /// - `attn`: `tc` (default) or `fma`, the fused attention's products at the tensor-core
-    ///   precisions ([`AttnKernel`]).
+    ///   precisions ([`AttnKernel`]);
+    /// - `tcblocks`: the least blocks per SM that the tensor-core GEMM's registers must allow
+    ///   ([`KernelConfig::tc_min_blocks`]);
+    /// - `launch`: `graph` (default) or `stream`, how the runtime issues a step ([`LaunchMode`]).
     ///
     /// ```
     /// use cvc_compiler::target::{ConvKernel, KernelConfig};
@@ -440,6 +469,14 @@ impl KernelConfig {
                         _ => return Err(bad()),
                     }
                 }
+                "tcblocks" => k.tc_min_blocks = Some(count()?),
+                "launch" => {
+                    k.launch = match value {
+                        "graph" => LaunchMode::Graph,
+                        "stream" => LaunchMode::Stream,
+                        _ => return Err(bad()),
+                    }
+                }
                 _ => return Err(format!("unknown kernel choice `{key}` (keys: {KERNEL_SPEC_KEYS})")),
             }
         }
@@ -459,6 +496,7 @@ impl KernelConfig {
             "cmul" => "4m or 3m",
             "ftile" => "64 or 128",
             "attn" => "tc or fma",
+            "launch" => "graph or stream",
             _ => "a positive number",
         }
     }
@@ -590,6 +628,18 @@ impl fmt::Display for KernelConfig {
                 match self.attn {
                     AttnKernel::TensorCore => "attn=tc",
                     AttnKernel::Fma => "attn=fma",
+                }
+                .into(),
+            );
+        }
+        if let Some(n) = self.tc_min_blocks {
+            parts.push(format!("tcblocks={n}"));
+        }
+        if self.launch != d.launch {
+            parts.push(
+                match self.launch {
+                    LaunchMode::Graph => "launch=graph",
+                    LaunchMode::Stream => "launch=stream",
                 }
                 .into(),
             );

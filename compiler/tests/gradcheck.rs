@@ -730,3 +730,48 @@ fn chunked_recurrence_backward() {
         }
     }
 }
+
+/// Slices of one tensor that tile an axis (one range read twice, one piece sliced again on a
+/// second axis) and a slice of a middle range, combined non-linearly.
+fn sliced_pieces(b: &mut Builder, x: Value) -> Result<Value, String> {
+    let sl = |b: &mut Builder, v: Value, axis: usize, start: usize, len: usize| {
+        b.add(Op::Slice { axis, start, len }, &[v])
+    };
+    let a = sl(b, x, 1, 0, 2)?;
+    let m = sl(b, x, 1, 2, 4)?;
+    let m2 = sl(b, x, 1, 2, 4)?;
+    let c = sl(b, x, 1, 6, 1)?;
+    let (c0, c1) = (sl(b, c, 2, 0, 1)?, sl(b, c, 2, 1, 2)?);
+    let mm = b.mul(m, m2)?;
+    let cc = b.add(Op::Concat { axis: 2 }, &[c1, c0])?;
+    let c2 = b.mul(cc, c)?;
+    b.add(Op::Concat { axis: 1 }, &[c2, mm, a])
+}
+
+#[test]
+fn sliced_pieces_take_their_gradient_as_one_concatenation() {
+    for dt in [F, C] {
+        check(&format!("sliced pieces {dt}"), &[spec(dt, &[2, 7, 3])], &|b, x| sliced_pieces(b, x[0]));
+        // The gradient of `x` is one concatenation of its pieces' gradients: no pad remains
+        // among its operands, so no full-size zero-padded copy is written per piece.
+        let mut g = Graph::new("pieces", Mode::Train);
+        let (x, loss) = {
+            let mut b = Builder::new(&mut g);
+            let x = b.leaf(Op::Input { name: "x".into() }, TensorType::new(dt, Shape::fixed(&[2, 7, 3])));
+            let out = sliced_pieces(&mut b, x).expect("builds");
+            (x, weighted_sum(&mut b, out, "w").expect("builds"))
+        };
+        g.loss = Some(loss);
+        let dx = gradients(&mut g, loss, &[x]).expect("differentiates")[0];
+        assert!(matches!(g.node(dx).op, Op::Concat { axis: 1 }), "{dt}: dx is {}", g.node(dx).op.mnemonic());
+        let mut stack = vec![dx];
+        let mut seen = std::collections::HashSet::new();
+        while let Some(v) = stack.pop() {
+            if !seen.insert(v) || g.node(v).origin.role != Role::Backward {
+                continue;
+            }
+            assert!(!matches!(g.node(v).op, Op::Pad { .. }), "{dt}: a pad feeds dx: {v}");
+            stack.extend(g.node(v).inputs.iter().copied());
+        }
+    }
+}

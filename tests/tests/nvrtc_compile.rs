@@ -629,6 +629,7 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
         ("tc=plain", SomeOf(" Ar[| Ac[")),
         ("tc=prefetch", SomeOf(" Ar[| Ac[")),
         ("tc=prefetch,tctile=128", SomeOf(" Ar[| Ac[")),
+        ("tcblocks=3", SomeOf(" Ar[| Ac[")),
     ];
     // Kernels that differ from the default module, by architecture, each kind once.
     let mut changed_kernels: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();

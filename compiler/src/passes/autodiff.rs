@@ -223,11 +223,81 @@ impl Reverse<'_> {
 
     fn sum(&mut self, h: Value) -> Result<Value, String> {
         let parts = std::mem::take(&mut self.contribs[h.index()]);
+        let parts = self.join_pads(parts)?;
         let mut acc = parts[0];
         for &p in &parts[1..] {
             acc = self.b.add2(acc, p)?;
         }
         Ok(acc)
+    }
+
+    /// Gradient contributions that pad the pieces of one tensor (the gradients of its slices:
+    /// a packed projection's q, k and v, the entries of a 2 × 2 weight) joined into one
+    /// `Concat` where the pieces tile an axis: one kernel writes the tensor once, where every
+    /// pad wrote all of it and the sum read each one back. Pads of the same range are added
+    /// first, as one pad of their summed pieces (joined the same way, recursively). Pads
+    /// that leave gaps or overlap stay as they are.
+    fn join_pads(&mut self, parts: Vec<Value>) -> Result<Vec<Value>, String> {
+        if parts.len() < 2 {
+            return Ok(parts);
+        }
+        let pad_of = |g: &Graph, v: Value| match g.node(v).op {
+            Op::Pad { axis, before, after } => Some((axis, before, after)),
+            _ => None,
+        };
+        let mut out = Vec::new();
+        let mut same: Vec<((usize, usize, usize), Vec<Value>)> = Vec::new();
+        for p in parts {
+            match pad_of(self.b.graph, p) {
+                Some(key) => match same.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, pads)) => pads.push(p),
+                    None => same.push((key, vec![p])),
+                },
+                None => out.push(p),
+            }
+        }
+        let mut pads: Vec<((usize, usize, usize), Value)> = Vec::new();
+        for ((axis, before, after), group) in same {
+            if group.len() == 1 {
+                pads.push(((axis, before, after), group[0]));
+                continue;
+            }
+            let inner: Vec<Value> = group.iter().map(|&p| self.b.graph.node(p).inputs[0]).collect();
+            let inner = self.join_pads(inner)?;
+            let mut acc = inner[0];
+            for &x in &inner[1..] {
+                acc = self.b.add2(acc, x)?;
+            }
+            pads.push(((axis, before, after), self.b.add(Op::Pad { axis, before, after }, &[acc])?));
+        }
+        let mut axes: Vec<usize> = pads.iter().map(|((a, _, _), _)| *a).collect();
+        axes.sort_unstable();
+        axes.dedup();
+        for axis in axes {
+            let mut on: Vec<(usize, usize, Value)> =
+                pads.iter().filter(|((a, _, _), _)| *a == axis).map(|&((_, b, af), p)| (b, af, p)).collect();
+            if on.len() < 2 {
+                continue;
+            }
+            on.sort_by_key(|&(b, _, _)| b);
+            let mut at = 0;
+            let mut pieces = Vec::with_capacity(on.len());
+            for &(before, _, p) in &on {
+                let piece = self.b.graph.node(p).inputs[0];
+                if before != at {
+                    break;
+                }
+                at += self.fixed_extent(piece, axis)?;
+                pieces.push(piece);
+            }
+            if pieces.len() != on.len() || on.last().is_some_and(|&(_, after, _)| after != 0) {
+                continue;
+            }
+            pads.retain(|((a, _, _), _)| *a != axis);
+            out.push(self.b.add(Op::Concat { axis }, &pieces)?);
+        }
+        out.extend(pads.into_iter().map(|(_, p)| p));
+        Ok(out)
     }
 
     fn scalar(&mut self, c: f64) -> Value {

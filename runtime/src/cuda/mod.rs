@@ -14,7 +14,7 @@ use cvc_compiler::config::Precision;
 use cvc_compiler::ir::{DType, Storage, Value};
 use cvc_compiler::passes::memplan::Slot;
 use cvc_compiler::passes::Program;
-use cvc_compiler::target::{CudaDevice, CudaTarget, KernelConfig};
+use cvc_compiler::target::{CudaDevice, CudaTarget, KernelConfig, LaunchMode};
 use cvc_compiler::units::human_bytes;
 use sha2::{Digest, Sha256};
 use std::cell::Cell;
@@ -426,6 +426,16 @@ pub struct CudaBackend {
     /// Per action, the buffers check mode scans after it (`numerics::scan_plan`).
     scan_after: Vec<Vec<CheckedBuffer>>,
     checked_steps: u64,
+    /// The launch list as one instantiated CUDA graph ([`LaunchMode::Graph`]), made at the
+    /// first step.
+    graph: Option<StepGraph>,
+}
+
+/// A step's launch list as a CUDA graph: one chain of kernel and memset nodes in list order
+/// (each node depends on the one before, as on a stream), and its executable form.
+struct StepGraph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
 }
 
 impl CudaBackend {
@@ -480,6 +490,7 @@ impl CudaBackend {
             ctx,
             modules: Vec::new(),
             actions: Vec::new(),
+            graph: None,
             arena: 0,
             arena_bytes: 0,
             values: Vec::new(),
@@ -753,6 +764,81 @@ impl Action {
     }
 }
 
+/// The launch list `actions` as one instantiated graph: a chain of nodes in list order, so
+/// the graph runs exactly what the list runs, in the same order.
+fn build_graph(
+    ctx: sys::CUcontext,
+    arena: sys::CUdeviceptr,
+    actions: &[Action],
+) -> Result<StepGraph, RuntimeError> {
+    let fail =
+        |what: &str, e: sys::CUresult| RuntimeError(format!("building the step's CUDA graph: {what}: {e:?}"));
+    let mut graph: sys::CUgraph = std::ptr::null_mut();
+    // SAFETY: creates an empty graph owned by the returned `StepGraph` (or destroyed below).
+    let r = unsafe { sys::cuGraphCreate(&mut graph, 0) };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        return Err(fail("cuGraphCreate", r));
+    }
+    let destroy = |graph| {
+        // SAFETY: `graph` was created above and is not used after this.
+        unsafe { sys::cuGraphDestroy(graph) };
+    };
+    let mut prev: Option<sys::CUgraphNode> = None;
+    for a in actions {
+        let mut node: sys::CUgraphNode = std::ptr::null_mut();
+        let deps: Vec<sys::CUgraphNode> = prev.into_iter().collect();
+        let r = match a {
+            Action::Zero { offset, bytes } => {
+                let p = sys::CUDA_MEMSET_NODE_PARAMS {
+                    dst: arena + *offset as u64,
+                    pitch: *bytes,
+                    value: 0,
+                    elementSize: 1,
+                    width: *bytes,
+                    height: 1,
+                };
+                // SAFETY: `graph` is live, `deps` holds the previous node of this graph (or is
+                // empty), and the range lies inside the arena, as for the stream memset.
+                unsafe { sys::cuGraphAddMemsetNode(&mut node, graph, deps.as_ptr(), deps.len(), &p, ctx) }
+            }
+            Action::Launch { f, grid, block, shared, .. } => {
+                let mut base = arena;
+                let mut params = [&mut base as *mut sys::CUdeviceptr as *mut c_void];
+                let p = sys::CUDA_KERNEL_NODE_PARAMS_v2 {
+                    func: *f,
+                    gridDimX: grid[0],
+                    gridDimY: grid[1],
+                    gridDimZ: grid[2],
+                    blockDimX: block[0],
+                    blockDimY: block[1],
+                    blockDimZ: block[2],
+                    sharedMemBytes: *shared,
+                    kernelParams: params.as_mut_ptr(),
+                    extra: std::ptr::null_mut(),
+                    kern: std::ptr::null_mut(),
+                    ctx: std::ptr::null_mut(),
+                };
+                // SAFETY: as for `run_action`'s launch: `f`'s one parameter is `char* A`, and the
+                // driver copies the parameter values into the node during this call.
+                unsafe { sys::cuGraphAddKernelNode_v2(&mut node, graph, deps.as_ptr(), deps.len(), &p) }
+            }
+        };
+        if r != sys::CUresult::CUDA_SUCCESS {
+            destroy(graph);
+            return Err(fail(&format!("adding {}", a.label()), r));
+        }
+        prev = Some(node);
+    }
+    let mut exec: sys::CUgraphExec = std::ptr::null_mut();
+    // SAFETY: `graph` is complete; `exec` is owned by the returned `StepGraph`.
+    let r = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
+    if r != sys::CUresult::CUDA_SUCCESS {
+        destroy(graph);
+        return Err(fail("cuGraphInstantiate", r));
+    }
+    Ok(StepGraph { graph, exec })
+}
+
 /// Issues one action on the legacy default stream.
 fn run_action(arena: sys::CUdeviceptr, a: &Action) -> Result<(), RuntimeError> {
     let stream: sys::CUstream = std::ptr::null_mut();
@@ -907,6 +993,18 @@ impl Backend for CudaBackend {
 
     fn launch(&mut self) -> Result<(), RuntimeError> {
         self.bind()?;
+        if self.target.kernels.launch == LaunchMode::Graph && !self.actions.is_empty() {
+            if self.graph.is_none() {
+                self.graph = Some(build_graph(self.ctx, self.arena, &self.actions)?);
+            }
+            let exec = self.graph.as_ref().map(|g| g.exec).expect("built above");
+            // SAFETY: `exec` was instantiated from this back end's launch list in its context,
+            // which is current; its kernels read and write only the arena, as a launch of the
+            // list would.
+            return unsafe { sys::cuGraphLaunch(exec, std::ptr::null_mut()) }
+                .result()
+                .map_err(|e| RuntimeError(format!("launch of the step's CUDA graph failed: {e}")));
+        }
         for a in &self.actions {
             run_action(self.arena, a)?;
         }
@@ -1043,6 +1141,10 @@ impl Drop for CudaBackend {
         unsafe {
             if result::ctx::set_current(self.ctx).is_ok() {
                 let _ = result::ctx::synchronize();
+                if let Some(g) = self.graph.take() {
+                    let _ = sys::cuGraphExecDestroy(g.exec);
+                    let _ = sys::cuGraphDestroy(g.graph);
+                }
                 if self.arena != 0 {
                     let _ = result::free_sync(self.arena);
                 }

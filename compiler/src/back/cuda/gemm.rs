@@ -673,7 +673,13 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
     let stages = if staging != TcStaging::Plain && two { 2 } else { 1 };
     shared_fits(ctx, v, stages * stage_bytes)?;
     let mut c = String::new();
-    let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__(256) {name}(char* A) {{");
+    // Registers for 3 blocks per SM at the 16-bit precisions (KernelConfig::tc_min_blocks).
+    let min_blocks = match (kc.tc_min_blocks, half) {
+        (Some(n), _) => format!(", {n}"),
+        (None, Some(_)) => ", 3".to_string(),
+        (None, None) => String::new(),
+    };
+    let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__(256{min_blocks}) {name}(char* A) {{");
     c.push_str(index.typedef());
     let _ = writeln!(c, "  const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;");
     let _ =

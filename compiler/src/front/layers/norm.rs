@@ -513,22 +513,27 @@ fn complex_affine(
     let b = &mut ctx.b;
     let r = (|| -> Result<Value, String> {
         let target = Shape::fixed(ns);
-        // One entry `w[i, j]` (or `bias[i]`) of the leading 2×2 (or 2), as a `[*shape]` value
-        // that broadcasts over the sample's leading axes.
-        let entry = |b: &mut Builder, p: Value, idx: &[usize]| -> Result<Value, String> {
-            let mut v = p;
-            for (axis, &i) in idx.iter().enumerate() {
-                v = b.add(Op::Slice { axis, start: i, len: 1 }, &[v])?;
-            }
+        // The parameters viewed as `[4, *shape]` and `[2, *shape]`: each entry `w[i, j]` (or
+        // `bias[i]`) is one slice of a view shared by all of them, as a `[*shape]` value that
+        // broadcasts over the sample's leading axes, so the gradient's pieces of a parameter
+        // join into one concatenation.
+        let rows = |b: &mut Builder, p: Value, n: usize| b.reshape(p, Shape::fixed(&[&[n], ns].concat()));
+        let wr = rows(b, w, 4)?;
+        let br = match be {
+            Some(be) => Some(rows(b, be, 2)?),
+            None => None,
+        };
+        let entry = |b: &mut Builder, v: Value, at: usize| -> Result<Value, String> {
+            let v = b.add(Op::Slice { axis: 0, start: at, len: 1 }, &[v])?;
             b.reshape(v, target.clone())
         };
         let part = |b: &mut Builder, row: usize| -> Result<Value, String> {
-            let (w0, w1) = (entry(b, w, &[row, 0])?, entry(b, w, &[row, 1])?);
+            let (w0, w1) = (entry(b, wr, 2 * row)?, entry(b, wr, 2 * row + 1)?);
             let (a, c) = (b.mul(w0, re)?, b.mul(w1, im)?);
             let y = b.add2(a, c)?;
-            match be {
-                Some(be) => {
-                    let bi = entry(b, be, &[row])?;
+            match br {
+                Some(br) => {
+                    let bi = entry(b, br, row)?;
                     b.add2(y, bi)
                 }
                 None => Ok(y),
