@@ -193,8 +193,9 @@ pub struct KernelConfig {
     /// How fused attention multiplies at the tensor-core precisions.
     pub attn: AttnKernel,
     /// The least blocks per SM the tensor-core GEMM's registers must allow
-    /// (`__launch_bounds__(256, N)`). `None`: 3 for the 16-bit products (80 registers, no
-    /// spills), the compiler's choice for TF32 (about 100 registers: 2 blocks). Measured on
+    /// (`__launch_bounds__(256, N)`). `None`: 3 for the 16-bit products (80 registers; the
+    /// ViT's matmuls do not spill, the seed network's weight gradients spill up to 188
+    /// bytes), the compiler's choice for TF32 (about 100 registers: 2 blocks). Measured on
     /// an H200 (bench/RESULTS.md, 2026-12-04): 3 blocks took the ViT's bf16 step from 76.9 to
     /// 71.3 ms and the seed network's from 12.7 to 12.2 ms, but the seed's TF32 step from
     /// 16.7 to 17.3 ms; 4 blocks (64 registers) were slower on the ViT in bf16 (65.9 →
