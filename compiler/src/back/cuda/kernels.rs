@@ -234,15 +234,7 @@ pub(crate) fn elementwise(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
         }
     }
     code.push_str("  }\n}\n");
-    Ok(Kernel {
-        code,
-        grid: [grid, 1, 1],
-        block: [BLOCK, 1, 1],
-        zero: Vec::new(),
-        scratch: 0,
-        shared: 0,
-        index,
-    })
+    Ok(Kernel::grid_stride(code, grid, index))
 }
 
 /// Points a reduction's thread folds per trip of its loop (a sum's f32 partial covers them).
@@ -825,15 +817,7 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileRes
     };
     let _ = writeln!(code, "    {body}");
     code.push_str("  }\n}\n");
-    Ok(Kernel {
-        code,
-        grid: [grid, 1, 1],
-        block: [BLOCK, 1, 1],
-        zero: Vec::new(),
-        scratch: 0,
-        shared: 0,
-        index,
-    })
+    Ok(Kernel::grid_stride(code, grid, index))
 }
 
 /// `ScatterAdd`: one thread per source element adds it into its row of the zeroed output with
@@ -858,13 +842,5 @@ fn scatter_add(ctx: &Ctx, v: Value, rows: usize, name: &str) -> CompileResult<Ke
         s = ctx.ptr(src)?,
     );
     code.push_str("  }\n}\n");
-    Ok(Kernel {
-        code,
-        grid: [grid, 1, 1],
-        block: [BLOCK, 1, 1],
-        zero: vec![(ctx.offset(v)?, ctx.bytes(v))],
-        scratch: 0,
-        shared: 0,
-        index,
-    })
+    Ok(Kernel { zero: vec![(ctx.offset(v)?, ctx.bytes(v))], ..Kernel::grid_stride(code, grid, index) })
 }

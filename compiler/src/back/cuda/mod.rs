@@ -359,6 +359,22 @@ pub(crate) struct Kernel {
     pub index: Indexing,
 }
 
+impl Kernel {
+    /// A one-dimensional grid of `grid` blocks of [`BLOCK`] threads (the grid-stride
+    /// elementwise and movement kernels), with no zeroing, scratch or dynamic shared memory.
+    fn grid_stride(code: String, grid: u32, index: Indexing) -> Kernel {
+        Kernel {
+            code,
+            grid: [grid, 1, 1],
+            block: [BLOCK, 1, 1],
+            zero: Vec::new(),
+            scratch: 0,
+            shared: 0,
+            index,
+        }
+    }
+}
+
 /// The integer type of a kernel's element indices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum IndexWidth {
