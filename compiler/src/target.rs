@@ -193,14 +193,29 @@ pub struct KernelConfig {
     /// How fused attention multiplies at the tensor-core precisions.
     pub attn: AttnKernel,
     /// The least blocks per SM the tensor-core GEMM's registers must allow
-    /// (`__launch_bounds__(256, N)`). `None`: 3 for the 16-bit products (80 registers; the
+    /// (`__launch_bounds__(threads, N)`). `None`: 3 for the 16-bit products (80 registers; the
     /// ViT's matmuls do not spill, the seed network's weight gradients spill up to 188
-    /// bytes), the compiler's choice for TF32 (about 100 registers: 2 blocks). Measured on
+    /// bytes) and for [`TcTile::FourWarps`] (168 registers, 12 warps per SM; none of the
+    /// seed network's TF32 kernels spills), the compiler's choice for TF32 with 8 warps (about
+    /// 100 registers: 2 blocks). Measured on
     /// an H200 (bench/RESULTS.md, 2026-12-04): 3 blocks took the ViT's bf16 step from 76.9 to
     /// 71.3 ms and the seed network's from 12.7 to 12.2 ms, but the seed's TF32 step from
     /// 16.7 to 17.3 ms; 4 blocks (64 registers) were slower on the ViT in bf16 (65.9 →
     /// 67.9 ms) and faster on the seed (11.9 → 11.7 ms).
     pub tc_min_blocks: Option<usize>,
+    /// K tiles in the ring of shared-memory buffers of the tensor-core GEMM's asynchronous
+    /// staging ([`TcStaging::Async`]): `N − 1` tiles are copied while one is multiplied
+    /// (fewer where the device's shared memory does not hold `N`; at least 2).
+    pub tc_stages: usize,
+    /// Whether the tensor-core GEMM gathers convolution patches through a table of the taps
+    /// in shared memory (`tctaps=table`: one shared load per element instead of four divisions
+    /// by constants; offline SASS of the seed network's TF32 kernels: 753 instead of 790
+    /// instructions per 64 `mma` in a weight gradient's loop, 928 instead of 998 in an input
+    /// gradient's, the forward convolutions unchanged; its bf16 kernels stop spilling) or
+    /// computes each element's tap from its index (`tctaps=index`, default). Compiled by NVRTC
+    /// in the tests, not yet run on a GPU (bench/GPU-NOTES.md, 2026-12-04 sixth session), so
+    /// not the default.
+    pub tc_tap_table: bool,
     /// How the runtime issues a step's kernels and memsets.
     pub launch: LaunchMode,
 }
@@ -280,21 +295,32 @@ pub enum TcStaging {
     /// stored into a second shared buffer (one barrier per tile; one buffer, two barriers,
     /// where two do not fit).
     Prefetch,
-    /// `cp.async` copies of the next tile into a second buffer while this one is multiplied,
-    /// where both operands are stored in 32 bits and two buffers fit; otherwise `Plain`
+    /// `cp.async` copies of the next tiles into a ring of buffers ([`KernelConfig::tc_stages`])
+    /// in dynamic shared memory while this one is multiplied, one barrier per tile, where
+    /// both operands are stored in 32 bits and two buffers fit; otherwise `Plain`
     /// (16-bit operands widen on their way to shared memory, which a copy cannot do).
     #[default]
     Async,
 }
 
-/// The tensor-core GEMM's block tile (8 warps).
+/// The tensor-core GEMM's block tile and warps. Measured side by side on an H200
+/// (bench/RESULTS.md, 2026-12-04 sixth session): with 4 warps of 32 × 32 at 3 blocks per SM
+/// the ViT's tf32 step took 87.4 ms against 96.2 with 8 warps of 32 × 16, the seed network's
+/// 14.1 against 15.1; in bf16 the 4 warps were slower (ViT 72.0–74.9 against 65.9 ms, seed
+/// 11.3–11.6 against 11.2).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TcTile {
-    /// 64 × 64 (32 × 128 for M ≤ 32): warp tiles of 32 × 16.
+    /// [`TcTile::FourWarps`] for TF32 products, [`TcTile::Narrow`] for 16-bit ones.
     #[default]
+    ByPrecision,
+    /// 64 × 64 (32 × 128 for M ≤ 32), 8 warps: warp tiles of 32 × 16.
     Narrow,
-    /// 128 × 64 (64 × 128 for M ≤ 64; 32 × 128 for M ≤ 32): warp tiles of 32 × 32.
+    /// 128 × 64 (64 × 128 for M ≤ 64; 32 × 128 for M ≤ 32), 8 warps: warp tiles of 32 × 32.
     Wide,
+    /// 64 × 64 (32 × 128 for M ≤ 32) with 4 warps of 32 × 32: per `mma`, half the B
+    /// fragment loads and conversions of [`TcTile::Narrow`]'s 32 × 16 warp tiles, and each
+    /// thread copies twice the elements per K tile.
+    FourWarps,
 }
 
 /// How the tensor-core implicit GEMM multiplies at `precision = bf16 | fp16`. Measured side by
@@ -332,6 +358,8 @@ impl Default for KernelConfig {
             fma_tile: FmaTile::default(),
             attn: AttnKernel::default(),
             tc_min_blocks: None,
+            tc_stages: 3,
+            tc_tap_table: false,
             launch: LaunchMode::default(),
         }
     }
@@ -340,9 +368,9 @@ impl Default for KernelConfig {
 /// The keys of a kernel spec, with their values, for messages and `--help`.
 pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|gemm|ot2|ot4|pf|ot2pf|ot4pf, \
                                     fill=BLOCKS, bk=16|32, ck=CHANNELS, grid=BLOCKS, index=auto|64, yz=BLOCKS, \
-                                    tc=plain|prefetch|async, tctile=64|128, tc16=native|tf32, frag=ldmatrix|lds, \
+                                    tc=plain|prefetch|async, tctile=auto|64|128|64w4, tc16=native|tf32, frag=ldmatrix|lds, \
                                     cmul=4m|3m, ftile=64|128, attn=tc|fma, tcblocks=BLOCKS, \
-                                    launch=graph|stream";
+                                    tcstages=2..8, tctaps=index|table, launch=graph|stream";
 
 impl KernelConfig {
     /// Reads a kernel spec: comma-separated `key=value` pairs over the defaults, e.g.
@@ -359,7 +387,8 @@ impl KernelConfig {
     /// - `yz`: the most blocks of an implicit-GEMM grid along y and z ([`KernelConfig::grid_yz`]);
     /// - `tc`: `plain`, `prefetch` or `async` (default), the tensor-core GEMM's staging of K
     ///   tiles ([`TcStaging`]);
-    /// - `tctile`: `64` (default) or `128`, the tensor-core GEMM's block tile ([`TcTile`]);
+    /// - `tctile`: `auto` (default: by precision), `64`, `128` or `64w4` (4 warps), the
+    ///   tensor-core GEMM's block tile ([`TcTile`]);
     /// - `tc16`: `native` (default) or `tf32`, the tensor-core GEMM's operands at the 16-bit
     ///   precisions ([`TcHalf`]);
     /// - `frag`: `ldmatrix` (default) or `lds`, the 16-bit tensor-core GEMM's fragment loads
@@ -370,6 +399,10 @@ impl KernelConfig {
     ///   precisions ([`AttnKernel`]);
     /// - `tcblocks`: the least blocks per SM that the tensor-core GEMM's registers must allow
     ///   ([`KernelConfig::tc_min_blocks`]);
+    /// - `tcstages`: 2 to 8, the K tiles of the tensor-core GEMM's asynchronous staging
+    ///   ([`KernelConfig::tc_stages`]);
+    /// - `tctaps`: `index` (default) or `table`, how the tensor-core GEMM gathers convolution
+    ///   patches ([`KernelConfig::tc_tap_table`]);
     /// - `launch`: `graph` (default) or `stream`, how the runtime issues a step ([`LaunchMode`]).
     ///
     /// ```
@@ -430,8 +463,10 @@ impl KernelConfig {
                 }
                 "tctile" => {
                     k.tc_tile = match value {
+                        "auto" => TcTile::ByPrecision,
                         "64" => TcTile::Narrow,
                         "128" => TcTile::Wide,
+                        "64w4" => TcTile::FourWarps,
                         _ => return Err(bad()),
                     }
                 }
@@ -471,6 +506,14 @@ impl KernelConfig {
                     }
                 }
                 "tcblocks" => k.tc_min_blocks = Some(count()?),
+                "tctaps" => {
+                    k.tc_tap_table = match value {
+                        "table" => true,
+                        "index" => false,
+                        _ => return Err(bad()),
+                    }
+                }
+                "tcstages" => k.tc_stages = count().ok().filter(|n| (2..=8).contains(n)).ok_or_else(bad)?,
                 "launch" => {
                     k.launch = match value {
                         "graph" => LaunchMode::Graph,
@@ -491,13 +534,14 @@ impl KernelConfig {
             "bk" => "16 or 32",
             "index" => "auto or 64",
             "tc" => "plain, prefetch or async",
-            "tctile" => "64 or 128",
+            "tctile" => "auto, 64, 128 or 64w4",
             "tc16" => "native or tf32",
             "frag" => "ldmatrix or lds",
             "cmul" => "4m or 3m",
             "ftile" => "64 or 128",
             "attn" => "tc or fma",
             "launch" => "graph or stream",
+            "tctaps" => "index or table",
             _ => "a positive number",
         }
     }
@@ -582,8 +626,10 @@ impl fmt::Display for KernelConfig {
         if self.tc_tile != d.tc_tile {
             parts.push(
                 match self.tc_tile {
+                    TcTile::ByPrecision => "tctile=auto",
                     TcTile::Narrow => "tctile=64",
                     TcTile::Wide => "tctile=128",
+                    TcTile::FourWarps => "tctile=64w4",
                 }
                 .into(),
             );
@@ -635,6 +681,12 @@ impl fmt::Display for KernelConfig {
         }
         if let Some(n) = self.tc_min_blocks {
             parts.push(format!("tcblocks={n}"));
+        }
+        if self.tc_tap_table != d.tc_tap_table {
+            parts.push(if self.tc_tap_table { "tctaps=table" } else { "tctaps=index" }.into());
+        }
+        if self.tc_stages != d.tc_stages {
+            parts.push(format!("tcstages={}", self.tc_stages));
         }
         if self.launch != d.launch {
             parts.push(

@@ -298,6 +298,19 @@ fn half_precision_kernels_compile_with_nvrtc_for_sm90() {
                     &mut seen,
                     Output::Ptx,
                 );
+                // The 4-warp tile (the TF32 default) and the taps' table on 16-bit products, for
+                // the examples.
+                for spec in ["tctile=64w4", "tctaps=table"] {
+                    if !(example && precision == Precision::Bf16 && mode == Mode::Train) {
+                        break;
+                    }
+                    let kernels = cvc_compiler::target::KernelConfig::parse(spec).expect("a spec");
+                    let target = CudaTarget::h200().with_precision(precision).with_kernels(kernels);
+                    let module =
+                        cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{name} ({spec}): {e}"));
+                    compiled +=
+                        compile_new_kernels(&format!("{name} ({spec})"), &module, &mut seen, Output::Ptx);
+                }
             }
         }
     }
@@ -555,10 +568,15 @@ fn structure(chunk: &str) -> String {
 
 /// Kernels of `source` that declare a shared array named `array` (` Ws[` for the direct
 /// convolution, ` Ds[` for the direct weight gradient, ` As[` for the fp32 implicit GEMM;
-/// alternatives separated by `|`).
+/// alternatives separated by `|`): a static `__shared__` array, or a pointer into dynamic
+/// shared memory (`float2 (*Ac)[16][68] = ...`, the tensor-core GEMM's ring of K tiles).
 fn kernels_declaring(source: &str, array: &str) -> usize {
     // (`array` may list alternatives separated by `|`.)
-    source.lines().filter(|l| l.contains("__shared__") && array.split('|').any(|a| l.contains(a))).count()
+    let declares = |l: &str, a: &str| {
+        let name = a.trim().trim_end_matches('[');
+        (l.contains("__shared__") && l.contains(a)) || l.contains(&format!("(*{name})["))
+    };
+    source.lines().filter(|l| array.split('|').any(|a| declares(l, a))).count()
 }
 
 /// What a variant must change, judged on the default module of each file and the variant's.
@@ -629,7 +647,14 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
         ("tc=plain", SomeOf(" Ar[| Ac[")),
         ("tc=prefetch", SomeOf(" Ar[| Ac[")),
         ("tc=prefetch,tctile=128", SomeOf(" Ar[| Ac[")),
-        ("tcblocks=3", SomeOf(" Ar[| Ac[")),
+        // (3 blocks per SM is the default of the 4-warp TF32 tile.)
+        ("tcblocks=2", SomeOf(" Ar[| Ac[")),
+        // (`tctile=64w4` is the TF32 default; its 16-bit form compiles in
+        // `half_precision_kernels_compile_with_nvrtc_for_sm90`.)
+        ("tctile=64", SomeOf(" Ar[| Ac[")),
+        ("tcstages=2", SomeOf(" Ar[| Ac[")),
+        ("tcstages=4", SomeOf(" Ar[| Ac[")),
+        ("tctaps=table", SomeOf(" Ar[| Ac[")),
     ];
     // Kernels that differ from the default module, by architecture, each kind once.
     let mut changed_kernels: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
@@ -683,6 +708,7 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
                 .map(|(f, p)| cuda::generate(p, &h200).unwrap_or_else(|e| panic!("{f}: {e}")))
                 .collect();
             let mut any = false;
+            let mut thin_layers_seen = false;
             for (((file, _), f), t) in programs.iter().zip(&fp32).zip(&defaults) {
                 let contracts = [" As[", " Ws[", " Ds["].iter().any(|a| kernels_declaring(&f.source, a) > 0);
                 assert_eq!(
@@ -691,11 +717,27 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
                     "{file}: tf32 changes exactly the files with contractions"
                 );
                 assert_eq!(contracts, t.source.contains("mma_tf32(c"), "{file}: tensor-core kernels");
-                assert_eq!(kernels_declaring(&t.source, " Ws[") + kernels_declaring(&t.source, " Ds["), 0);
+                // Direct kernels only where fp32 has them too (first layers too thin for tensor
+                // cores: conv.rs `too_shallow_for_tensor_cores`).
+                for a in [" Ws[", " Ds["] {
+                    assert!(
+                        kernels_declaring(&t.source, a) <= kernels_declaring(&f.source, a),
+                        "{file}: {a}"
+                    );
+                }
+                if file == "seed_cnn.cvnn" {
+                    // Its first layer (1 channel × 9 taps) forward and weight gradient.
+                    assert_eq!(
+                        (kernels_declaring(&t.source, " Ws["), kernels_declaring(&t.source, " Ds[")),
+                        (1, 1)
+                    );
+                    thin_layers_seen = true;
+                }
                 any |= contracts;
                 collect_changed("tf32", file, &f.source, &t.source, "sm_90".into());
             }
             assert!(any, "no file has a contraction");
+            assert!(thin_layers_seen, "seed_cnn.cvnn is not among the files");
         }
         let devices = [("a100", a100.clone()), ("small", small.clone())];
         let targets = kernel_variants
@@ -735,10 +777,13 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
                 }
                 collect_changed(&what, file, &base.source, &m.source, target.device.arch());
             }
-            // fp32 kernel choices of the direct kernels do not apply to TF32 numerics, nor the
-            // tensor-core GEMM's to fp32.
+            // The fp32 GEMM's kernel choices do not apply to TF32 numerics, nor the tensor-core
+            // GEMM's to fp32; the direct kernels' apply at TF32 to the few layers too thin for
+            // tensor cores, which a choice may leave unchanged (`ck=6` of a 1-channel layer).
             let fp32_only = precision == Precision::Tf32
-                && ["conv=", "ck=", "wgrad=", "bk=", "cmul=", "ftile="].iter().any(|k| what.starts_with(k));
+                && ["bk=", "cmul=", "ftile="].iter().any(|k| what.starts_with(k));
+            let thin_only = precision == Precision::Tf32
+                && ["conv=", "ck=", "wgrad="].iter().any(|k| what.starts_with(k));
             let tc_only = precision == Precision::Fp32 && what.starts_with("tc");
             match expect {
                 LaunchesOnly => assert!(launches_changed, "{what}: no launch list changed"),
@@ -748,6 +793,7 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
                 _ if tc_only => {
                     assert_eq!(changed_files, 0, "{what}: a tensor-core kernel choice changed fp32 code")
                 }
+                _ if thin_only => {}
                 _ => assert!(changed_files > 0, "{what}: no file's source changed"),
             }
             eprintln!("{what}: {changed_files} of {} files changed", programs.len());

@@ -52,13 +52,25 @@ struct Direct {
     conj: [bool; 2],
 }
 
+/// Whether a contraction of `depth` terms per output (or, for a weight gradient, `depth`
+/// outputs per output channel) is too thin for the tensor-core GEMM at `precision = tf32 |
+/// bf16 | fp16`: its tiles are 16 or 32 deep (32 to 128 wide), so a first layer's one input
+/// channel × 9 taps leaves most of every tile's products idle while the gathers cost the
+/// same. The direct FMA kernels then serve it (in f32, which the reduced precisions allow).
+/// Measured on an H200 (bench/RESULTS.md, 2026-12-04): the seed network's first layer took
+/// 0.61 ms forward and 1.76 ms for its weight gradient on tensor cores in tf32, against 0.36
+/// and 0.49 ms for the direct kernels in fp32.
+pub(crate) fn too_shallow_for_tensor_cores(depth: usize) -> bool {
+    depth < 32
+}
+
 /// The direct kernel of a stride-1 `Conv2d` or `ConvTranspose2d` node, or `None` where the
 /// implicit GEMM serves better (strided, narrow or short outputs, very large kernels, tiles
-/// that do not fit the device) or where the target's [`ConvKernel::Gemm`] asks for the
+/// that do not fit the device, reductions deep enough for tensor cores at a reduced precision) or where the target's [`ConvKernel::Gemm`] asks for the
 /// implicit GEMM (to measure one against the other).
 pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kernel>> {
     let choice = ctx.target.kernels.conv;
-    if ctx.precision() != Precision::Fp32 || choice == ConvKernel::Gemm {
+    if choice == ConvKernel::Gemm {
         return Ok(None);
     }
     let node = ctx.g.node(v);
@@ -101,6 +113,9 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
         return Ok(None);
     }
     let khw = d.kh * d.kw;
+    if ctx.precision().tensor_cores() && !too_shallow_for_tensor_cores(d.red * khw) {
+        return Ok(None);
+    }
     // Channels per shared-memory chunk (one barrier pair each); the target's `conv_chunk`
     // overrides it for measurements.
     let ck = ctx.target.kernels.conv_chunk.unwrap_or(32 / khw).clamp(1, d.red);

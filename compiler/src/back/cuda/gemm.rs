@@ -40,6 +40,51 @@ struct Gemm {
     /// Whether consecutive threads should walk `k` (contiguous in memory) when loading.
     a_k_fast: bool,
     b_k_fast: bool,
+    /// The convolution taps' table that `load_b` reads (tensor-core kernels).
+    taps: Option<TapTable>,
+}
+
+/// A table in shared memory of a convolution's taps, filled once per block: for tap `t` =
+/// (channel `c`, kernel row `i`, column `j`), the offset of the element it reads relative to
+/// its pixel, `c·plane + dy·row + dx`, and `(dy, dx)` packed in 16 bits each, where
+/// `dy = ai·i + by` and `dx = aj·j + bx`. A tensor-core tile's gather of a patch element then
+/// costs a shared load (one address per warp: its threads share the tap) and a bounds test,
+/// instead of four divisions by constants and the index products (bench/GPU-NOTES.md).
+struct TapTable {
+    taps: usize,
+    khw: usize,
+    kw: usize,
+    /// Elements per channel and per row of the tensor read.
+    plane: usize,
+    row: usize,
+    dy: (i64, i64),
+    dx: (i64, i64),
+}
+
+impl TapTable {
+    /// Taps a table holds at most (8 KiB of shared memory).
+    const MAX_TAPS: usize = 1024;
+
+    /// The table, where the tensor-core kernels take one and its entries fit their fields.
+    fn new(ctx: &Ctx, t: TapTable) -> Option<TapTable> {
+        let span = |(a, b): (i64, i64), n: usize| [b, a * (n as i64 - 1) + b];
+        let fits16 = span(t.dy, t.khw / t.kw).into_iter().chain(span(t.dx, t.kw)).all(|d| d.abs() < 1 << 15);
+        let channels = t.taps / t.khw;
+        let fits32 = (channels * t.plane + t.khw * (t.row + 1)) < (1 << 30);
+        let chosen = ctx.precision().tensor_cores() && ctx.target.kernels.tc_tap_table;
+        (chosen && t.taps <= Self::MAX_TAPS && fits16 && fits32).then_some(t)
+    }
+
+    /// Declarations and the fill loop of the table `taps` (then a barrier), for `threads`.
+    fn fill(&self, threads: usize) -> String {
+        let TapTable { taps, khw, kw, plane, row, dy: (ai, by), dx: (aj, bx) } = *self;
+        format!(
+            "  __shared__ int2 taps[{taps}];\n  for (u32 t = threadIdx.x; t < {taps}u; t += {threads}u) {{\n    \
+             const int c = (int)(t / {khw}u), r = (int)(t % {khw}u), i = r / {kw}, j = r % {kw};\n    \
+             const int dy = i * ({ai}) + ({by}), dx = j * ({aj}) + ({bx});\n    \
+             taps[t] = make_int2(c * {plane} + dy * {row} + dx, (int)((u32)dy << 16 | ((u32)dx & 0xffffu)));\n  }}\n  __syncthreads();\n"
+        )
+    }
 }
 
 fn conj_if(c: bool, x: String) -> String {
@@ -146,6 +191,10 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
             let [_, _, ho, wo] = dims(&ctx.shape(v))?;
             let og = o / geom.groups;
             let kk = cg * kh * kw;
+            let (load_b, taps) = patch_gather(
+                ctx,
+                &Patch { tap: "k", pixel: "n", x: &p0, c, cg, h, w, ho, wo, kh, kw, geom, conj: conj[0] },
+            );
             Gemm {
                 m: og,
                 n: nb * ho * wo,
@@ -155,27 +204,14 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                 tb: t0,
                 tc,
                 load_a: Load::plain(&p1, format!("(g * {og}u + m) * {kk}u + k"), conj[1]),
-                load_b: patch_gather(&Patch {
-                    tap: "k",
-                    pixel: "n",
-                    x: &p0,
-                    c,
-                    cg,
-                    h,
-                    w,
-                    ho,
-                    wo,
-                    kh,
-                    kw,
-                    geom,
-                    conj: conj[0],
-                }),
+                load_b,
                 out: format!(
                     "{out}[((n / {hwo}u) * {o}u + g * {og}u + m) * {hwo}u + n % {hwo}u]",
                     hwo = ho * wo
                 ),
                 a_k_fast: true,
                 b_k_fast: false,
+                taps,
             }
         }
         Op::ConvTranspose2d { geom, out_hw, conj } => {
@@ -185,22 +221,40 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
             debug_assert_eq!([h, w], *out_hw);
             let og = o / geom.groups;
             let khw = kh * kw;
-            Gemm {
-                m: cg,
-                n: nb * h * w,
-                k: og * khw,
-                groups: geom.groups,
-                ta: t1,
-                tb: t0,
-                tc,
-                load_a: Load {
-                    pre: format!("const ix oc = k / {khw}u, r = k % {khw}u;\n      "),
-                    guard: String::new(),
-                    ptr: p1.clone(),
-                    idx: format!("((g * {og}u + oc) * {cg}u + m) * {khw}u + r"),
-                    conj: conj[1],
-                },
-                load_b: Load {
+            // With stride 1, output-gradient element (oc, y + pd − i·d, x + pd − j·d) of
+            // input pixel (y, x): a taps' table serves it (strided layers also test the
+            // stride's divisibility).
+            let taps = if geom.stride == [1, 1] {
+                TapTable::new(
+                    ctx,
+                    TapTable {
+                        taps: og * khw,
+                        khw,
+                        kw,
+                        plane: ho * wo,
+                        row: wo,
+                        dy: (-(geom.dilation[0] as i64), geom.pad[0] as i64),
+                        dx: (-(geom.dilation[1] as i64), geom.pad[1] as i64),
+                    },
+                )
+            } else {
+                None
+            };
+            let load_b = if taps.is_some() {
+                Load {
+                    pre: format!(
+                        "const int2 tp = taps[k];\n      \
+                         const ix b = n / {hw}u, q = n % {hw}u, y = q / {w}u, x = q % {w}u;\n      \
+                         const int oy = (int)y + (tp.y >> 16), ox = (int)x + (int)(short)(tp.y & 0xffff);\n      ",
+                        hw = h * w,
+                    ),
+                    guard: format!("(u32)oy < {ho}u && (u32)ox < {wo}u"),
+                    ptr: p0.clone(),
+                    idx: format!("(b * {o}u + g * {og}u) * {}u + y * {wo}u + x + (ix)tp.x", ho * wo),
+                    conj: conj[0],
+                }
+            } else {
+                Load {
                     pre: format!(
                         "const ix oc = k / {khw}u, r = k % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
                          const ix b = n / {hw}u, q = n % {hw}u, y = q / {w}u, x = q % {w}u;\n      \
@@ -222,10 +276,28 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                     ptr: p0.clone(),
                     idx: format!("((b * {o}u + g * {og}u + oc) * {ho}u + (u32)oy) * {wo}u + (u32)ox"),
                     conj: conj[0],
+                }
+            };
+            Gemm {
+                m: cg,
+                n: nb * h * w,
+                k: og * khw,
+                groups: geom.groups,
+                ta: t1,
+                tb: t0,
+                tc,
+                load_a: Load {
+                    pre: format!("const ix oc = k / {khw}u, r = k % {khw}u;\n      "),
+                    guard: String::new(),
+                    ptr: p1.clone(),
+                    idx: format!("((g * {og}u + oc) * {cg}u + m) * {khw}u + r"),
+                    conj: conj[1],
                 },
+                load_b,
                 out: format!("{out}[((n / {hw}u) * {c}u + g * {cg}u + m) * {hw}u + n % {hw}u]", hw = h * w),
                 a_k_fast: true,
                 b_k_fast: false,
+                taps,
             }
         }
         Op::Conv2dWeightGrad { geom, kernel, conj } => {
@@ -236,6 +308,10 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
             let cg = c / geom.groups;
             let khw = kh * kw;
             let hwo = ho * wo;
+            let (load_b, taps) = patch_gather(
+                ctx,
+                &Patch { tap: "n", pixel: "k", x: &p0, c, cg, h, w, ho, wo, kh, kw, geom, conj: conj[0] },
+            );
             Gemm {
                 m: og,
                 n: cg * khw,
@@ -249,24 +325,11 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                     format!("((k / {hwo}u) * {o}u + g * {og}u + m) * {hwo}u + k % {hwo}u"),
                     conj[1],
                 ),
-                load_b: patch_gather(&Patch {
-                    tap: "n",
-                    pixel: "k",
-                    x: &p0,
-                    c,
-                    cg,
-                    h,
-                    w,
-                    ho,
-                    wo,
-                    kh,
-                    kw,
-                    geom,
-                    conj: conj[0],
-                }),
+                load_b,
                 out: format!("{out}[(g * {og}u + m) * {}u + n]", cg * khw),
                 a_k_fast: true,
                 b_k_fast: true,
+                taps,
             }
         }
         // Fusion puts only contractions in contraction groups.
@@ -377,7 +440,21 @@ impl MatMulShape {
                 k,
             )
         };
-        Gemm { m, n, k: kk, groups, ta, tb, tc, load_a, load_b, out, a_k_fast: !trans[0], b_k_fast: trans[1] }
+        Gemm {
+            m,
+            n,
+            k: kk,
+            groups,
+            ta,
+            tb,
+            tc,
+            load_a,
+            load_b,
+            out,
+            a_k_fast: !trans[0],
+            b_k_fast: trans[1],
+            taps: None,
+        }
     }
 }
 
@@ -401,8 +478,45 @@ struct Patch<'a> {
     conj: bool,
 }
 
-fn patch_gather(p: &Patch) -> Load {
+/// The patch element as a [`Load`], and the taps' table it reads where the tensor-core
+/// kernels take one.
+fn patch_gather(ctx: &Ctx, p: &Patch) -> (Load, Option<TapTable>) {
     let Patch { tap, pixel, x, c, cg, h, w, ho, wo, kh, kw, geom, conj } = *p;
+    let table = TapTable::new(
+        ctx,
+        TapTable {
+            taps: cg * kh * kw,
+            khw: kh * kw,
+            kw,
+            plane: h * w,
+            row: w,
+            dy: (geom.dilation[0] as i64, -(geom.pad[0] as i64)),
+            dx: (geom.dilation[1] as i64, -(geom.pad[1] as i64)),
+        },
+    );
+    if table.is_some() {
+        let pre = format!(
+            "const int2 tp = taps[{tap}];\n      \
+             const ix b = {pixel} / {hwo}u, q = {pixel} % {hwo}u, oh = q / {wo}u, ow = q % {wo}u;\n      \
+             const int y = (int)(oh * {s0}u) + (tp.y >> 16), x = (int)(ow * {s1}u) + (int)(short)(tp.y & 0xffff);\n      ",
+            hwo = ho * wo,
+            s0 = geom.stride[0],
+            s1 = geom.stride[1],
+        );
+        let load = Load {
+            pre,
+            guard: format!("(u32)y < {h}u && (u32)x < {w}u"),
+            ptr: x.to_string(),
+            idx: format!(
+                "(b * {c}u + g * {cg}u) * {hw}u + oh * {rs}u + ow * {s1}u + (ix)tp.x",
+                hw = h * w,
+                rs = geom.stride[0] * w,
+                s1 = geom.stride[1],
+            ),
+            conj,
+        };
+        return (load, table);
+    }
     let pre = format!(
         "const ix ci = {tap} / {khw}u, r = {tap} % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
          const ix b = {pixel} / {hwo}u, q = {pixel} % {hwo}u, oh = q / {wo}u, ow = q % {wo}u;\n      \
@@ -416,13 +530,14 @@ fn patch_gather(p: &Patch) -> Load {
         pd0 = geom.pad[0],
         pd1 = geom.pad[1],
     );
-    Load {
+    let load = Load {
         pre,
         guard: format!("y >= 0 && y < {h} && x >= 0 && x < {w}"),
         ptr: x.to_string(),
         idx: format!("((b * {c}u + g * {cg}u + ci) * {h}u + (u32)y) * {w}u + (u32)x"),
         conj,
-    }
+    };
+    (load, None)
 }
 
 /// The index type of a contraction: its operands and output, the products of its extents
@@ -493,6 +608,7 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
     if ctx.precision().tensor_cores() {
         return emit_tf32(ctx, gm, v, name);
     }
+    debug_assert!(gm.taps.is_none(), "a taps' table outside the tensor-core kernels");
     let kc = &ctx.target.kernels;
     let bm = tile(gm.m, if kc.fma_tile == FmaTile::Tall { 128 } else { 64 });
     // 64 × 128 tiles for 64-high problems measured slower than 64 × 64 (bench/GPU-NOTES.md).
@@ -603,7 +719,7 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
 }
 
 /// The tensor-core variant (`Precision::Tf32`, and `Bf16`/`Fp16`, whose 16-bit operands widen
-/// to TF32 exactly): the same gathers, with each of the 8 warps computing a `16·tm × 8·tn`
+/// to TF32 exactly): the same gathers, with each warp computing a `16·tm × 8·tn`
 /// piece of the block tile through `mma.sync.m16n8k8` on TF32 operands. Complex operands are
 /// multiplied as real products of their re and im parts (4 for complex × complex, 2 for
 /// mixed, 1 for real); in shared memory they are separate re/im planes, or one interleaved
@@ -615,8 +731,10 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
 /// tile's products, into the other of two shared buffers (`prefetch`); or copied by
 /// `cp.async` into the other buffer while this one is multiplied (`async`, the default, for
 /// operands stored in 32 bits; 16-bit ones widen on the way and are staged as `plain`).
-/// [`TcTile::Wide`] doubles the block tile along the longer side (warp tiles of 32 × 32
-/// instead of 32 × 16).
+/// [`TcTile`] sets the block tile and its warps: by default 4 warps of 32 × 32 for TF32
+/// products, 8 of 32 × 16 for 16-bit ones (`Wide`: 8 warps of 32 × 32, twice the block tile).
+/// Under `async` staging the K tiles are a ring of `KernelConfig::tc_stages` buffers in
+/// dynamic shared memory.
 ///
 /// At `bf16` and `fp16` with [`TcHalf::Native`] (the default), the operands are rounded to
 /// the 16-bit format on their way to shared memory instead, stored there K-contiguous
@@ -632,14 +750,22 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
     };
     // K tile depth: two MMA steps per tile, or one 16-deep step where K is no deeper.
     let bk = if half.is_some() && gm.k > BK { 2 * BK } else { BK };
-    // (block tile, warps along M, MMA tiles of 16 × 8 per warp along M and N)
-    let (bm, bn, wm, tm, tn) = match kc.tc_tile {
-        _ if gm.m <= 32 => (32, 128, 1, 2, 2),
-        TcTile::Narrow => (64, 64, 2, 2, 2),
-        TcTile::Wide if gm.m <= 64 => (64, 128, 2, 2, 4),
-        TcTile::Wide => (128, 64, 4, 2, 4),
+    // (block tile, warps along M, MMA tiles of 16 × 8 per warp along M and N, warps)
+    let tile = match kc.tc_tile {
+        TcTile::ByPrecision if half.is_some() => TcTile::Narrow,
+        TcTile::ByPrecision => TcTile::FourWarps,
+        other => other,
     };
-    debug_assert_eq!((bm, bn), (16 * tm * wm, 8 * tn * (8 / wm)));
+    let (bm, bn, wm, tm, tn, warps) = match tile {
+        TcTile::FourWarps if gm.m <= 32 => (32, 128, 1, 2, 4, 4),
+        TcTile::FourWarps => (64, 64, 2, 2, 4, 4),
+        _ if gm.m <= 32 => (32, 128, 1, 2, 2, 8),
+        TcTile::Narrow | TcTile::ByPrecision => (64, 64, 2, 2, 2, 8),
+        TcTile::Wide if gm.m <= 64 => (64, 128, 2, 2, 4, 8),
+        TcTile::Wide => (128, 64, 4, 2, 4, 8),
+    };
+    let threads = 32 * warps;
+    debug_assert_eq!((bm, bn), (16 * tm * wm, 8 * tn * (warps / wm)));
     let gx = gm.n.div_ceil(bn);
     let gy = gm.m.div_ceil(bm);
     let tiles = gx * gy * gm.groups;
@@ -665,34 +791,72 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
             .find(|&&x| ctx.ptr(x).is_ok_and(|p| p == load.ptr))
             .map_or(Storage::Full, |&x| ctx.storage(x))
     };
-    let two = 2 * stage_bytes <= ctx.target.device.shared_per_block;
+    let table_bytes = gm.taps.as_ref().map_or(0, |t| 8 * t.taps);
+    // Two stages in static shared memory (`prefetch`), or in the device's opt-in dynamic
+    // shared memory (`async`).
+    let two = 2 * stage_bytes + table_bytes <= ctx.target.device.shared_per_block;
+    let two_dynamic = 2 * stage_bytes + table_bytes <= ctx.target.device.shared_per_block_optin;
     let staging = match kc.tc_staging {
-        TcStaging::Async if !(full && two && half.is_none()) => TcStaging::Plain,
+        TcStaging::Async if !(full && two_dynamic && half.is_none()) => TcStaging::Plain,
         other => other,
     };
-    let stages = if staging != TcStaging::Plain && two { 2 } else { 1 };
-    shared_fits(ctx, v, stages * stage_bytes)?;
-    let mut c = String::new();
-    // Registers for 3 blocks per SM at the 16-bit precisions (KernelConfig::tc_min_blocks).
-    let min_blocks = match (kc.tc_min_blocks, half) {
-        (Some(n), _) => format!(", {n}"),
-        (None, Some(_)) => ", 3".to_string(),
-        (None, None) => String::new(),
+    let asynchronous = staging == TcStaging::Async;
+    // Asynchronous staging keeps `tc_stages` K tiles in flight where the device's opt-in
+    // shared memory holds them (at least two: `two` above), in dynamic shared memory.
+    let stages = if asynchronous {
+        (2..=kc.tc_stages.max(2))
+            .rev()
+            .find(|&n| n * stage_bytes + table_bytes <= ctx.target.device.shared_per_block_optin)
+            .unwrap_or(2)
+    } else if staging != TcStaging::Plain && two {
+        2
+    } else {
+        1
     };
-    let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__(256{min_blocks}) {name}(char* A) {{");
+    if !asynchronous {
+        shared_fits(ctx, v, stages * stage_bytes + table_bytes)?;
+    }
+    let mut c = String::new();
+    // Registers for 3 blocks per SM at the 16-bit precisions and with 4 warps
+    // (KernelConfig::tc_min_blocks).
+    let min_blocks = match (kc.tc_min_blocks, half, tile) {
+        (Some(n), _, _) => format!(", {n}"),
+        (None, Some(_), _) | (None, None, TcTile::FourWarps) => ", 3".to_string(),
+        (None, None, _) => String::new(),
+    };
+    let _ = writeln!(
+        c,
+        "extern \"C\" __global__ void __launch_bounds__({threads}{min_blocks}) {name}(char* A) {{"
+    );
     c.push_str(index.typedef());
     let _ = writeln!(c, "  const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;");
     let _ =
         writeln!(c, "  const u32 wmi = warp % {wm}u, wni = warp / {wm}u, gr = lane >> 2, gc = lane & 3u;");
     c.push_str(&block_coords(&grid, gm.groups, bm, bn));
+    if let Some(t) = &gm.taps {
+        c.push_str(&t.fill(threads));
+    }
     let _ = writeln!(c, "  const ix kb = split * {chunk}u, ke = min(kb + (ix){chunk}u, (ix){}u);", gm.k);
-    let asynchronous = staging == TcStaging::Async;
+    // Bytes of dynamic shared memory (asynchronous staging): the planes one after another.
+    let mut dynamic = 0;
+    if asynchronous {
+        c.push_str(
+            "  extern __shared__ __align__(16) unsigned char gemm_smem[];
+",
+        );
+    }
     for (plane, x, complex) in [("A", bm, ca), ("B", bn, cb)] {
-        if asynchronous && complex {
-            // One interleaved plane per complex operand: an 8-byte copy per element, and one
+        if asynchronous {
+            // A complex operand is one interleaved plane: an 8-byte copy per element, and one
             // 64-bit fragment load gives its re and im. Rows `x + 4` float2 apart (8 words
             // mod 32): the 16 lanes of a half-warp's fragment load hit 32 distinct banks.
-            let _ = writeln!(c, "  __shared__ float2 {plane}c[{stages}][{bk}][{}];", x + 4);
+            let (ty, name, cols, elt) =
+                if complex { ("float2", "c", x + 4, 8) } else { ("float", "r", x + pad, 4) };
+            let _ = writeln!(
+                c,
+                "  {ty} (*{plane}{name})[{bk}][{cols}] = reinterpret_cast<{ty} (*)[{bk}][{cols}]>(gemm_smem + {dynamic});"
+            );
+            dynamic += stages * bk * cols * elt;
             continue;
         }
         for part in if complex { &["r", "i"][..] } else { &["r"][..] } {
@@ -722,7 +886,7 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
         ("A", gm.m, bm, gm.a_k_fast, "m", ca, ta, &gm.load_a),
         ("B", gm.n, bn, gm.b_k_fast, "n", cb, tb, &gm.load_b),
     ] {
-        let per = bk * bx / 256;
+        let per = bk * bx / threads;
         let (kk, xx) = if k_fast {
             (format!("e % {bk}u"), format!("e / {bk}u"))
         } else {
@@ -730,7 +894,7 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
         };
         let args = if plane == "A" { "x, k" } else { "k, x" };
         let head = format!(
-            "    #pragma unroll\n    for (u32 r = 0; r < {per}u; ++r) {{\n      const u32 e = tid + r * 256u, kk = {kk}, xx = {xx};\n"
+            "    #pragma unroll\n    for (u32 r = 0; r < {per}u; ++r) {{\n      const u32 e = tid + r * {threads}u, kk = {kk}, xx = {xx};\n"
         );
         if asynchronous {
             let copy = if cx {
@@ -791,16 +955,29 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
     let next = format!("k0 + {bk}u < ke");
     match (staging, stages) {
         (TcStaging::Async, _) => {
-            // Two stages in flight: tile k0 + 16 copies while tile k0 is multiplied.
+            // A ring of `stages` buffers: the copies of the next `stages − 1` tiles are in
+            // flight while tile k0 is multiplied. One barrier per tile: after it, tile k0 has
+            // landed for every thread, and every warp has finished multiplying the tile
+            // before it, whose buffer the next copies then refill. (A copy group is
+            // committed per tile, empty past the end, so the wait counts stay exact.)
+            let ahead = stages - 1;
             let _ = writeln!(
                 c,
-                "  {{\n    const ix k0 = kb; const u32 s = 0;\n{fetch}  }}\n  cp_async_commit();"
+                "  #pragma unroll\n  for (u32 p = 0; p < {ahead}u; ++p) {{\n    const ix k0 = kb + p * {bk}u; const u32 s = p;\n    if (k0 < ke) {{\n{fetch}    }}\n    cp_async_commit();\n  }}"
             );
-            let _ = writeln!(c, "  u32 s = 0;\n  for (ix k0 = kb; k0 < ke; k0 += {bk}u, s ^= 1u) {{");
-            let _ = writeln!(c, "    if ({next}) {{\n      const ix k0n = k0 + {bk}u; const u32 sn = s ^ 1u;\n      {{\n        const ix k0 = k0n; const u32 s = sn;\n{fetch}      }}\n    }}");
-            c.push_str("    cp_async_commit();\n    cp_async_wait1();\n    __syncthreads();\n");
+            let _ = writeln!(c, "  u32 s = 0, sf = {ahead}u;\n  for (ix k0 = kb; k0 < ke; k0 += {bk}u) {{");
+            let _ = writeln!(c, "    cp_async_wait<{}>();\n    __syncthreads();", stages - 2);
+            let _ = writeln!(
+                c,
+                "    if (k0 + {}u < ke) {{\n      const ix k0f = k0 + {}u; const u32 sn = sf;\n      {{\n        const ix k0 = k0f; const u32 s = sn;\n{fetch}      }}\n    }}\n    cp_async_commit();",
+                ahead * bk,
+                ahead * bk
+            );
             c.push_str(&products);
-            c.push_str("    __syncthreads();\n  }\n");
+            let _ = writeln!(
+                c,
+                "    s = s + 1u == {stages}u ? 0u : s + 1u;\n    sf = sf + 1u == {stages}u ? 0u : sf + 1u;\n  }}"
+            );
         }
         (TcStaging::Prefetch, _) => {
             // With two stages, one barrier per tile: the stores of tile k0 + 16 go to the other
@@ -841,7 +1018,15 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
         wnt = 8 * tn,
     );
     let zero = if splits > 1 { vec![(ctx.offset(v)?, ctx.bytes(v))] } else { Vec::new() };
-    Ok(Kernel { code: c, grid: grid.launch, block: [256, 1, 1], zero, scratch: 0, shared: 0, index })
+    Ok(Kernel {
+        code: c,
+        grid: grid.launch,
+        block: [threads as u32, 1, 1],
+        zero,
+        scratch: 0,
+        shared: dynamic,
+        index,
+    })
 }
 
 /// The tensor-core products of one K tile of stage `s`: per 8-deep slice, each warp's A

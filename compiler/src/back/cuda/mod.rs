@@ -34,11 +34,14 @@
 //!   grid with a register micro-tile, the next K tile loaded into registers while the current
 //!   one is multiplied, no im2col buffer), split along K with `atomicAdd` into a zeroed
 //!   output when the output alone has too few tiles to fill the GPU; with `Precision::Tf32`
-//!   the same tiles are multiplied on tensor cores (`mma.sync`, TF32). In fp32, stride-1
-//!   convolutions and input gradients with at most 32 output channels per group use the
-//!   direct kernel of `conv.rs` instead (measured faster there, slower above), and
+//!   the same tiles are multiplied on tensor cores (`mma.sync`, TF32; 4 warps of 32 × 32 per
+//!   block, K tiles copied by `cp.async` into a ring in dynamic shared memory). In fp32,
+//!   stride-1 convolutions and input gradients with at most 32 output channels per group use
+//!   the direct kernel of `conv.rs` instead (measured faster there, slower above), and
 //!   stride-1 weight gradients the direct kernel of `wgrad.rs` (staged tiles, a sliding
-//!   window of taps in registers, partial sums added with atomics);
+//!   window of taps in registers, partial sums added with atomics); at the reduced
+//!   precisions only layers too thin for tensor-core tiles do (fewer than 32 terms per
+//!   output: a first layer's one channel × 9 taps, `conv::too_shallow_for_tensor_cores`);
 //! - sibling sums that the schedule put next to each other (same domain and axes) are one
 //!   kernel; a sum split over blocks keeps f64 partials in scratch memory past the arena
 //!   ([`CudaModule::scratch`]) and its last block adds them in order (deterministic);
@@ -734,7 +737,7 @@ static __device__ __forceinline__ void ldsm4(u32* r, const unsigned short* p) {
     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"((u32)__cvta_generic_to_shared(p)));
 }
 // Asynchronous 4-byte copy global -> shared (sm_80+), zero-filled when `ok` is false (the
-// source is then not read); a commit closes a group, wait1 leaves at most one group pending.
+// source is then not read); a commit closes a group, wait<N> leaves at most N groups pending.
 static __device__ __forceinline__ void cp_async4(float* dst, const float* src, bool ok) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
     :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 4u : 0u) : "memory");
@@ -745,7 +748,7 @@ static __device__ __forceinline__ void cp_async8(float2* dst, const float* src, 
     :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(ok ? 8u : 0u) : "memory");
 }
 static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-static __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+template <int N> static __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
 // 16-bit storage (precision = bf16 | fp16, ir/storage.rs): an element widens to f32 when read
 // and rounds to nearest even when written, so kernels index these like float / float2 arrays.
 struct __align__(2) bf16s {

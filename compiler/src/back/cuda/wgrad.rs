@@ -55,14 +55,14 @@ fn variant(choice: WgradKernel, cg: usize, og: usize) -> Option<Variant> {
 
 /// The direct kernel of a `Conv2dWeightGrad` node with stride 1 and dilation 1, or `None`
 /// where the implicit GEMM serves (strided or dilated layers, outputs narrower or shorter than
-/// a tile, fewer than 8 output channels per group, kernels of more than 9 taps, TF32
-/// numerics).
+/// a tile, fewer than 8 output channels per group, kernels of more than 9 taps, layers wide
+/// enough for tensor cores at a reduced precision).
 pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kernel>> {
     let node = ctx.g.node(v);
     let Op::Conv2dWeightGrad { geom, kernel, conj } = &node.op else {
         return Ok(None);
     };
-    if ctx.precision() != Precision::Fp32 || geom.stride != [1, 1] || geom.dilation != [1, 1] {
+    if geom.stride != [1, 1] || geom.dilation != [1, 1] {
         return Ok(None);
     }
     let (x, dy) = (node.inputs[0], node.inputs[1]);
@@ -73,6 +73,9 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
     let [kh, kw] = *kernel;
     let groups = geom.groups;
     let (og, cg) = (o / groups, c / groups);
+    if ctx.precision().tensor_cores() && !super::conv::too_shallow_for_tensor_cores(cg * kh * kw) {
+        return Ok(None);
+    }
     let Some(var) = variant(ctx.target.kernels.wgrad, cg, og) else {
         return Ok(None);
     };
