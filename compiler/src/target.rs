@@ -213,8 +213,9 @@ pub struct KernelConfig {
     /// instructions per 64 `mma` in a weight gradient's loop, 928 instead of 998 in an input
     /// gradient's, the forward convolutions unchanged; its bf16 kernels stop spilling) or
     /// computes each element's tap from its index (`tctaps=index`, default). Compiled by NVRTC
-    /// in the tests, not yet run on a GPU (bench/GPU-NOTES.md, 2026-12-04 sixth session), so
-    /// not the default.
+    /// in the tests, and its gathers compiled for the host read what the index gathers read
+    /// (`tests/tests/gather_host.rs`); not yet run on a GPU (bench/GPU-NOTES.md, 2026-12-04
+    /// sixth session), so not the default.
     pub tc_tap_table: bool,
     /// How the runtime issues a step's kernels and memsets.
     pub launch: LaunchMode,
