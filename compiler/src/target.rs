@@ -543,6 +543,7 @@ impl KernelConfig {
             "attn" => "tc or fma",
             "launch" => "graph or stream",
             "tctaps" => "index or table",
+            "tcstages" => "a number from 2 to 8",
             _ => "a positive number",
         }
     }

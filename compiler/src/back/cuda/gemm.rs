@@ -68,9 +68,13 @@ impl TapTable {
     /// The table, where the tensor-core kernels take one and its entries fit their fields.
     fn new(ctx: &Ctx, t: TapTable) -> Option<TapTable> {
         let span = |(a, b): (i64, i64), n: usize| [b, a * (n as i64 - 1) + b];
-        let fits16 = span(t.dy, t.khw / t.kw).into_iter().chain(span(t.dx, t.kw)).all(|d| d.abs() < 1 << 15);
-        let channels = t.taps / t.khw;
-        let fits32 = (channels * t.plane + t.khw * (t.row + 1)) < (1 << 30);
+        let (dys, dxs) = (span(t.dy, t.khw / t.kw), span(t.dx, t.kw));
+        let fits16 = dys.iter().chain(&dxs).all(|d| d.abs() < 1 << 15);
+        // The largest offset, `c·plane + dy·row + dx` (int arithmetic in the fill).
+        let most = |d: [i64; 2]| d.iter().map(|v| v.unsigned_abs()).max().unwrap_or(0);
+        let channels = (t.taps / t.khw) as u64;
+        let offset = channels * t.plane as u64 + most(dys) * t.row as u64 + most(dxs);
+        let fits32 = offset < 1 << 30;
         let chosen = ctx.precision().tensor_cores() && ctx.target.kernels.tc_tap_table;
         (chosen && t.taps <= Self::MAX_TAPS && fits16 && fits32).then_some(t)
     }
