@@ -190,15 +190,22 @@ fn input(b: &mut Builder, name: &str, dt: DType, dims: &[usize]) -> Value {
 #[test]
 fn a_row_without_visible_keys_has_zero_lse_output_and_gradients() {
     // Causal attention with key 0 padded: query row 0 sees no key at all.
-    let spec = AttnSpec { scale: 0.5, score: AttnScore::Real, causal: true, key_mask: true, dropout: None };
+    let spec = AttnSpec {
+        heads: AttnHeads::separate(1, 2),
+        scale: 0.5,
+        score: AttnScore::Real,
+        causal: true,
+        key_mask: true,
+        dropout: None,
+    };
     let mut g = Graph::new("empty_row", Mode::Train);
     let (q, k, v, lse, o, dq, dkv) = {
         let mut b = Builder::new(&mut g);
-        let q = input(&mut b, "q", DType::C64, &[1, 1, 3, 2]);
-        let k = input(&mut b, "k", DType::C64, &[1, 1, 3, 2]);
-        let v = input(&mut b, "v", DType::C64, &[1, 1, 3, 2]);
+        let q = input(&mut b, "q", DType::C64, &[1, 3, 2]);
+        let k = input(&mut b, "k", DType::C64, &[1, 3, 2]);
+        let v = input(&mut b, "v", DType::C64, &[1, 3, 2]);
         let m = input(&mut b, "m", DType::F32, &[1, 3]);
-        let d_o = input(&mut b, "do", DType::C64, &[1, 1, 3, 2]);
+        let d_o = input(&mut b, "do", DType::C64, &[1, 3, 2]);
         let lse = b.add(Op::AttnLse { spec }, &[q, k, m]).unwrap();
         let o = b.add(Op::Attention { spec }, &[q, k, v, lse, m]).unwrap();
         let dq = b.add(Op::AttentionGrad { spec, wrt: AttnWrt::Q }, &[q, k, v, o, d_o, lse, m]).unwrap();
@@ -210,11 +217,11 @@ fn a_row_without_visible_keys_has_zero_lse_output_and_gradients() {
         Tensor::complex(s, (0..n).map(|i| C::new((i as f64 * seed).sin(), (i as f64 + seed).cos())).collect())
     };
     let mut leaves = HashMap::new();
-    leaves.insert(q, z(&[1, 1, 3, 2], 0.7));
-    leaves.insert(k, z(&[1, 1, 3, 2], 1.3));
-    leaves.insert(v, z(&[1, 1, 3, 2], 2.1));
+    leaves.insert(q, z(&[1, 3, 2], 0.7));
+    leaves.insert(k, z(&[1, 3, 2], 1.3));
+    leaves.insert(v, z(&[1, 3, 2], 2.1));
     leaves.insert(Value::from_index(3), Tensor::real(&[1, 3], vec![1.0, 0.0, 0.0]));
-    leaves.insert(Value::from_index(4), z(&[1, 1, 3, 2], 0.4));
+    leaves.insert(Value::from_index(4), z(&[1, 3, 2], 0.4));
     let vals = evaluate(&g, 1, &leaves).unwrap();
     let get = |v: Value| vals[v.index()].clone().unwrap();
     let lse_v = get(lse).to_real_vec().unwrap();
@@ -237,14 +244,14 @@ fn a_row_without_visible_keys_has_zero_lse_output_and_gradients() {
 #[test]
 fn attention_ops_print_and_parse_back() {
     let text = "graph a (Train) {
-  %0 = input[q]() : c64[B, 2, 5, 3]  ; Input
-  %1 = input[k]() : c64[B, 2, 4, 3]  ; Input
-  %2 = input[v]() : c64[B, 2, 4, 6]  ; Input
+  %0 = input[q]() : c64[B, 5, 6]  ; Input
+  %1 = input[kv]() : c64[B, 4, 19]  ; Input
+  %2 = input[v]() : c64[B, 4, 12]  ; Input
   %3 = input[pad]() : f32[B, 4]  ; Input
   %4 = state[step, init=Zeros]() : i32[]  ; State
-  %5 = attn_lse[scale=0.5, score=Abs, causal=true, key_mask=true, dropout=none](%0, %1, %3) : f32[B, 2, 5]  ; Forward
-  %6 = attention[scale=0.5, score=Abs, causal=true, key_mask=true, dropout=[0.25, 9]](%0, %1, %2, %5, %3, %4) : c64[B, 2, 5, 6]  ; Forward
-  %7 = attention_grad[scale=0.5, score=Abs, causal=true, key_mask=true, dropout=[0.25, 9], wrt=KV](%0, %1, %2, %6, %6, %5, %3, %4) : c64[B, 2, 4, 9]  ; Backward
+  %5 = attn_lse[heads=2, d=3, dv=6, cols=[0, 1, 0], scale=0.5, score=Abs, causal=true, key_mask=true, dropout=none](%0, %1, %3) : f32[B, 2, 5]  ; Forward
+  %6 = attention[heads=2, d=3, dv=6, cols=[0, 1, 0], scale=0.5, score=Abs, causal=true, key_mask=true, dropout=[0.25, 9]](%0, %1, %2, %5, %3, %4) : c64[B, 5, 12]  ; Forward
+  %7 = attention_grad[heads=2, d=3, dv=6, cols=[0, 1, 7], scale=0.5, score=Abs, causal=true, key_mask=true, dropout=[0.25, 9], wrt=KV](%0, %1, %1, %6, %6, %5, %3, %4) : c64[B, 4, 18]  ; Backward
 }
 ";
     let p = parse_graph(text).unwrap_or_else(|e| panic!("{e}"));
@@ -256,6 +263,13 @@ fn attention_ops_print_and_parse_back() {
     let bad = text.replace("(%0, %1, %2, %5, %3, %4)", "(%0, %1, %2, %5, %3)");
     let e = parse_graph(&bad).expect_err("operand count");
     assert!(e.message.contains("takes 6 operands"), "{e}");
+    // Heads that pass their operand's columns.
+    let bad = text.replace("cols=[0, 1, 7]", "cols=[0, 1, 8]");
+    let e = parse_graph(&bad).expect_err("value columns");
+    assert!(e.message.contains("pass its 19 columns"), "{e}");
+    let bad = text.replace("cols=[0, 1, 7]", "cols=[0, 1]");
+    let e = parse_graph(&bad).expect_err("three columns");
+    assert!(e.message.contains("a list of 3"), "{e}");
 }
 
 fn lower_err(args: &[Arg], inputs: &[TensorType]) -> Diagnostic {

@@ -501,7 +501,7 @@ fn composite_chains_share_values() {
 /// `AttnLse` then `Attention` on `q, k, v` (`x[0..3]`), with a key mask drawn from a leaf
 /// (about a third of the keys ignored) and the dropout step counter when `spec` asks for them.
 fn attention_composite(b: &mut Builder, x: &[Value], spec: AttnSpec) -> Result<Value, String> {
-    let (bt, s) = (b.graph.ty(x[1]).shape.0[0], b.graph.ty(x[1]).shape.0[2]);
+    let (bt, s) = (b.graph.ty(x[1]).shape.0[0], b.graph.ty(x[1]).shape.0[1]);
     let mut extra = Vec::new();
     if spec.key_mask {
         let m = b.leaf(Op::Input { name: "mask_source".into() }, TensorType::new(F, Shape(vec![bt, s])));
@@ -525,7 +525,14 @@ fn attention_composite(b: &mut Builder, x: &[Value], spec: AttnSpec) -> Result<V
 fn attention_full_derivative() {
     // The rule of `Attention` is the derivative of softmax attention through `lse` too:
     // finite differences move q and k, and with them lse.
-    let base = AttnSpec { scale: 0.7, score: AttnScore::Real, causal: false, key_mask: false, dropout: None };
+    let base = AttnSpec {
+        heads: AttnHeads::separate(2, 2),
+        scale: 0.7,
+        score: AttnScore::Real,
+        causal: false,
+        key_mask: false,
+        dropout: None,
+    };
     let cases = [
         ("real", base, [3, 3, 2, 2]),
         ("abs_cross", AttnSpec { score: AttnScore::Abs, scale: 0.5, ..base }, [4, 3, 2, 3]),
@@ -541,15 +548,47 @@ fn attention_full_derivative() {
                 key_mask: true,
                 dropout: Some((0.25, 3)),
                 scale: 0.9,
+                ..base
             },
             [4, 4, 3, 2],
         ),
     ];
     for (name, attn, [t, s, d, dv]) in cases {
-        // q [B, H, T, D], k [B, H, S, D], v [B, H, S, Dv]; batch 2, 2 heads.
-        let specs = [spec(C, &[0, 2, t, d]), spec(C, &[0, 2, s, d]), spec(C, &[0, 2, s, dv])];
+        // q [B, T, H·D], k [B, S, H·D], v [B, S, H·Dv]; batch 2, 2 heads.
+        let attn = AttnSpec { heads: AttnHeads { n: 2, d, dv, cols: [0; 3] }, ..attn };
+        let specs = [spec(C, &[0, t, 2 * d]), spec(C, &[0, s, 2 * d]), spec(C, &[0, s, 2 * dv])];
         check_full(&format!("attention_{name}"), &specs, 2, None, &|b, x| attention_composite(b, x, attn));
     }
+}
+
+#[test]
+fn attention_of_packed_operands() {
+    // q, k and v read as columns of one tensor (a packed in-projection): the gradient of each
+    // lands in its columns, the three joined by autodiff (one `Concat` where they tile the
+    // tensor, pads and a sum where columns are left over, as here in `gap`).
+    let (h, d, dv, t) = (2, 2, 3, 4);
+    let base = AttnSpec {
+        heads: AttnHeads { n: h, d, dv, cols: [0, h * d, 2 * h * d] },
+        scale: 0.6,
+        score: AttnScore::Real,
+        causal: false,
+        key_mask: false,
+        dropout: None,
+    };
+    let w = 2 * h * d + h * dv;
+    let gap = AttnSpec { heads: AttnHeads { cols: [1, 1 + h * d, 2 + 2 * h * d], ..base.heads }, ..base };
+    let abs = AttnSpec { score: AttnScore::Abs, causal: true, ..base };
+    for (name, attn, width) in [("tiled", base, w), ("gap", gap, w + 3), ("abs_causal", abs, w)] {
+        check_full(&format!("attention_packed_{name}"), &[spec(C, &[0, t, width])], 2, None, &|b, x| {
+            attention_composite(b, &[x[0], x[0], x[0]], attn)
+        });
+    }
+    // Cross-attention: q on its own, k ‖ v packed (autodiff keeps dk ‖ dv whole).
+    let cross = AttnSpec { heads: AttnHeads { n: h, d, dv, cols: [0, 0, h * d] }, ..base };
+    let specs = [spec(C, &[0, t, h * d]), spec(C, &[0, 3, h * (d + dv)])];
+    check_full("attention_packed_kv", &specs, 2, None, &|b, x| {
+        attention_composite(b, &[x[0], x[1], x[1]], cross)
+    });
 }
 
 /// The `.cvnn` files in `dir` (relative to the repository root), sorted.

@@ -1,6 +1,8 @@
 //! Small training programs around one fused attention (IR text), for the CUDA kernel tests:
-//! `q = x·wq`, `k = y·wk`, `v = z·wv` (elementwise by learned `[H, ·, ·]` weights, so autodiff
-//! asks for every attention gradient), `lse = attn_lse(q, k)`, `o = attention(q, k, v, lse)`,
+//! `q = x·wq`, `k = y·wk`, `v = z·wv` (token-major `[B, rows, H·d]`, elementwise by learned
+//! weights of the same shape without the batch, so autodiff asks for every attention
+//! gradient; or q, k and v as columns of one or two such products, [`Layout`]),
+//! `lse = attn_lse(q, k)`, `o = attention(q, k, v, lse)`,
 //! loss `Σ Re(o · g)` with a random input `g`. The optional key mask is `step(m)` of a random
 //! input (about half the keys masked); dropout reads the `step` state.
 
@@ -8,10 +10,9 @@ use cvc_compiler::config::{Optimizer, OptimizerKind};
 use cvc_compiler::ir::parse::parse_graph;
 use cvc_compiler::passes::pipeline::{compile, Options};
 use cvc_compiler::passes::Program;
-use std::fmt::Write;
 
-/// One attention configuration: extents of `q [B, H, T, D]`, `k [B, H, S, D]`,
-/// `v [B, H, S, Dv]` and the options of the attention spec.
+/// One attention configuration: heads, extents (`T` queries, `S` keys, head widths `D`, `Dv`),
+/// the operands' layout and the options of the attention spec.
 #[derive(Clone, Debug)]
 pub struct AttnCase {
     /// Heads.
@@ -32,13 +33,29 @@ pub struct AttnCase {
     pub mask: bool,
     /// Dropout `(p, salt)` on the weights.
     pub dropout: Option<(f64, u32)>,
+    /// Where the heads lie: separate `q`, `k`, `v` or columns of one packed tensor.
+    pub layout: Layout,
+}
+
+/// How a case's `q`, `k` and `v` are laid out (`ir::AttnHeads`): every operand is token-major
+/// (`[B, rows, C]`, head `h` at columns `cols + h·d`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// Three tensors `[B, T, H·D]`, `[B, S, H·D]`, `[B, S, H·Dv]`.
+    Separate,
+    /// One `[B, T, H·(2D + Dv)]` tensor, q ‖ k ‖ v (self-attention's packed in-projection;
+    /// needs `T = S`).
+    Packed,
+    /// `q` alone, `k ‖ v` one `[B, S, H·(D + Dv)]` tensor (cross-attention's packed key-value
+    /// projection).
+    PackedKv,
 }
 
 impl AttnCase {
     /// A short name for messages.
     pub fn name(&self) -> String {
         format!(
-            "attn h{} t{} s{} d{} dv{}{}{}{}{}",
+            "attn h{} t{} s{} d{} dv{}{}{}{}{}{}",
             self.h,
             self.t,
             self.s,
@@ -47,26 +64,45 @@ impl AttnCase {
             if self.abs { " abs" } else { " real" },
             if self.causal { " causal" } else { "" },
             if self.mask { " mask" } else { "" },
-            if self.dropout.is_some() { " dropout" } else { "" }
+            if self.dropout.is_some() { " dropout" } else { "" },
+            match self.layout {
+                Layout::Separate => "",
+                Layout::Packed => " packed",
+                Layout::PackedKv => " packed-kv",
+            }
         )
     }
 }
 
 /// The variants the kernel tests cover: both scores, causal (T < S and T > S), key mask,
 /// dropout, head dimensions 7 to 128 (the narrow and the wide tilings, chunk tails, odd widths), query
-/// counts across a 64-row tile and key counts across 32- and 16-key tiles (tails everywhere).
+/// counts across a 64-row tile and key counts across 32- and 16-key tiles (tails everywhere),
+/// and heads read in place from packed projections (row strides wider than the heads).
 pub fn cases() -> Vec<AttnCase> {
-    let c =
-        |h, t, s, d, dv, abs, causal, mask, dropout| AttnCase { h, t, s, d, dv, abs, causal, mask, dropout };
+    let c = |h, t, s, d, dv, abs, causal, mask, dropout| AttnCase {
+        h,
+        t,
+        s,
+        d,
+        dv,
+        abs,
+        causal,
+        mask,
+        dropout,
+        layout: Layout::Separate,
+    };
     vec![
         c(2, 70, 45, 16, 16, false, false, false, None),
+        AttnCase { layout: Layout::PackedKv, ..c(2, 70, 45, 16, 16, false, false, true, None) },
         c(1, 37, 45, 40, 24, true, true, false, None),
         c(2, 70, 70, 64, 64, false, true, true, Some((0.25, 5))),
+        AttnCase { layout: Layout::Packed, ..c(3, 70, 70, 32, 32, false, false, false, Some((0.25, 5))) },
         c(1, 20, 33, 100, 128, true, false, true, Some((0.5, 11))),
         c(1, 45, 37, 8, 72, false, true, false, None),
         c(1, 66, 40, 64, 64, true, false, false, Some((0.1, 3))),
         // Odd head widths: the kernels' element-per-element loads instead of pairs.
         c(2, 33, 50, 9, 7, true, false, true, None),
+        AttnCase { layout: Layout::Packed, ..c(2, 41, 41, 7, 5, true, true, false, None) },
         c(1, 40, 40, 7, 10, false, true, false, Some((0.2, 9))),
     ]
 }
@@ -74,8 +110,15 @@ pub fn cases() -> Vec<AttnCase> {
 /// The program of `c` in IR text (train mode, batch symbolic).
 pub fn program_text(c: &AttnCase) -> String {
     let AttnCase { h, t, s, d, dv, .. } = *c;
+    // The operands' columns and where each one's heads start (`AttnHeads::cols`).
+    let (cols, wq, wkv) = match c.layout {
+        Layout::Separate => ([0, 0, 0], h * d, h * d),
+        Layout::Packed => ([0, h * d, 2 * h * d], h * (2 * d + dv), 0),
+        Layout::PackedKv => ([0, 0, h * d], h * d, h * (d + dv)),
+    };
+    assert!(c.layout != Layout::Packed || t == s, "{}: a packed q ‖ k ‖ v needs T = S", c.name());
     let spec = format!(
-        "scale={}, score={}, causal={}, key_mask={}, dropout={}",
+        "heads={h}, d={d}, dv={dv}, cols={cols:?}, scale={}, score={}, causal={}, key_mask={}, dropout={}",
         1.0 / (d as f64).sqrt(),
         if c.abs { "Abs" } else { "Real" },
         c.causal,
@@ -91,35 +134,54 @@ pub fn program_text(c: &AttnCase) -> String {
         None => spec.clone(),
     };
     let mut g = String::from("graph attn (Train) {\n");
-    let _ = writeln!(g, "  %0 = input[x]() : c64[B, {h}, {t}, {d}]  ; Input");
-    let _ = writeln!(g, "  %1 = input[y]() : c64[B, {h}, {s}, {d}]  ; Input");
-    let _ = writeln!(g, "  %2 = input[z]() : c64[B, {h}, {s}, {dv}]  ; Input");
-    let _ = writeln!(g, "  %3 = input[g]() : c64[B, {h}, {t}, {dv}]  ; Input");
-    let _ = writeln!(g, "  %4 = param[wq, init=Ones]() : c64[{h}, {t}, {d}]  ; Param");
-    let _ = writeln!(g, "  %5 = param[wk, init=Ones]() : c64[{h}, {s}, {d}]  ; Param");
-    let _ = writeln!(g, "  %6 = param[wv, init=Ones]() : c64[{h}, {s}, {dv}]  ; Param");
-    let _ = writeln!(g, "  %7 = mul(%0, %4) : c64[B, {h}, {t}, {d}]  ; Forward");
-    let _ = writeln!(g, "  %8 = mul(%1, %5) : c64[B, {h}, {s}, {d}]  ; Forward");
-    let _ = writeln!(g, "  %9 = mul(%2, %6) : c64[B, {h}, {s}, {dv}]  ; Forward");
+    let mut line = |text: String| {
+        g.push_str("  ");
+        g.push_str(&text);
+        g.push('\n');
+    };
+    // Each operand is an input times a learned weight of its shape without the batch.
+    let operand = |line: &mut dyn FnMut(String), i: usize, name: &str, rows: usize, width: usize| {
+        line(format!("%{i} = input[{name}]() : c64[B, {rows}, {width}]  ; Input"));
+        line(format!("%{} = param[w{name}, init=Ones]() : c64[{rows}, {width}]  ; Param", i + 4));
+        line(format!("%{} = mul(%{i}, %{}) : c64[B, {rows}, {width}]  ; Forward", i + 7, i + 4));
+    };
+    let (q, k, v) = match c.layout {
+        Layout::Separate => {
+            operand(&mut line, 0, "x", t, wq);
+            operand(&mut line, 1, "y", s, wkv);
+            operand(&mut line, 2, "z", s, h * dv);
+            ("%7", "%8", "%9")
+        }
+        Layout::Packed => {
+            operand(&mut line, 0, "x", t, wq);
+            ("%7", "%7", "%7")
+        }
+        Layout::PackedKv => {
+            operand(&mut line, 0, "x", t, wq);
+            operand(&mut line, 1, "y", s, wkv);
+            ("%7", "%8", "%8")
+        }
+    };
+    line(format!("%3 = input[g]() : c64[B, {t}, {}]  ; Input", h * dv));
     let mut extra = String::new();
     let mut lse_extra = String::new();
     if c.mask {
-        let _ = writeln!(g, "  %10 = input[m]() : f32[B, {s}]  ; Input");
-        let _ = writeln!(g, "  %11 = step(%10) : f32[B, {s}]  ; Forward");
+        line(format!("%10 = input[m]() : f32[B, {s}]  ; Input"));
+        line(format!("%11 = step(%10) : f32[B, {s}]  ; Forward"));
         extra.push_str(", %11");
         lse_extra.push_str(", %11");
     }
     if c.dropout.is_some() {
-        let _ = writeln!(g, "  %12 = state[step, init=Zeros]() : i32[]  ; State");
+        line("%12 = state[step, init=Zeros]() : i32[]  ; State".into());
         extra.push_str(", %12");
     }
-    let _ = writeln!(g, "  %13 = attn_lse[{lse_spec}](%7, %8{lse_extra}) : f32[B, {h}, {t}]  ; Forward");
-    let _ =
-        writeln!(g, "  %14 = attention[{spec}](%7, %8, %9, %13{extra}) : c64[B, {h}, {t}, {dv}]  ; Forward");
-    let _ = writeln!(g, "  %15 = mul(%14, %3) : c64[B, {h}, {t}, {dv}]  ; Forward");
-    let _ = writeln!(g, "  %16 = real(%15) : f32[B, {h}, {t}, {dv}]  ; Forward");
-    let _ = writeln!(g, "  %17 = reduce_sum[axes=[0, 1, 2, 3]](%16) : f32[1, 1, 1, 1]  ; Forward");
-    let _ = writeln!(g, "  %18 = reshape(%17) : f32[]  ; Forward");
+    let o = format!("c64[B, {t}, {}]", h * dv);
+    line(format!("%13 = attn_lse[{lse_spec}]({q}, {k}{lse_extra}) : f32[B, {h}, {t}]  ; Forward"));
+    line(format!("%14 = attention[{spec}]({q}, {k}, {v}, %13{extra}) : {o}  ; Forward"));
+    line(format!("%15 = mul(%14, %3) : {o}  ; Forward"));
+    line(format!("%16 = real(%15) : f32[B, {t}, {}]  ; Forward", h * dv));
+    line("%17 = reduce_sum[axes=[0, 1, 2]](%16) : f32[1, 1, 1]  ; Forward".into());
+    line("%18 = reshape(%17) : f32[]  ; Forward".into());
     g.push_str("  loss = %18\n}\n");
     g
 }
@@ -174,9 +236,16 @@ pub fn tensor_core_bound(
     let cx =
         |i: usize, what: &str| ins[i].as_complex().ok_or_else(|| format!("attention {what} is not complex"));
     let (q, k) = (cx(0, "query")?, cx(1, "key")?);
-    let (b, h, t, d) = (ins[0].shape[0], ins[0].shape[1], ins[0].shape[2], ins[0].shape[3]);
-    let s = ins[1].shape[2];
-    let (v, dv) = if fixed > 2 { (cx(2, "value")?, ins[2].shape[3]) } else { (&[][..], 0) };
+    // Token-major operands, heads at the columns `spec.heads` gives (`ir::AttnHeads`).
+    let hd = spec.heads;
+    let (b, h, t, d, s) = (ins[0].shape[0], hd.n, ins[0].shape[1], hd.d, ins[1].shape[1]);
+    let (v, dv) = if fixed > 2 { (cx(2, "value")?, hd.dv) } else { (&[][..], 0) };
+    let ld: Vec<usize> = ins[..fixed.min(3)].iter().map(|x| x.shape[2]).collect();
+    let at = |i: usize, bb: usize, hh: usize, rows: usize, r: usize, w: usize| {
+        (bb * rows + r) * ld[i] + hd.cols[i] + hh * w
+    };
+    // Head `hh` of row `r` in a token-major `[B, rows, H·w]` tensor (o, dO, the outputs).
+    let packed = |bb: usize, hh: usize, rows: usize, r: usize, w: usize| ((bb * rows + r) * h + hh) * w;
     let mut extra = ins[fixed..].iter();
     let mask = if spec.key_mask {
         Some(extra.next().and_then(|m| m.as_real()).ok_or("attention mask")?)
@@ -226,9 +295,9 @@ pub fn tensor_core_bound(
     let mut out = vec![0.0; out_len];
     for bh in 0..b * h {
         let (bb, hh) = (bh / h, bh % h);
-        let qrow = |i: usize| &q[(bh * t + i) * d..][..d];
-        let krow = |j: usize| &k[(bh * s + j) * d..][..d];
-        let vrow = |j: usize| &v[(bh * s + j) * dv..][..dv];
+        let qrow = |i: usize| &q[at(0, bb, hh, t, i, d)..][..d];
+        let krow = |j: usize| &k[at(1, bb, hh, s, j, d)..][..d];
+        let vrow = |j: usize| &v[at(2, bb, hh, s, j, dv)..][..dv];
         for i in 0..t {
             let vis: Vec<usize> = (0..s).filter(|&j| visible(bb, i, j)).collect();
             let scores: Vec<f64> = vis
@@ -252,7 +321,7 @@ pub fn tensor_core_bound(
             match op {
                 Op::AttnLse { .. } => out[bh * t + i] = big_e,
                 Op::Attention { .. } => {
-                    let row = &mut out[(bh * t + i) * dv..][..dv];
+                    let row = &mut out[packed(bb, hh, t, i, dv)..][..dv];
                     for (n, &j) in vis.iter().enumerate() {
                         let dp = p[n] * (e[n] + big_e).exp_m1();
                         let w = keep(bb, hh, i, j) * (dp + 2.0 * u * p[n]);
@@ -261,8 +330,8 @@ pub fn tensor_core_bound(
                 }
                 Op::AttentionGrad { wrt, .. } => {
                     let (o, d_o) = (cx(3, "output")?, cx(4, "output gradient")?);
-                    let go = &d_o[(bh * t + i) * dv..][..dv];
-                    let oi = &o[(bh * t + i) * dv..][..dv];
+                    let go = &d_o[packed(bb, hh, t, i, dv)..][..dv];
+                    let oi = &o[packed(bb, hh, t, i, dv)..][..dv];
                     let delta: f64 = go.iter().zip(oi).map(|(g, x)| (g * x.conj()).re).sum();
                     for (n, &j) in vis.iter().enumerate() {
                         let kp = keep(bb, hh, i, j);
@@ -274,14 +343,16 @@ pub fn tensor_core_bound(
                         let wg = dg + 2.0 * u * g.abs();
                         match wrt {
                             AttnWrt::Q => {
-                                let row = &mut out[(bh * t + i) * d..][..d];
+                                let row = &mut out[packed(bb, hh, t, i, d)..][..d];
                                 row.iter_mut().zip(krow(j)).for_each(|(r, x)| *r += wg * l1(*x));
                             }
                             AttnWrt::KV => {
-                                let row = &mut out[(bh * s + j) * (d + dv)..][..d + dv];
-                                let (dk, dvv) = row.split_at_mut(d);
+                                // Row j of [B, S, H·D + H·Dv]: every head's dk, then every dv.
+                                let row = (bb * s + j) * h * (d + dv);
+                                let dk = &mut out[row + hh * d..][..d];
                                 dk.iter_mut().zip(qrow(i)).for_each(|(r, x)| *r += wg * l1(*x));
                                 let wp = kp * (dp + 2.0 * u * p[n]);
+                                let dvv = &mut out[row + h * d + hh * dv..][..dv];
                                 dvv.iter_mut().zip(go).for_each(|(r, x)| *r += wp * l1(*x));
                             }
                         }
@@ -300,7 +371,7 @@ pub fn tensor_core_bound(
 mod tests {
     use super::tensor_core_bound;
     use cvc_compiler::interp::{SplitMix64, Tensor};
-    use cvc_compiler::ir::{dropout_keep, AttnScore, AttnSpec, AttnWrt, Op};
+    use cvc_compiler::ir::{dropout_keep, AttnHeads, AttnScore, AttnSpec, AttnWrt, Op};
     use num_complex::Complex64;
 
     /// Rounds to TF32 (11 significant bits, to nearest, ties away from zero: `cvt.rna`).
@@ -323,6 +394,8 @@ mod tests {
         r: fn(f64) -> f64,
     ) -> [Vec<Complex64>; 4] {
         let [b, h, t, s, d, dv] = ext;
+        // Token-major `[B, rows, H·w]`: head `bh % H` of row `r`.
+        let at = |bh: usize, rows: usize, r: usize, w: usize| ((bh / h * rows + r) * h + bh % h) * w;
         let rc = |z: &Complex64| Complex64::new(r(z.re), r(z.im));
         let dot = |a: &[Complex64], c: &[Complex64]| -> f64 {
             a.iter().zip(c).map(|(x, y)| rc(x).re * rc(y).re + rc(x).im * rc(y).im).sum()
@@ -341,42 +414,43 @@ mod tests {
                 None => 1.0,
             };
             for i in 0..t {
-                let qi = &q[(bh * t + i) * d..][..d];
+                let qi = &q[at(bh, t, i, d)..][..d];
                 let vis: Vec<usize> = (0..s).filter(|&j| !spec.causal_masked(i, j)).collect();
                 let sc: Vec<f64> =
-                    vis.iter().map(|&j| spec.scale * dot(qi, &k[(bh * s + j) * d..][..d])).collect();
+                    vis.iter().map(|&j| spec.scale * dot(qi, &k[at(bh, s, j, d)..][..d])).collect();
                 let m = sc.iter().copied().fold(f64::NEG_INFINITY, f64::max);
                 let l = m + sc.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
                 lse[bh * t + i] = Complex64::new(l, 0.0);
-                let go = &d_o[(bh * t + i) * dv..][..dv];
+                let go = &d_o[at(bh, t, i, dv)..][..dv];
                 // The forward's output (exact: δ is formed from the stored o in f32) for δ.
                 let (mut oi, mut oe) = (vec![zero; dv], vec![zero; dv]);
                 for (n, &j) in vis.iter().enumerate() {
                     let p = (sc[n] - l).exp();
                     let w = r(p * keep(i, j));
                     let pe = (sc[n] - lse_given[bh * t + i]).exp() * keep(i, j);
-                    for (c, x) in v[(bh * s + j) * dv..][..dv].iter().enumerate() {
+                    for (c, x) in v[at(bh, s, j, dv)..][..dv].iter().enumerate() {
                         oi[c] += w * rc(x);
                         oe[c] += pe * x;
                     }
                 }
-                o[(bh * t + i) * dv..][..dv].copy_from_slice(&oi);
+                o[at(bh, t, i, dv)..][..dv].copy_from_slice(&oi);
                 let delta: f64 = go.iter().zip(&oe).map(|(g, x)| (g * x.conj()).re).sum();
                 for (n, &j) in vis.iter().enumerate() {
                     let p = (sc[n] - lse_given[bh * t + i]).exp();
                     let kp = keep(i, j);
-                    let dp = dot(go, &v[(bh * s + j) * dv..][..dv]);
+                    let dp = dot(go, &v[at(bh, s, j, dv)..][..dv]);
                     let g = r(spec.scale * p * (kp * dp - delta));
-                    let kj = &k[(bh * s + j) * d..][..d];
+                    let kj = &k[at(bh, s, j, d)..][..d];
                     for (c, x) in kj.iter().enumerate() {
-                        dq[(bh * t + i) * d + c] += g * rc(x);
+                        dq[at(bh, t, i, d) + c] += g * rc(x);
                     }
-                    let row = (bh * s + j) * (d + dv);
+                    // Row j of [B, S, H·D + H·Dv]: every head's dk, then every head's dv.
+                    let row = (bh / h * s + j) * h * (d + dv);
                     for (c, x) in qi.iter().enumerate() {
-                        dkv[row + c] += g * rc(x);
+                        dkv[row + bh % h * d + c] += g * rc(x);
                     }
                     for (c, x) in go.iter().enumerate() {
-                        dkv[row + d + c] += r(kp * p) * rc(x);
+                        dkv[row + h * d + bh % h * dv + c] += r(kp * p) * rc(x);
                     }
                 }
             }
@@ -394,7 +468,15 @@ mod tests {
         let mut rng = SplitMix64::new(0x7f32);
         for (causal, dropout) in [(false, None), (true, Some((0.2, 5)))] {
             let ext @ [b, h, t, s, d, dv] = [2, 2, 13, 17, 6, 5];
-            let spec = AttnSpec { scale: 0.9, score: AttnScore::Real, causal, key_mask: false, dropout };
+            let heads = AttnHeads::separate(h, d);
+            let spec = AttnSpec {
+                heads: AttnHeads { dv, ..heads },
+                scale: 0.9,
+                score: AttnScore::Real,
+                causal,
+                key_mask: false,
+                dropout,
+            };
             let mut draw = |n: usize| -> Vec<Complex64> {
                 (0..n)
                     .map(|_| Complex64::new(3.0 * rng.next_f64() - 1.5, 3.0 * rng.next_f64() - 1.5))
@@ -407,8 +489,8 @@ mod tests {
             let [o, _, dq, dkv] = emulate(&spec, ext, &q, &k, &v, &d_o, &lse, |x| x);
             let got = emulate(&spec, ext, &q, &k, &v, &d_o, &lse, tf32);
             let ct = |shape: &[usize], x: &[Complex64]| Tensor::complex(shape, x.to_vec());
-            let (tq, tk, tv) = (ct(&[b, h, t, d], &q), ct(&[b, h, s, d], &k), ct(&[b, h, s, dv], &v));
-            let (to, tdo) = (ct(&[b, h, t, dv], &o), ct(&[b, h, t, dv], &d_o));
+            let (tq, tk, tv) = (ct(&[b, t, h * d], &q), ct(&[b, s, h * d], &k), ct(&[b, s, h * dv], &v));
+            let (to, tdo) = (ct(&[b, t, h * dv], &o), ct(&[b, t, h * dv], &d_o));
             let tl = Tensor::real(&[b, h, t], lse.clone());
             let step = Tensor::int(&[1], vec![3]);
             let mut fwd_ins = vec![&tq, &tk, &tv, &tl];

@@ -285,11 +285,37 @@ fn matmul_all_forms() {
 /// blocks (`BLOCK_Q` = 32 queries, `BLOCK_K` = 64 keys), `S ≠ T` and `Dv ≠ D`.
 #[test]
 fn attention_primitives() {
-    let base = AttnSpec { scale: 0.4, score: AttnScore::Real, causal: false, key_mask: false, dropout: None };
+    let base = AttnSpec {
+        heads: AttnHeads::separate(2, 1),
+        scale: 0.4,
+        score: AttnScore::Real,
+        causal: false,
+        key_mask: false,
+        dropout: None,
+    };
+    // How q, k and v are laid out: separate tensors, one packed tensor (columns left over
+    // before, between and after the heads), or q alone and a packed k ‖ v.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Operands {
+        Separate,
+        Packed,
+        PackedKv,
+    }
+    use Operands::*;
     let cases = [
-        ("attn_real", base, [37, 70, 4, 3]),
-        ("attn_abs_causal", AttnSpec { score: AttnScore::Abs, causal: true, ..base }, [40, 33, 3, 5]),
-        ("attn_masked_dropout", AttnSpec { key_mask: true, dropout: Some((0.3, 5)), ..base }, [9, 66, 2, 2]),
+        ("attn_real", base, [37, 70, 4, 3], Separate),
+        (
+            "attn_abs_causal",
+            AttnSpec { score: AttnScore::Abs, causal: true, ..base },
+            [40, 33, 3, 5],
+            Separate,
+        ),
+        (
+            "attn_masked_dropout",
+            AttnSpec { key_mask: true, dropout: Some((0.3, 5)), ..base },
+            [9, 66, 2, 2],
+            Separate,
+        ),
         (
             "attn_everything",
             AttnSpec {
@@ -298,16 +324,27 @@ fn attention_primitives() {
                 key_mask: true,
                 dropout: Some((0.2, 8)),
                 scale: 0.6,
+                ..base
             },
             [33, 65, 3, 2],
+            Separate,
         ),
+        ("attn_packed", AttnSpec { causal: true, ..base }, [37, 37, 4, 3], Packed),
+        ("attn_packed_kv", AttnSpec { key_mask: true, ..base }, [35, 66, 3, 5], PackedKv),
     ];
-    for (name, spec, [t, s, d, dv]) in cases {
+    for (name, spec, [t, s, d, dv], layout) in cases {
+        let h = 2;
+        let (cols, width) = match layout {
+            Separate => ([0; 3], [h * d, h * d, h * dv]),
+            Packed => ([1, 2 + h * d, 2 + 2 * h * d], [3 + 2 * h * d + h * dv; 3]),
+            PackedKv => ([0, 0, h * d], [h * d, h * (d + dv), h * (d + dv)]),
+        };
+        let spec = AttnSpec { heads: AttnHeads { n: h, d, dv, cols }, ..spec };
         check_graph(name, 2, |b| {
-            let q = input(b, "q", DType::C64, &[B, F(2), F(t), F(d)]);
-            let k = input(b, "k", DType::C64, &[B, F(2), F(s), F(d)]);
-            let v = input(b, "v", DType::C64, &[B, F(2), F(s), F(dv)]);
-            let d_o = input(b, "do", DType::C64, &[B, F(2), F(t), F(dv)]);
+            let q = input(b, "q", DType::C64, &[B, F(t), F(width[0])]);
+            let k = if layout == Packed { q } else { input(b, "k", DType::C64, &[B, F(s), F(width[1])]) };
+            let v = if layout == Separate { input(b, "v", DType::C64, &[B, F(s), F(width[2])]) } else { k };
+            let d_o = input(b, "do", DType::C64, &[B, F(t), F(h * dv)]);
             let mut extra = Vec::new();
             if spec.key_mask {
                 // About a third of the keys padded (a random normal above 0.43).

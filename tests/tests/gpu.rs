@@ -697,6 +697,7 @@ fn bench_attention() {
         causal: false,
         mask: false,
         dropout: None,
+        layout: cvc_tests::attention::Layout::Separate,
     };
     let variants = [
         base.clone(),

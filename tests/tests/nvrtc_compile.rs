@@ -915,6 +915,7 @@ fn attention_heads_wider_than_128_are_a_user_error() {
         causal: false,
         mask: false,
         dropout: None,
+        layout: cvc_tests::attention::Layout::Separate,
     };
     let program = cvc_tests::attention::program(&c, 2);
     let e = cuda::generate(&program, &CudaTarget::h200()).expect_err("too wide").to_string();

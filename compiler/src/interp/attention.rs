@@ -13,6 +13,8 @@ pub struct AttnOperands<'a> {
     v: &'a [Complex64],
     mask: Option<&'a [f64]>,
     step: u32,
+    /// Columns of the query, key and value operands (their row strides).
+    ld: [usize; 3],
     /// Batch, heads, queries, keys, query/key features, value features.
     b: usize,
     h: usize,
@@ -38,10 +40,12 @@ impl<'a> AttnOperands<'a> {
         }
         let (q, k) = (complex(ins[0], "query")?, complex(ins[1], "key")?);
         let v = if fixed > 2 { complex(ins[2], "value")? } else { &[] };
-        let sh = &ins[0].shape;
-        let (b, h, t, d) = (sh[0], sh[1], sh[2], sh[3]);
-        let s = ins[1].shape[2];
-        let dv = if fixed > 2 { ins[2].shape[3] } else { 0 };
+        let hd = spec.heads;
+        let (sq, sk) = (&ins[0].shape, &ins[1].shape);
+        let (b, h, t, d, s) = (sq[0], hd.n, sq[1], hd.d, sk[1]);
+        let dv = if fixed > 2 { hd.dv } else { 0 };
+        let lv = if fixed > 2 { ins[2].shape[2] } else { 0 };
+        let ld = [sq[2], sk[2], lv];
         let mut extra = ins[fixed..].iter();
         let mask = match spec.key_mask {
             true => Some(extra.next().and_then(|m| m.as_real()).ok_or("attention mask is not real")?),
@@ -55,7 +59,7 @@ impl<'a> AttnOperands<'a> {
                 .ok_or("attention step")? as u32,
             None => 0,
         };
-        Ok(AttnOperands { spec, q, k, v, mask, step, b, h, t, s, d, dv })
+        Ok(AttnOperands { spec, q, k, v, mask, step, ld, b, h, t, s, d, dv })
     }
 
     /// Whether key `j` is visible to query `i` of batch row `b`.
@@ -63,10 +67,22 @@ impl<'a> AttnOperands<'a> {
         !self.spec.causal_masked(i, j) && self.mask.is_none_or(|m| m[b * self.s + j] == 0.0)
     }
 
+    /// Where head `bh % H` of row `r` of batch row `bh / H` starts in operand `i` (0 q, 1 k,
+    /// 2 v) of `rows` rows per batch row.
+    fn at(&self, i: usize, bh: usize, rows: usize, r: usize) -> usize {
+        let w = if i == 2 { self.dv } else { self.d };
+        ((bh / self.h) * rows + r) * self.ld[i] + self.spec.heads.cols[i] + (bh % self.h) * w
+    }
+
+    /// Where head `bh % H` of row `r` starts in a token-major `[B, rows, H·w]` tensor.
+    fn packed(&self, bh: usize, rows: usize, r: usize, w: usize) -> usize {
+        ((bh / self.h) * rows + r) * self.h * w + (bh % self.h) * w
+    }
+
     /// `c = q_i · conj(k_j)` and the score `s` it gives, for the head `bh = b·H + h`.
     fn score(&self, bh: usize, i: usize, j: usize) -> (Complex64, f64) {
-        let q = &self.q[(bh * self.t + i) * self.d..][..self.d];
-        let k = &self.k[(bh * self.s + j) * self.d..][..self.d];
+        let q = &self.q[self.at(0, bh, self.t, i)..][..self.d];
+        let k = &self.k[self.at(1, bh, self.s, j)..][..self.d];
         let c: Complex64 = q.iter().zip(k).map(|(a, b)| a * b.conj()).sum();
         let s = match self.spec.score {
             AttnScore::Real => c.re,
@@ -118,16 +134,16 @@ impl<'a> AttnOperands<'a> {
         })
     }
 
-    /// The attention output, c64 `[B, H, T, Dv]`.
+    /// The attention output, c64 `[B, T, H·Dv]`.
     pub fn forward(&self, lse: &[f64]) -> Vec<Complex64> {
         let mut o = vec![Complex64::new(0.0, 0.0); self.b * self.h * self.t * self.dv];
         for bh in 0..self.b * self.h {
             for i in 0..self.t {
-                let row = &mut o[(bh * self.t + i) * self.dv..][..self.dv];
+                let row = &mut o[self.packed(bh, self.t, i, self.dv)..][..self.dv];
                 for j in 0..self.s {
                     if let Some((p, _)) = self.weight(lse, bh, i, j) {
                         let w = p * self.keep(bh, i, j);
-                        let v = &self.v[(bh * self.s + j) * self.dv..][..self.dv];
+                        let v = &self.v[self.at(2, bh, self.s, j)..][..self.dv];
                         row.iter_mut().zip(v).for_each(|(r, x)| *r += w * x);
                     }
                 }
@@ -136,8 +152,8 @@ impl<'a> AttnOperands<'a> {
         o
     }
 
-    /// `dq` (c64 `[B, H, T, D]`) or `dk ‖ dv` (c64 `[B, H, S, D + Dv]`) from the output `o`,
-    /// its gradient `d_o` and `lse`.
+    /// `dq` (c64 `[B, T, H·D]`) or `dk ‖ dv` (c64 `[B, S, H·D + H·Dv]`) from the output `o`
+    /// (`[B, T, H·Dv]`), its gradient `d_o` and `lse`.
     pub fn grad(&self, o: &[Complex64], d_o: &[Complex64], lse: &[f64], wrt: AttnWrt) -> Vec<Complex64> {
         let (d, dv) = (self.d, self.dv);
         let zero = Complex64::new(0.0, 0.0);
@@ -145,14 +161,13 @@ impl<'a> AttnOperands<'a> {
         let mut dkv = vec![zero; if wrt == AttnWrt::KV { self.b * self.h * self.s * (d + dv) } else { 0 }];
         for bh in 0..self.b * self.h {
             for i in 0..self.t {
-                let row = bh * self.t + i;
-                let (go, oi) = (&d_o[row * dv..][..dv], &o[row * dv..][..dv]);
+                let row = self.packed(bh, self.t, i, dv);
+                let (go, oi) = (&d_o[row..][..dv], &o[row..][..dv]);
                 let delta: f64 = go.iter().zip(oi).map(|(g, x)| (g * x.conj()).re).sum();
                 for j in 0..self.s {
                     let Some((p, c)) = self.weight(lse, bh, i, j) else { continue };
                     let keep = self.keep(bh, i, j);
-                    let col = bh * self.s + j;
-                    let v = &self.v[col * dv..][..dv];
+                    let v = &self.v[self.at(2, bh, self.s, j)..][..dv];
                     let dp = keep * go.iter().zip(v).map(|(g, x)| (g * x.conj()).re).sum::<f64>();
                     let ds = p * (dp - delta);
                     // g = ∂s/∂c-weighted factor: real score `scale·dS`, abs score
@@ -164,15 +179,18 @@ impl<'a> AttnOperands<'a> {
                     };
                     match wrt {
                         AttnWrt::Q => {
-                            let k = &self.k[col * d..][..d];
-                            let out = &mut dq[row * d..][..d];
+                            let k = &self.k[self.at(1, bh, self.s, j)..][..d];
+                            let out = &mut dq[self.packed(bh, self.t, i, d)..][..d];
                             out.iter_mut().zip(k).for_each(|(r, x)| *r += g * x);
                         }
                         AttnWrt::KV => {
-                            let q = &self.q[row * d..][..d];
-                            let out = &mut dkv[col * (d + dv)..][..d + dv];
-                            let (dk, dvv) = out.split_at_mut(d);
+                            // Row `j` of `[B, S, H·D + H·Dv]`: every head's dk, then every dv.
+                            let q = &self.q[self.at(0, bh, self.t, i)..][..d];
+                            let (bb, hh) = (bh / self.h, bh % self.h);
+                            let base = (bb * self.s + j) * self.h * (d + dv);
+                            let dk = &mut dkv[base + hh * d..][..d];
                             dk.iter_mut().zip(q).for_each(|(r, x)| *r += g.conj() * x);
+                            let dvv = &mut dkv[base + self.h * d + hh * dv..][..dv];
                             dvv.iter_mut().zip(go).for_each(|(r, x)| *r += keep * p * x);
                         }
                     }

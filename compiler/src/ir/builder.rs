@@ -407,15 +407,15 @@ pub fn infer(op: &Op, inputs: &[&TensorType], requested: Option<&Shape>) -> Resu
             let d = attn_dims(spec, inputs[0], inputs[1], Some(inputs[2]))?;
             attn_lse_operand(&d, inputs[3])?;
             attn_extras(spec, &d, &inputs[4..])?;
-            Ok(TensorType::new(DType::C64, d.shape(d.t, d.dv)))
+            Ok(TensorType::new(DType::C64, d.shape(d.t, d.h * d.dv)))
         }
         Op::AttentionGrad { spec, wrt } => {
             arity(6 + spec.extra_operands())?;
             let d = attn_dims(spec, inputs[0], inputs[1], Some(inputs[2]))?;
             for (t, what) in [(inputs[3], "attention output"), (inputs[4], "attention output gradient")] {
                 need(t.dtype, DType::C64, what)?;
-                if t.shape != d.shape(d.t, d.dv) {
-                    return Err(format!("{what} is {}, expected {}", t.shape, d.shape(d.t, d.dv)));
+                if t.shape != d.shape(d.t, d.h * d.dv) {
+                    return Err(format!("{what} is {}, expected {}", t.shape, d.shape(d.t, d.h * d.dv)));
                 }
             }
             attn_lse_operand(&d, inputs[5])?;
@@ -423,8 +423,8 @@ pub fn infer(op: &Op, inputs: &[&TensorType], requested: Option<&Shape>) -> Resu
             Ok(TensorType::new(
                 DType::C64,
                 match wrt {
-                    AttnWrt::Q => d.shape(d.t, d.d),
-                    AttnWrt::KV => d.shape(d.s, d.d + d.dv),
+                    AttnWrt::Q => d.shape(d.t, d.h * d.d),
+                    AttnWrt::KV => d.shape(d.s, d.h * (d.d + d.dv)),
                 },
             ))
         }
@@ -504,7 +504,7 @@ fn rnn_init(spec: &RnnSpec, b: Dim, h0: Option<&&TensorType>) -> Result<(), Stri
     Ok(())
 }
 
-/// The extents of an attention: q `[B, H, T, D]`, k `[B, H, S, D]`, v `[B, H, S, Dv]`.
+/// The extents of an attention: `B`, heads, queries, keys, head features (see [`AttnHeads`]).
 struct AttnDims {
     b: Dim,
     h: usize,
@@ -515,8 +515,9 @@ struct AttnDims {
 }
 
 impl AttnDims {
+    /// A token-major `[B, rows, cols]` shape.
     fn shape(&self, rows: usize, cols: usize) -> Shape {
-        Shape(vec![self.b, Dim::Fixed(self.h), Dim::Fixed(rows), Dim::Fixed(cols)])
+        Shape(vec![self.b, Dim::Fixed(rows), Dim::Fixed(cols)])
     }
 }
 
@@ -534,33 +535,39 @@ fn attn_dims(
             return Err(format!("attention dropout probability {p} is not in [0, 1)"));
         }
     }
-    let four = |t: &TensorType, what: &str| -> Result<[Dim; 4], String> {
+    let hd = spec.heads;
+    if hd.n == 0 || hd.d == 0 || hd.dv == 0 {
+        return Err(format!("attention with {} heads of {} / {} features", hd.n, hd.d, hd.dv));
+    }
+    // `[B, rows, C]` with the heads of operand `i` inside its `C` columns.
+    let three = |t: &TensorType, i: usize, what: &str| -> Result<(Dim, usize), String> {
         need(t.dtype, DType::C64, what)?;
-        if t.shape.rank() != 4 {
-            return Err(format!("{what} needs a 4-D tensor (B, heads, tokens, features), got {}", t.shape));
+        if t.shape.rank() != 3 {
+            return Err(format!("{what} needs a 3-D tensor (B, tokens, features), got {}", t.shape));
         }
-        for d in &t.shape.0[1..] {
-            fixed(*d, &format!("an inner axis of the {what}"))?;
+        let rows = fixed(t.shape.0[1], &format!("the token axis of the {what}"))?;
+        let c = fixed(t.shape.0[2], &format!("the feature axis of the {what}"))?;
+        if hd.cols[i] + hd.width(i) > c {
+            return Err(format!(
+                "the {what}'s {} heads of {} features from column {} pass its {c} columns",
+                hd.n,
+                hd.width(i) / hd.n,
+                hd.cols[i]
+            ));
         }
-        Ok([t.shape.0[0], t.shape.0[1], t.shape.0[2], t.shape.0[3]])
+        Ok((t.shape.0[0], rows))
     };
-    let [b, h, t, d] = four(q, "attention query")?;
-    let [kb, kh, s, kd] = four(k, "attention key")?;
-    if (kb, kh, kd) != (b, h, d) {
+    let (b, t) = three(q, 0, "attention query")?;
+    let (kb, s) = three(k, 1, "attention key")?;
+    if kb != b {
         return Err(format!("attention key {} does not match query {}", k.shape, q.shape));
     }
-    let dv = match v {
-        Some(v) => {
-            let [vb, vh, vs, dv] = four(v, "attention value")?;
-            if (vb, vh, vs) != (b, h, s) {
-                return Err(format!("attention value {} does not match key {}", v.shape, k.shape));
-            }
-            dv.fixed().unwrap_or(0)
+    if let Some(v) = v {
+        if three(v, 2, "attention value")? != (b, s) {
+            return Err(format!("attention value {} does not match key {}", v.shape, k.shape));
         }
-        None => 0,
-    };
-    let f = |d: Dim| d.fixed().unwrap_or(0);
-    Ok(AttnDims { b, h: f(h), t: f(t), s: f(s), d: f(d), dv })
+    }
+    Ok(AttnDims { b, h: hd.n, t, s, d: hd.d, dv: hd.dv })
 }
 
 fn attn_lse_operand(d: &AttnDims, lse: &TensorType) -> Result<(), String> {

@@ -194,11 +194,43 @@ pub enum AttnScore {
     Abs,
 }
 
+/// Where the heads of an attention lie in its operands. Every operand is token-major,
+/// `[B, T, C]` (`[B, S, C]` for keys and values): head `h` of the query reads columns
+/// `cols[0] + h·d .. cols[0] + (h+1)·d` of its operand, the key `cols[1] + h·d ..` and the
+/// value `cols[2] + h·dv ..`. So the heads of a packed in-projection `[B, T, 3E]` are read
+/// where they lie (no slice, reshape or permute is stored), and the outputs are token-major
+/// too: `o` is `[B, T, H·dv]`, `dq` `[B, T, H·d]`, `dk ‖ dv` `[B, S, H·d + H·dv]` (every
+/// head's `dk`, then every head's `dv`: the layout of a packed `k ‖ v` operand).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct AttnHeads {
+    /// Heads `H`.
+    pub n: usize,
+    /// Query and key features per head.
+    pub d: usize,
+    /// Value features per head.
+    pub dv: usize,
+    /// The first column of head 0 in the query, key and value operands.
+    pub cols: [usize; 3],
+}
+
+impl AttnHeads {
+    /// `n` heads of `d` features each (values too) at column 0 of separate operands.
+    pub fn separate(n: usize, d: usize) -> AttnHeads {
+        AttnHeads { n, d, dv: d, cols: [0; 3] }
+    }
+    /// Columns the heads of operand `i` (0 query, 1 key, 2 value) span: `H·d` or `H·dv`.
+    pub fn width(&self, i: usize) -> usize {
+        self.n * if i == 2 { self.dv } else { self.d }
+    }
+}
+
 /// Options shared by the attention primitives ([`Op::AttnLse`], [`Op::Attention`],
 /// [`Op::AttentionGrad`]). The operand lists end with the optional operands these flags ask
 /// for: the key mask (when `key_mask`), then the step counter (when `dropout` is set).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct AttnSpec {
+    /// The heads and where they lie in the operands.
+    pub heads: AttnHeads,
     /// `s_ij = scale · Re(c_ij)` or `scale · |c_ij|`.
     pub scale: f64,
     /// How the score is formed from `c = q·kᴴ`.
@@ -232,9 +264,10 @@ impl AttnSpec {
 /// Which gradient an [`Op::AttentionGrad`] computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum AttnWrt {
-    /// `dq`: c64 `[B, H, T, D]`.
+    /// `dq`: c64 `[B, T, H·D]`.
     Q,
-    /// `dk ‖ dv` along the last axis: c64 `[B, H, S, D + Dv]` (autodiff slices the two apart).
+    /// `dk ‖ dv` along the last axis: c64 `[B, S, H·D + H·Dv]` (autodiff slices the two apart
+    /// unless its operands are one packed `k ‖ v`).
     KV,
 }
 
@@ -371,8 +404,9 @@ pub enum Op {
     /// (see `crate::ir::dropout_keep`). Operands: `[step (i32 scalar state)]`.
     DropoutMask { p: f64, salt: u32 },
     /// Log-sum-exp of the attention scores of each query row: `lse_i = log Σ_j exp(s_ij)` over
-    /// the unmasked keys `j`, with `s_ij` as [`AttnSpec`] says. Operands `[q (c64 [B, H, T, D]),
-    /// k (c64 [B, H, S, D]), (mask f32 [B, S])]`; output f32 `[B, H, T]`. A row whose keys are
+    /// the unmasked keys `j`, with `s_ij` as [`AttnSpec`] says. Operands `[q (c64 [B, T, ..]),
+    /// k (c64 [B, S, ..]), (mask f32 [B, S])]`, heads where [`AttnHeads`] says; output f32
+    /// `[B, H, T]`. A row whose keys are
     /// all masked has `lse = 0` (never `+inf`), and [`Op::Attention`] gives it output 0.
     /// A helper of `Attention`: it receives no gradient (see `Attention`). Dropout acts after
     /// the softmax, so `spec.dropout` is ignored here and there is no step operand.
@@ -380,8 +414,8 @@ pub enum Op {
     /// Softmax attention from a precomputed `lse`: `o_i = Σ_j keep_ij · p_ij · v_j` with
     /// `p_ij = exp(s_ij − lse_i)` over unmasked keys and `keep_ij = dropout_keep(p, salt,
     /// step, idx)/(1−p)` (1 without dropout; `idx` from [`AttnSpec::dropout_index`]).
-    /// Operands `[q, k, v (c64 [B, H, S, Dv]), lse (f32 [B, H, T]), (mask), (step)]`; output
-    /// c64 `[B, H, T, Dv]`. Its gradient is the full derivative of softmax attention w.r.t.
+    /// Operands `[q, k, v (c64 [B, S, ..]), lse (f32 [B, H, T]), (mask), (step)]`; output
+    /// c64 `[B, T, H·Dv]` (head-major columns, as torch's `transpose(1, 2).reshape`). Its gradient is the full derivative of softmax attention w.r.t.
     /// `q`, `k` and `v` (through [`Op::AttentionGrad`]); `lse` gets none. Never stores the
     /// `[T, S]` weights: one kernel, blocked over keys.
     Attention { spec: AttnSpec },
@@ -390,8 +424,8 @@ pub enum Op {
     /// `dS_ij = p_ij (dP_ij − δ_i)`; real score: `dq_i = scale Σ_j dS_ij k_j`,
     /// `dk_j = scale Σ_i dS_ij q_i`; abs score with `g_ij = scale dS_ij c_ij/|c_ij|` (0 where
     /// `c = 0`): `dq_i = Σ_j g_ij k_j`, `dk_j = Σ_i conj(g_ij) q_i`.
-    /// Operands `[q, k, v, o, d_o, lse, (mask), (step)]`; output `dq` c64 `[B, H, T, D]`
-    /// (`wrt = Q`) or `dk ‖ dv` c64 `[B, H, S, D + Dv]` (`wrt = KV`).
+    /// Operands `[q, k, v, o, d_o (c64 [B, T, H·Dv]), lse, (mask), (step)]`; output `dq` c64
+    /// `[B, T, H·D]` (`wrt = Q`) or `dk ‖ dv` c64 `[B, S, H·D + H·Dv]` (`wrt = KV`).
     AttentionGrad { spec: AttnSpec, wrt: AttnWrt },
     /// A recurrence over the time axis (a loop of `T` steps, never unrolled). Operands
     /// `[xp (c64 [B, T, G·H]), w_hh (c64 [G·H, H]), b_hh (c64 [G·H]), (h0 (c64 [B, S·H]))]`:

@@ -749,8 +749,24 @@ fn rnn_spec(c: &mut Cursor) -> Res<RnnSpec> {
     Ok(RnnSpec { cell, hidden, reverse, init })
 }
 
-/// `scale=S, score=Real|Abs, causal=B, key_mask=B, dropout=none|[P, SALT]`.
+/// `heads=N, d=D, dv=DV, cols=[Q, K, V], scale=S, score=Real|Abs, causal=B, key_mask=B,
+/// dropout=none|[P, SALT]`.
 fn attn_spec(c: &mut Cursor) -> Res<AttnSpec> {
+    let field = |c: &mut Cursor, name: &str| -> Res<usize> {
+        c.key(name)?;
+        let n = c.usize()?;
+        c.expect(",")?;
+        Ok(n)
+    };
+    let (n, d, dv) = (field(c, "heads")?, field(c, "d")?, field(c, "dv")?);
+    c.key("cols")?;
+    let cols_at = c.pos;
+    let cols: [usize; 3] = match c.list(|c| c.usize())?.try_into() {
+        Ok(cols) => cols,
+        Err(_) => return c.err_at(cols_at, "attention columns are a list of 3 (query, key, value)"),
+    };
+    c.expect(",")?;
+    let heads = AttnHeads { n, d, dv, cols };
     c.key("scale")?;
     let scale = c.f64()?;
     c.expect(",")?;
@@ -779,7 +795,7 @@ fn attn_spec(c: &mut Cursor) -> Res<AttnSpec> {
         c.expect("]")?;
         Some((p, salt))
     };
-    Ok(AttnSpec { scale, score, causal, key_mask, dropout })
+    Ok(AttnSpec { heads, scale, score, causal, key_mask, dropout })
 }
 
 /// An initialiser as `{:?}` writes it: `Zeros`, `Constant(0.5)`, `Glorot { fan_in: 3, fan_out: 4 }`.
@@ -969,14 +985,14 @@ mod tests {
   %22 = select(%13, %11, %11) : c64[B, 8, 8, 1]  ; Forward
   %23 = expand(%17) : f32[B, 10]  ; Forward
   %24 = assign(%17, %21) : f32[]  ; Update
-  %25 = input[q]() : c64[B, 2, 5, 3]  ; Input
-  %26 = input[k]() : c64[B, 2, 4, 3]  ; Input
-  %27 = input[v]() : c64[B, 2, 4, 6]  ; Input
+  %25 = input[q]() : c64[B, 5, 6]  ; Input
+  %26 = input[k]() : c64[B, 4, 18]  ; Input
+  %27 = input[v]() : c64[B, 4, 12]  ; Input
   %28 = input[pad]() : f32[B, 4]  ; Input
-  %29 = attn_lse[scale=0.5, score=Abs, causal=true, key_mask=true, dropout=none](%25, %26, %28) : f32[B, 2, 5]  ; Forward
-  %30 = attention[scale=0.5, score=Real, causal=false, key_mask=false, dropout=[0.25, 9]](%25, %26, %27, %29, %12) : c64[B, 2, 5, 6]  ; Forward
-  %31 = attention_grad[scale=0.5, score=Real, causal=false, key_mask=false, dropout=[0.25, 9], wrt=KV](%25, %26, %27, %30, %30, %29, %12) : c64[B, 2, 4, 9]  ; Backward
-  %32 = attention_grad[scale=0.5, score=Abs, causal=true, key_mask=true, dropout=none, wrt=Q](%25, %26, %27, %30, %30, %29, %28) : c64[B, 2, 5, 3]  ; Backward
+  %29 = attn_lse[heads=2, d=3, dv=6, cols=[0, 0, 0], scale=0.5, score=Abs, causal=true, key_mask=true, dropout=none](%25, %26, %28) : f32[B, 2, 5]  ; Forward
+  %30 = attention[heads=2, d=3, dv=6, cols=[0, 6, 0], scale=0.5, score=Real, causal=false, key_mask=false, dropout=[0.25, 9]](%25, %26, %27, %29, %12) : c64[B, 5, 12]  ; Forward
+  %31 = attention_grad[heads=2, d=3, dv=6, cols=[0, 0, 6], scale=0.5, score=Real, causal=false, key_mask=false, dropout=[0.25, 9], wrt=KV](%25, %26, %26, %30, %30, %29, %12) : c64[B, 4, 18]  ; Backward
+  %32 = attention_grad[heads=2, d=3, dv=6, cols=[0, 0, 0], scale=0.5, score=Abs, causal=true, key_mask=true, dropout=none, wrt=Q](%25, %26, %27, %30, %30, %29, %28) : c64[B, 5, 6]  ; Backward
   %33 = param[e, init=Normal { std: 0.02 }]() : c64[10, 8]  ; Param
   %34 = gather(%33, %19) : c64[B, 8]  ; Forward
   %35 = scatter_add[rows=10](%34, %19) : c64[10, 8]  ; Backward

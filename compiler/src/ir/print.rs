@@ -52,9 +52,10 @@ fn attn_text(s: &AttnSpec) -> String {
         Some((p, salt)) => format!("[{p}, {salt}]"),
         None => "none".into(),
     };
+    let h = &s.heads;
     format!(
-        "scale={}, score={:?}, causal={}, key_mask={}, dropout={dropout}",
-        s.scale, s.score, s.causal, s.key_mask
+        "heads={}, d={}, dv={}, cols={:?}, scale={}, score={:?}, causal={}, key_mask={}, dropout={dropout}",
+        h.n, h.d, h.dv, h.cols, s.scale, s.score, s.causal, s.key_mask
     )
 }
 

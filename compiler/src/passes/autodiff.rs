@@ -487,7 +487,11 @@ impl Reverse<'_> {
     }
 
     /// `o = attention(q, k, v; lse, mask, step)`: `dq` from `AttentionGrad{Q}`, `dk` and `dv`
-    /// sliced from `AttentionGrad{KV}` (one kernel for both); `lse`, mask and step get none.
+    /// from `AttentionGrad{KV}` (one kernel for both); `lse`, mask and step get none. Each
+    /// part is padded to its operand's columns where the heads fill only some of them (a
+    /// packed in-projection): the pads of one tensor's q, k and v then tile its last axis and
+    /// [`Reverse::join_pads`] stores them as one `Concat`. A packed `k ‖ v` operand (k and v
+    /// the same value, v's heads right after k's) takes `dk ‖ dv` whole.
     fn attention(
         &mut self,
         spec: AttnSpec,
@@ -496,19 +500,43 @@ impl Reverse<'_> {
         g: Value,
         need: &[bool],
     ) -> Result<Vec<Option<Value>>, String> {
+        let hd = spec.heads;
         let mut operands = vec![ins[0], ins[1], ins[2], o, g, ins[3]];
         operands.extend_from_slice(&ins[4..]);
-        let dq = self.maybe(need[0], Op::AttentionGrad { spec, wrt: AttnWrt::Q }, &operands)?;
-        let mut parts = vec![dq, None, None];
+        let mut parts = vec![None, None, None];
+        if need[0] {
+            let dq = self.b.add(Op::AttentionGrad { spec, wrt: AttnWrt::Q }, &operands)?;
+            parts[0] = Some(self.embed_columns(dq, ins[0], hd.cols[0])?);
+        }
         if need[1] || need[2] {
             let dkv = self.b.add(Op::AttentionGrad { spec, wrt: AttnWrt::KV }, &operands)?;
-            let d = self.fixed_extent(ins[1], 3)?;
-            let dv = self.fixed_extent(ins[2], 3)?;
-            parts[1] = self.maybe(need[1], Op::Slice { axis: 3, start: 0, len: d }, &[dkv])?;
-            parts[2] = self.maybe(need[2], Op::Slice { axis: 3, start: d, len: dv }, &[dkv])?;
+            let (wk, wv) = (hd.width(1), hd.width(2));
+            if ins[1] == ins[2] && hd.cols[2] == hd.cols[1] + wk {
+                parts[1] = Some(self.embed_columns(dkv, ins[1], hd.cols[1])?);
+            } else {
+                if need[1] {
+                    let dk = self.b.add(Op::Slice { axis: 2, start: 0, len: wk }, &[dkv])?;
+                    parts[1] = Some(self.embed_columns(dk, ins[1], hd.cols[1])?);
+                }
+                if need[2] {
+                    let dv = self.b.add(Op::Slice { axis: 2, start: wk, len: wv }, &[dkv])?;
+                    parts[2] = Some(self.embed_columns(dv, ins[2], hd.cols[2])?);
+                }
+            }
         }
         parts.resize(ins.len(), None);
         Ok(parts)
+    }
+
+    /// `part` (`[B, T, w]`) as the gradient of `operand` (`[B, T, C]`), whose columns
+    /// `at .. at + w` it is: padded with zeros to `C` columns where `w < C`.
+    fn embed_columns(&mut self, part: Value, operand: Value, at: usize) -> Result<Value, String> {
+        let c = self.fixed_extent(operand, 2)?;
+        let w = self.fixed_extent(part, 2)?;
+        if w == c {
+            return Ok(part);
+        }
+        self.b.add(Op::Pad { axis: 2, before: at, after: c - at - w }, &[part])
     }
 
     /// `hs = recurrence(xp, w_hh, b_hh, (h0))`: one `RecurrenceGrad` runs the steps backwards

@@ -52,6 +52,27 @@ impl Block {
     }
 }
 
+/// Complex-value offsets of head `bh % H` of batch row `bh / H` (see `AttentionCall`).
+impl Ptrs {
+    /// Row `i` of the query.
+    unsafe fn q(&self, a: &AttentionCall, bh: usize, i: usize) -> *const f32 {
+        self.q.add(2 * (((bh / a.h) * a.t + i) * a.ld[0] + (bh % a.h) * a.d))
+    }
+    /// Row `j` of the key.
+    unsafe fn k(&self, a: &AttentionCall, bh: usize, j: usize) -> *const f32 {
+        self.k.add(2 * (((bh / a.h) * a.s + j) * a.ld[1] + (bh % a.h) * a.d))
+    }
+    /// Row `j` of the value.
+    unsafe fn v(&self, a: &AttentionCall, bh: usize, j: usize) -> *const f32 {
+        self.v.add(2 * (((bh / a.h) * a.s + j) * a.ld[2] + (bh % a.h) * a.dv))
+    }
+}
+
+/// Complex-value offset of head `bh % H`'s row `r` in a token-major `[B, rows, H·w]` tensor.
+fn packed(a: &AttentionCall, bh: usize, rows: usize, r: usize, w: usize) -> usize {
+    ((bh / a.h) * rows + r) * a.h * w + (bh % a.h) * w
+}
+
 /// Runs `call` on the pool; `workspace(t)` is thread `t`'s attention workspace.
 ///
 /// # Safety
@@ -124,7 +145,7 @@ unsafe fn scores(
     let b = bh / a.h;
     for ii in 0..ni {
         let i = i0 + ii;
-        let q = p.q.add(2 * (bh * a.t + i) * d);
+        let q = p.q(a, bh, i);
         for jj in 0..nj {
             let j = j0 + jj;
             let at = ii * BLOCK_K + jj;
@@ -135,7 +156,7 @@ unsafe fn scores(
                 *blk.c.add(2 * at + 1) = 0.0;
                 continue;
             }
-            let k = p.k.add(2 * (bh * a.s + j) * d);
+            let k = p.k(a, bh, j);
             let (mut re, mut im) = (0.0f32, 0.0f32);
             for x in 0..d {
                 let (qr, qi) = (*q.add(2 * x), *q.add(2 * x + 1));
@@ -222,20 +243,22 @@ unsafe fn lse_rows(a: &AttentionCall, p: &Ptrs, blk: &Block, bh: usize, i0: usiz
 /// As [`run`].
 unsafe fn forward_rows(a: &AttentionCall, p: &Ptrs, blk: &Block, bh: usize, i0: usize) {
     let (ni, dv) = (BLOCK_Q.min(a.t - i0), a.dv);
-    let out = p.out.add(2 * (bh * a.t + i0) * dv);
-    std::ptr::write_bytes(out, 0, 2 * ni * dv);
+    let row = |ii: usize| p.out.add(2 * packed(a, bh, a.t, i0 + ii, dv));
+    for ii in 0..ni {
+        std::ptr::write_bytes(row(ii), 0, 2 * dv);
+    }
     for j0 in (0..a.s).step_by(BLOCK_K) {
         let nj = BLOCK_K.min(a.s - j0);
         scores(a, p, blk, bh, i0..i0 + ni, j0..j0 + nj);
         weights(a, p, blk, bh, i0, ni, nj);
         for ii in 0..ni {
-            let o = out.add(2 * ii * dv);
+            let o = row(ii);
             for jj in 0..nj {
                 let w = *blk.p.add(ii * BLOCK_K + jj) * keep(a, p.step, bh, i0 + ii, j0 + jj);
                 if w == 0.0 {
                     continue;
                 }
-                let v = p.v.add(2 * (bh * a.s + j0 + jj) * dv);
+                let v = p.v(a, bh, j0 + jj);
                 for x in 0..2 * dv {
                     *o.add(x) += w * *v.add(x);
                 }
@@ -283,29 +306,28 @@ unsafe fn score_grad(a: &AttentionCall, w: f32, dp: f32, delta: f32, c: *const f
 /// As [`run`].
 unsafe fn dq_rows(a: &AttentionCall, p: &Ptrs, blk: &Block, bh: usize, i0: usize) {
     let (ni, d, dv) = (BLOCK_Q.min(a.t - i0), a.d, a.dv);
-    let out = p.out.add(2 * (bh * a.t + i0) * d);
-    std::ptr::write_bytes(out, 0, 2 * ni * d);
+    let row = |ii: usize| p.out.add(2 * packed(a, bh, a.t, i0 + ii, d));
+    let orow = |ii: usize| 2 * packed(a, bh, a.t, i0 + ii, dv);
     for ii in 0..ni {
-        let r = bh * a.t + i0 + ii;
-        *blk.row.add(ii) = re_dot_conj(p.d_o.add(2 * r * dv), p.o.add(2 * r * dv), dv);
+        std::ptr::write_bytes(row(ii), 0, 2 * d);
+        *blk.row.add(ii) = re_dot_conj(p.d_o.add(orow(ii)), p.o.add(orow(ii)), dv);
     }
     for j0 in (0..a.s).step_by(BLOCK_K) {
         let nj = BLOCK_K.min(a.s - j0);
         scores(a, p, blk, bh, i0..i0 + ni, j0..j0 + nj);
         weights(a, p, blk, bh, i0, ni, nj);
         for ii in 0..ni {
-            let go = p.d_o.add(2 * (bh * a.t + i0 + ii) * dv);
-            let dq = out.add(2 * ii * d);
+            let go = p.d_o.add(orow(ii));
+            let dq = row(ii);
             for jj in 0..nj {
                 let at = ii * BLOCK_K + jj;
                 let w = *blk.p.add(at);
                 if w == 0.0 {
                     continue;
                 }
-                let col = bh * a.s + j0 + jj;
-                let dp = keep(a, p.step, bh, i0 + ii, j0 + jj) * re_dot_conj(go, p.v.add(2 * col * dv), dv);
+                let dp = keep(a, p.step, bh, i0 + ii, j0 + jj) * re_dot_conj(go, p.v(a, bh, j0 + jj), dv);
                 let (gr, gi) = score_grad(a, w, dp, *blk.row.add(ii), blk.c.add(2 * at));
-                let k = p.k.add(2 * col * d);
+                let k = p.k(a, bh, j0 + jj);
                 for x in 0..d {
                     let (kr, ki) = (*k.add(2 * x), *k.add(2 * x + 1));
                     *dq.add(2 * x) += gr * kr - gi * ki;
@@ -322,29 +344,34 @@ unsafe fn dq_rows(a: &AttentionCall, p: &Ptrs, blk: &Block, bh: usize, i0: usize
 /// As [`run`].
 unsafe fn dkv_rows(a: &AttentionCall, p: &Ptrs, blk: &Block, bh: usize, j0: usize) {
     let (nj, d, dv) = (BLOCK_K.min(a.s - j0), a.d, a.dv);
-    let w_row = d + dv;
-    let out = p.out.add(2 * (bh * a.s + j0) * w_row);
-    std::ptr::write_bytes(out, 0, 2 * nj * w_row);
+    // Row `j` of `[B, S, H·d + H·dv]`: every head's dk, then every head's dv.
+    let w_row = a.h * (d + dv);
+    let (b, hh) = (bh / a.h, bh % a.h);
+    let dk_row = |jj: usize| p.out.add(2 * ((b * a.s + j0 + jj) * w_row + hh * d));
+    let dv_row = |jj: usize| p.out.add(2 * ((b * a.s + j0 + jj) * w_row + a.h * d + hh * dv));
+    for jj in 0..nj {
+        std::ptr::write_bytes(dk_row(jj), 0, 2 * d);
+        std::ptr::write_bytes(dv_row(jj), 0, 2 * dv);
+    }
     for i0 in (0..a.t).step_by(BLOCK_Q) {
         let ni = BLOCK_Q.min(a.t - i0);
         scores(a, p, blk, bh, i0..i0 + ni, j0..j0 + nj);
         weights(a, p, blk, bh, i0, ni, nj);
         for ii in 0..ni {
-            let r = bh * a.t + i0 + ii;
-            let go = p.d_o.add(2 * r * dv);
-            let delta = re_dot_conj(go, p.o.add(2 * r * dv), dv);
-            let q = p.q.add(2 * r * d);
+            let r = 2 * packed(a, bh, a.t, i0 + ii, dv);
+            let go = p.d_o.add(r);
+            let delta = re_dot_conj(go, p.o.add(r), dv);
+            let q = p.q(a, bh, i0 + ii);
             for jj in 0..nj {
                 let at = ii * BLOCK_K + jj;
                 let w = *blk.p.add(at);
                 if w == 0.0 {
                     continue;
                 }
-                let col = bh * a.s + j0 + jj;
                 let kp = keep(a, p.step, bh, i0 + ii, j0 + jj);
-                let dp = kp * re_dot_conj(go, p.v.add(2 * col * dv), dv);
+                let dp = kp * re_dot_conj(go, p.v(a, bh, j0 + jj), dv);
                 let (gr, gi) = score_grad(a, w, dp, delta, blk.c.add(2 * at));
-                let dk = out.add(2 * jj * w_row);
+                let dk = dk_row(jj);
                 for x in 0..d {
                     // conj(g) · q
                     let (qr, qi) = (*q.add(2 * x), *q.add(2 * x + 1));
@@ -353,7 +380,7 @@ unsafe fn dkv_rows(a: &AttentionCall, p: &Ptrs, blk: &Block, bh: usize, j0: usiz
                 }
                 let pv = kp * w;
                 if pv != 0.0 {
-                    let dvv = dk.add(2 * d);
+                    let dvv = dv_row(jj);
                     for x in 0..2 * dv {
                         *dvv.add(x) += pv * *go.add(x);
                     }

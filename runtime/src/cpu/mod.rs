@@ -93,7 +93,7 @@ fn mat_shift(m: &Mat, row0: usize, col0: usize) -> Mat {
 enum Kernel {
     Loop(CompiledKernel),
     Fft(Box<AxisFft>),
-    Native(CpuCall),
+    Native(Box<CpuCall>),
 }
 
 /// Per-thread workspace.
@@ -181,7 +181,7 @@ impl CpuBackend {
                     })
                 }
                 CpuCall::Fft(f) => Ok(Kernel::Fft(Box::new(AxisFft::new(&f)))),
-                call => Ok(Kernel::Native(call)),
+                call => Ok(Kernel::Native(Box::new(call))),
             })
             .collect::<Result<Vec<_>, _>>()?;
         let scratch = (0..threads)

@@ -21,13 +21,16 @@ pub const WORKSPACE_WORDS: usize = BLOCK_Q * BLOCK_K * 5 + BLOCK_Q * 2;
 pub enum AttnKind {
     /// `AttnLse`: f32 `[B, H, T]`.
     Lse,
-    /// `Attention`: c64 `[B, H, T, Dv]`.
+    /// `Attention`: c64 `[B, T, H·Dv]`.
     Forward,
     /// `AttentionGrad`: `dq` or `dk ‖ dv`.
     Grad(AttnWrt),
 }
 
-/// One attention launch: every operand contiguous row-major, at a byte offset of the arena.
+/// One attention launch. Operands are token-major at byte offsets of the arena: `q` rows of
+/// `ld[0]` complex values (`T` per batch row), head `h` at `h·d` from the offset; `k` and `v`
+/// likewise (`S` rows of `ld[1]`, `ld[2]`); `o`, `d_o` and the forward's output `[B, T, H·dv]`,
+/// `dq` `[B, T, H·d]`, `dk ‖ dv` `[B, S, H·d + H·dv]`; `lse` f32 `[B, H, T]`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AttentionCall {
     /// What it computes.
@@ -46,15 +49,17 @@ pub struct AttentionCall {
     pub d: usize,
     /// Value features (0 for `Lse`).
     pub dv: usize,
-    /// c64 `[B, H, T, D]`.
+    /// Head 0 of row 0 of the query (its operand's offset plus its first column).
     pub q: usize,
-    /// c64 `[B, H, S, D]`.
+    /// Head 0 of row 0 of the key.
     pub k: usize,
-    /// c64 `[B, H, S, Dv]` (not `Lse`).
+    /// Head 0 of row 0 of the value (not `Lse`).
     pub v: Option<usize>,
+    /// Row strides of the query, key and value operands, in complex values.
+    pub ld: [usize; 3],
     /// f32 `[B, H, T]` (not `Lse`).
     pub lse: Option<usize>,
-    /// The forward output `o` and its gradient `d_o`, c64 `[B, H, T, Dv]` (`Grad` only).
+    /// The forward output `o`, c64 `[B, T, H·Dv]` (`Grad` only).
     pub o: Option<usize>,
     /// The gradient of `o` (`Grad` only).
     pub d_o: Option<usize>,
@@ -74,12 +79,22 @@ pub(crate) fn attention(cx: &NodeCtx) -> CompileResult<AttentionCall> {
         Op::AttentionGrad { spec, wrt } => (*spec, AttnKind::Grad(*wrt), 6),
         other => return Err(CompileError::internal(format!("{} is not an attention op", other.mnemonic()))),
     };
-    let q = cx.input(0)?;
-    let k = cx.input(1)?;
-    let [b, h, t, d] = cx.dims4(q)?;
-    let s = cx.dims4(k)?[2];
+    let hd = spec.heads;
+    let (q, k) = (cx.input(0)?, cx.input(1)?);
+    let three = |x: crate::ir::Value| -> CompileResult<[usize; 3]> {
+        match cx.shape(x)[..] {
+            [b, rows, cols] => Ok([b, rows, cols]),
+            _ => Err(CompileError::internal(format!("attention operand {x} is not of rank 3"))),
+        }
+    };
+    let [b, t, lq] = three(q)?;
+    let [_, s, lk] = three(k)?;
+    let (h, d) = (hd.n, hd.d);
+    // The first head's first element of operand `i`: 8 bytes per complex value.
+    let head0 = |i: usize| -> CompileResult<usize> { Ok(cx.offset(cx.input(i)?)? + 8 * hd.cols[i]) };
     let at = |i: usize| -> CompileResult<usize> { cx.offset(cx.input(i)?) };
-    let (v, dv) = if fixed > 2 { (Some(at(2)?), cx.dims4(cx.input(2)?)?[3]) } else { (None, 0) };
+    let (v, dv, lv) =
+        if fixed > 2 { (Some(head0(2)?), hd.dv, three(cx.input(2)?)?[2]) } else { (None, 0, 0) };
     let lse = match kind {
         AttnKind::Lse => None,
         AttnKind::Forward => Some(at(3)?),
@@ -107,9 +122,10 @@ pub(crate) fn attention(cx: &NodeCtx) -> CompileResult<AttentionCall> {
         s,
         d,
         dv,
-        q: cx.offset(q)?,
-        k: cx.offset(k)?,
+        q: head0(0)?,
+        k: head0(1)?,
         v,
+        ld: [lq, lk, lv],
         lse,
         o,
         d_o,

@@ -524,7 +524,7 @@ fn attention_line(f: &mut std::fmt::Formatter<'_>, a: &AttentionCall) -> std::fm
     let opt = |o: Option<usize>| o.map_or("-".to_string(), |o| format!("@{o}"));
     writeln!(
         f,
-        "{what} [{}, {}, {}x{}, {}/{}] {}  q@{} k@{} v{} lse{} o{} do{} mask{} step{} -> @{}",
+        "{what} [{}, {}, {}x{}, {}/{}] {}  q@{} k@{} v{} rows {:?} lse{} o{} do{} mask{} step{} -> @{}",
         a.b,
         a.h,
         a.t,
@@ -535,6 +535,7 @@ fn attention_line(f: &mut std::fmt::Formatter<'_>, a: &AttentionCall) -> std::fm
         a.q,
         a.k,
         opt(a.v),
+        a.ld,
         opt(a.lse),
         opt(a.o),
         opt(a.d_o),

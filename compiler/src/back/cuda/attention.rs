@@ -132,13 +132,21 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
         return Err(internal!("{v}: {} has {} operands, expected {want}", node.op.mnemonic(), ins.len()));
     }
     let (q, k) = (ins[0], ins[1]);
-    let [b, h, t, d] = ctx.shape(q)[..] else {
-        return Err(internal!("{v}: the attention query is not of rank 4"));
+    let hd = spec.heads;
+    let [b, t, lq] = ctx.shape(q)[..] else {
+        return Err(internal!("{v}: the attention query is not of rank 3"));
     };
-    let [_, _, s, _] = ctx.shape(k)[..] else {
-        return Err(internal!("{v}: the attention key is not of rank 4"));
+    let [_, s, lk] = ctx.shape(k)[..] else {
+        return Err(internal!("{v}: the attention key is not of rank 3"));
     };
-    let dv = if fixed > 2 { ctx.shape(ins[2]).get(3).copied().unwrap_or(0) } else { d };
+    let (h, d) = (hd.n, hd.d);
+    let (dv, lv) = if fixed > 2 { (hd.dv, ctx.shape(ins[2]).get(2).copied().unwrap_or(0)) } else { (d, 0) };
+    // Every template reads its operands' heads at their first column, rows `L*` apart.
+    let strides = if fixed > 2 { format!("{lq}, {lk}, {lv}") } else { format!("{lq}, {lk}") };
+    let head0 = |i: usize| -> CompileResult<String> {
+        let p = ctx.ptr(ins[i])?;
+        Ok(if hd.cols[i] == 0 { p } else { format!("({p} + {})", hd.cols[i]) })
+    };
     for &x in &ins[..fixed.min(3)] {
         if ctx.dtype(x) != DType::C64 {
             return Err(internal!("{v}: attention operand {x} is {:?}, expected c64", ctx.dtype(x)));
@@ -193,12 +201,16 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
         tl.rn
     );
     let opts = format!("{}, {thr}u, {keep}, {salt}u, {step}", flit(spec.scale));
-    let (q, k, out) = (ctx.ptr(q)?, ctx.ptr(k)?, ctx.ptr(v)?);
+    let (q, k, out) = (head0(0)?, head0(1)?, ctx.ptr(v)?);
     let tc_flags =
         format!("{}, {}, {}", u8::from(spec.causal), u8::from(spec.key_mask), u8::from(dropout.is_some()));
     let (call, tiles) = match &node.op {
         _ if tc => {
-            let operands = (2..fixed).map(|i| ctx.ptr(ins[i])).collect::<CompileResult<Vec<_>>>()?.join(", ");
+            let mut operands = vec![head0(2)?];
+            for &x in &ins[3..fixed] {
+                operands.push(ctx.ptr(x)?);
+            }
+            let operands = operands.join(", ");
             let (f, flags) = match &node.op {
                 Op::Attention { .. } => {
                     ("attn_tc_fwd", format!("{tc_flags}, {}", u8::from(fused_lse.is_some())))
@@ -208,20 +220,20 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
             };
             (
                 format!(
-                    "{f}<{h}, {t}, {s}, {d}, {dv}, {flags}>({q}, {k}, {operands}, {mask}, {out}, {opts});"
+                    "{f}<{h}, {t}, {s}, {d}, {dv}, {strides}, {flags}>({q}, {k}, {operands}, {mask}, {out}, {opts});"
                 ),
                 attention_tc::tiles(&node.op, t, s),
             )
         }
         Op::AttnLse { .. } => (
-            format!("attn_lse<{h}, {t}, {s}, {d}, {flags}>({q}, {k}, {mask}, {out}, {opts});"),
+            format!("attn_lse<{h}, {t}, {s}, {d}, {strides}, {flags}>({q}, {k}, {mask}, {out}, {opts});"),
             t.div_ceil(16 * tl.rm),
         ),
         Op::Attention { .. } => (
             format!(
-                "{}<{h}, {t}, {s}, {d}, {dv}, {flags}>({q}, {k}, {}, {}, {mask}, {out}, {opts});",
+                "{}<{h}, {t}, {s}, {d}, {dv}, {strides}, {flags}>({q}, {k}, {}, {}, {mask}, {out}, {opts});",
                 if fused_lse.is_some() { "attn_fwd_lse" } else { "attn_fwd" },
-                ctx.ptr(ins[2])?,
+                head0(2)?,
                 ctx.ptr(ins[3])?,
             ),
             t.div_ceil(16 * tl.rm),
@@ -233,8 +245,8 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
             };
             (
                 format!(
-                    "{f}<{h}, {t}, {s}, {d}, {dv}, {flags}>({q}, {k}, {}, {}, {}, {}, {mask}, {out}, {opts});",
-                    ctx.ptr(ins[2])?,
+                    "{f}<{h}, {t}, {s}, {d}, {dv}, {strides}, {flags}>({q}, {k}, {}, {}, {}, {}, {mask}, {out}, {opts});",
+                    head0(2)?,
                     ctx.ptr(ins[3])?,
                     ctx.ptr(ins[4])?,
                     ctx.ptr(ins[5])?,
@@ -280,20 +292,23 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
 /// The attention templates, emitted once per module before the first attention kernel.
 pub const LIB: &str = r#"// Fused complex attention (back/cuda/attention.rs): 256 threads, a 16 x 16 thread grid, a
 // score tile of BM = 16 RM queries x BN = 16 RN keys.
-// Rows [r0, r0 + R) x columns [c0, c0 + 16) of a row-major N x W matrix into dst (zero outside).
-template <int R, int N, int W, typename T_src>
+// A head's rows are an N x W matrix with a row stride of LD elements (LD = H W for a
+// token-major [B, N, H W] tensor, more when the heads are columns of a packed projection).
+// Rows [r0, r0 + R) x columns [c0, c0 + 16) of it into dst (zero outside).
+template <int R, int N, int W, int LD, typename T_src>
 static __device__ __forceinline__ void attn_stage16(float2 (*dst)[17], const T_src* __restrict__ src, int r0, int c0) {
   for (int e = threadIdx.x; e < R * 16; e += 256) {
     const int r = e >> 4, c = e & 15, gr = r0 + r, gc = c0 + c;
-    dst[r][c] = (gr < N && gc < W) ? src[(size_t)gr * W + gc] : make_float2(0.0f, 0.0f);
+    dst[r][c] = (gr < N && gc < W) ? src[(size_t)gr * LD + gc] : make_float2(0.0f, 0.0f);
   }
 }
-// Rows [r0, r0 + R) of a row-major N x W matrix into dst[R * W] (zero past row N).
-template <int R, int N, int W, typename T_src>
+// Rows [r0, r0 + R) of an N x W matrix of row stride LD into dst[R * W] (zero past row N).
+template <int R, int N, int W, int LD, typename T_src>
 static __device__ __forceinline__ void attn_stage_rows(float2* dst, const T_src* __restrict__ src, int r0) {
-  const auto* s = src + (size_t)r0 * W;
+  const auto* s = src + (size_t)r0 * LD;
   const int n = (N - r0 < R ? N - r0 : R) * W;
-  for (int e = threadIdx.x; e < R * W; e += 256) dst[e] = e < n ? s[e] : make_float2(0.0f, 0.0f);
+  for (int e = threadIdx.x; e < R * W; e += 256)
+    dst[e] = e < n ? s[(size_t)(e / W) * LD + e % W] : make_float2(0.0f, 0.0f);
 }
 // A thread's columns of a W-wide row, C of them, for threads t < L side by side: with P
 // (W even) pairs 2t + e % 2 + 2L (e / 2), so that two neighbouring elements load from shared
@@ -318,8 +333,9 @@ static __device__ __forceinline__ void attn_ld2(const float2* p, float2& w0, flo
   }
 }
 // cr[a][b] (+ i ci[a][b] when IM) = sum over w < W of x[i0 + ty + 16a][w] * conj(y[j0 + tx + 16b][w]),
-// x an NX x W and y an NY x W matrix, in chunks of 16 columns staged in xs and ys (zero-padded).
-template <int RM, int RN, int NX, int NY, int W, int IM, typename T_x, typename T_y>
+// x an NX x W and y an NY x W matrix (row strides LX, LY), in chunks of 16 columns staged in xs
+// and ys (zero-padded).
+template <int RM, int RN, int NX, int NY, int W, int IM, int LX, int LY, typename T_x, typename T_y>
 static __device__ __forceinline__ void attn_dots(float (&cr)[RM][RN], float (&ci)[RM][RN],
     const T_x* __restrict__ x, const T_y* __restrict__ y, int i0, int j0, float2 (*xs)[17], float2 (*ys)[17]) {
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
@@ -330,8 +346,8 @@ static __device__ __forceinline__ void attn_dots(float (&cr)[RM][RN], float (&ci
   }
   for (int w0 = 0; w0 < W; w0 += 16) {
     __syncthreads();
-    attn_stage16<16 * RM, NX, W>(xs, x, i0, w0);
-    attn_stage16<16 * RN, NY, W>(ys, y, j0, w0);
+    attn_stage16<16 * RM, NX, W, LX>(xs, x, i0, w0);
+    attn_stage16<16 * RN, NY, W, LY>(ys, y, j0, w0);
     __syncthreads();
     #pragma unroll
     for (int kk = 0; kk < 16; ++kk) {
@@ -372,15 +388,15 @@ static __device__ __forceinline__ u32 attn_index(int bh, int i, int j) {
 }
 
 // AttnLse: lse_i = log sum_j exp(s_ij) over the unmasked keys (0 when there is none).
-template <int H, int T, int S, int D, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k>
+template <int H, int T, int S, int D, int LQ, int LK, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k>
 static __device__ void attn_lse(const T_q* __restrict__ q, const T_k* __restrict__ k,
     const float* __restrict__ mask, float* __restrict__ lse, float scale, u32, float, u32, u32) {
   constexpr int BM = 16 * RM, BN = 16 * RN, TILES = (T + BM - 1) / BM;
   __shared__ float2 xs[BM][17], ys[BN][17];
   const int bh = blockIdx.x / TILES, i0 = (blockIdx.x % TILES) * BM;
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-  const auto* qb = q + (size_t)bh * T * D;
-  const auto* kb = k + (size_t)bh * S * D;
+  const auto* qb = q + (size_t)(bh / H) * T * LQ + (bh % H) * D;
+  const auto* kb = k + (size_t)(bh / H) * S * LK + (bh % H) * D;
   const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
   float m[RM], l[RM];
   #pragma unroll
@@ -388,7 +404,7 @@ static __device__ void attn_lse(const T_q* __restrict__ q, const T_k* __restrict
   const int jend = CAUSAL ? (S < i0 + BM ? S : i0 + BM) : S;
   for (int j0 = 0; j0 < jend; j0 += BN) {
     float cr[RM][RN], ci[RM][RN];
-    attn_dots<RM, RN, T, S, D, ABS>(cr, ci, qb, kb, i0, j0, xs, ys);
+    attn_dots<RM, RN, T, S, D, ABS, LQ, LK>(cr, ci, qb, kb, i0, j0, xs, ys);
     #pragma unroll
     for (int a = 0; a < RM; ++a) {
       #pragma unroll
@@ -422,12 +438,12 @@ static __device__ void attn_lse(const T_q* __restrict__ q, const T_k* __restrict
 
 // acc += P * V for one key tile of the forward kernels: the weights of rows ty + 16a are in
 // `ps`, the tile's value rows are staged through `vs` VC at a time.
-template <int RM, int BN, int VC, int CV, int S, int DV, typename T_v>
+template <int RM, int BN, int VC, int CV, int S, int DV, int LV, typename T_v>
 static __device__ __forceinline__ void attn_pv(float2 (&acc)[RM][CV], const float (*ps)[BN + 1], float2* vs,
     const T_v* __restrict__ vb, int j0, int ty, int tx) {
   for (int v0 = 0; v0 < BN; v0 += VC) {
     __syncthreads();
-    attn_stage_rows<VC, S, DV>(vs, vb, j0 + v0);
+    attn_stage_rows<VC, S, DV, LV>(vs, vb, j0 + v0);
     __syncthreads();
     #pragma unroll 4
     for (int jj = 0; jj < VC; ++jj) {
@@ -450,7 +466,7 @@ static __device__ __forceinline__ void attn_pv(float2 (&acc)[RM][CV], const floa
 }
 
 // Attention: o_i = sum_j keep_ij exp(s_ij - lse_i) v_j.
-template <int H, int T, int S, int D, int DV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k, typename T_v, typename T_out>
+template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k, typename T_v, typename T_out>
 static __device__ void attn_fwd(const T_q* __restrict__ q, const T_k* __restrict__ k,
     const T_v* __restrict__ v, const float* __restrict__ lse, const float* __restrict__ mask,
     T_out* __restrict__ out, float scale, u32 thr, float keep, u32 salt, u32 step) {
@@ -465,9 +481,11 @@ static __device__ void attn_fwd(const T_q* __restrict__ q, const T_k* __restrict
   __shared__ float ps[BM][BN + 1];
   const int bh = blockIdx.x / TILES, i0 = (blockIdx.x % TILES) * BM;
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-  const auto* qb = q + (size_t)bh * T * D;
-  const auto* kb = k + (size_t)bh * S * D;
-  const auto* vb = v + (size_t)bh * S * DV;
+  const auto* qb = q + (size_t)(bh / H) * T * LQ + (bh % H) * D;
+  const auto* kb = k + (size_t)(bh / H) * S * LK + (bh % H) * D;
+  const auto* vb = v + (size_t)(bh / H) * S * LV + (bh % H) * DV;
+  // The output's rows: [B, T, H DV], head-major columns.
+  auto* ob = out + (size_t)(bh / H) * T * (H * DV) + (bh % H) * DV;
   const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
   float lr[RM];
   float2 acc[RM][CV];
@@ -481,7 +499,7 @@ static __device__ void attn_fwd(const T_q* __restrict__ q, const T_k* __restrict
   const int jend = CAUSAL ? (S < i0 + BM ? S : i0 + BM) : S;
   for (int j0 = 0; j0 < jend; j0 += BN) {
     float cr[RM][RN], ci[RM][RN];
-    attn_dots<RM, RN, T, S, D, ABS>(cr, ci, qb, kb, i0, j0, xs, ys);
+    attn_dots<RM, RN, T, S, D, ABS, LQ, LK>(cr, ci, qb, kb, i0, j0, xs, ys);
     #pragma unroll
     for (int a = 0; a < RM; ++a) {
       #pragma unroll
@@ -495,7 +513,7 @@ static __device__ void attn_fwd(const T_q* __restrict__ q, const T_k* __restrict
         ps[ty + 16 * a][tx + 16 * b] = p;
       }
     }
-    attn_pv<RM, BN, VC, CV, S, DV>(acc, ps, vs, vb, j0, ty, tx);
+    attn_pv<RM, BN, VC, CV, S, DV, LV>(acc, ps, vs, vb, j0, ty, tx);
   }
   #pragma unroll
   for (int a = 0; a < RM; ++a) {
@@ -503,7 +521,7 @@ static __device__ void attn_fwd(const T_q* __restrict__ q, const T_k* __restrict
     if (i < T) {
       #pragma unroll
       for (int e = 0; e < CV; ++e)
-        if (tx + 16 * e < DV) out[((size_t)bh * T + i) * DV + tx + 16 * e] = acc[a][e];
+        if (tx + 16 * e < DV) ob[(size_t)i * (H * DV) + tx + 16 * e] = acc[a][e];
     }
   }
 }
@@ -512,7 +530,7 @@ static __device__ void attn_fwd(const T_q* __restrict__ q, const T_k* __restrict
 // row's running max m and (per lane) sum l of exp(s - m), the output rescaled by
 // exp(m_old - m_new); at the end o = acc / l and lse = m + log l, both 0 for a row with no
 // unmasked key. Dropout scales the output's weights, not l (it does not change lse).
-template <int H, int T, int S, int D, int DV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k, typename T_v, typename T_out>
+template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k, typename T_v, typename T_out>
 static __device__ void attn_fwd_lse(const T_q* __restrict__ q, const T_k* __restrict__ k,
     const T_v* __restrict__ v, float* __restrict__ lse, const float* __restrict__ mask,
     T_out* __restrict__ out, float scale, u32 thr, float keep, u32 salt, u32 step) {
@@ -526,9 +544,11 @@ static __device__ void attn_fwd_lse(const T_q* __restrict__ q, const T_k* __rest
   __shared__ float ps[BM][BN + 1];
   const int bh = blockIdx.x / TILES, i0 = (blockIdx.x % TILES) * BM;
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-  const auto* qb = q + (size_t)bh * T * D;
-  const auto* kb = k + (size_t)bh * S * D;
-  const auto* vb = v + (size_t)bh * S * DV;
+  const auto* qb = q + (size_t)(bh / H) * T * LQ + (bh % H) * D;
+  const auto* kb = k + (size_t)(bh / H) * S * LK + (bh % H) * D;
+  const auto* vb = v + (size_t)(bh / H) * S * LV + (bh % H) * DV;
+  // The output's rows: [B, T, H DV], head-major columns.
+  auto* ob = out + (size_t)(bh / H) * T * (H * DV) + (bh % H) * DV;
   const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
   float m[RM], l[RM];
   float2 acc[RM][CV];
@@ -542,7 +562,7 @@ static __device__ void attn_fwd_lse(const T_q* __restrict__ q, const T_k* __rest
   const int jend = CAUSAL ? (S < i0 + BM ? S : i0 + BM) : S;
   for (int j0 = 0; j0 < jend; j0 += BN) {
     float cr[RM][RN], ci[RM][RN];
-    attn_dots<RM, RN, T, S, D, ABS>(cr, ci, qb, kb, i0, j0, xs, ys);
+    attn_dots<RM, RN, T, S, D, ABS, LQ, LK>(cr, ci, qb, kb, i0, j0, xs, ys);
     #pragma unroll
     for (int a = 0; a < RM; ++a) {
       const int i = i0 + ty + 16 * a;
@@ -572,7 +592,7 @@ static __device__ void attn_fwd_lse(const T_q* __restrict__ q, const T_k* __rest
         ps[ty + 16 * a][tx + 16 * b] = p;
       }
     }
-    attn_pv<RM, BN, VC, CV, S, DV>(acc, ps, vs, vb, j0, ty, tx);
+    attn_pv<RM, BN, VC, CV, S, DV, LV>(acc, ps, vs, vb, j0, ty, tx);
   }
   #pragma unroll
   for (int a = 0; a < RM; ++a) {
@@ -585,15 +605,15 @@ static __device__ void attn_fwd_lse(const T_q* __restrict__ q, const T_k* __rest
       #pragma unroll
       for (int e = 0; e < CV; ++e)
         if (tx + 16 * e < DV)
-          out[((size_t)bh * T + i) * DV + tx + 16 * e] = make_float2(acc[a][e].x * inv, acc[a][e].y * inv);
+          ob[(size_t)i * (H * DV) + tx + 16 * e] = make_float2(acc[a][e].x * inv, acc[a][e].y * inv);
     }
   }
 }
 
 // delta_i = Re sum_d dO_id conj(o_id) and lse_i of the BM query rows from i0 into shared memory
 // (NT / BM threads per row of a block of NT threads; the tensor-core kernels of
-// attention_tc.rs call it too); ob, dob and lb point at the head's rows.
-template <int T, int DV, int BM, int NT, typename T_ob, typename T_dob>
+// attention_tc.rs call it too); ob, dob (rows of LD elements) and lb point at the head's rows.
+template <int T, int DV, int LD, int BM, int NT, typename T_ob, typename T_dob>
 static __device__ __forceinline__ void attn_rows(const T_ob* __restrict__ ob, const T_dob* __restrict__ dob,
     const float* __restrict__ lb, int i0, float* delta_s, float* lse_s) {
   constexpr int L = NT / BM;
@@ -601,7 +621,7 @@ static __device__ __forceinline__ void attn_rows(const T_ob* __restrict__ ob, co
   float acc = 0.0f;
   if (i < T) {
     for (int e = part; e < DV; e += L) {
-      const float2 g = dob[(size_t)i * DV + e], o = ob[(size_t)i * DV + e];
+      const float2 g = dob[(size_t)i * LD + e], o = ob[(size_t)i * LD + e];
       acc = fmaf(g.x, o.x, fmaf(g.y, o.y, acc));
     }
   }
@@ -626,7 +646,7 @@ static __device__ __forceinline__ float2 attn_grad(float cr, float ci, float dp,
 }
 
 // AttentionGrad w.r.t. q: dq_i = sum_j g_ij k_j.
-template <int H, int T, int S, int D, int DV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k, typename T_v, typename T_o, typename T_dout, typename T_dq>
+template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k, typename T_v, typename T_o, typename T_dout, typename T_dq>
 static __device__ void attn_dq(const T_q* __restrict__ q, const T_k* __restrict__ k,
     const T_v* __restrict__ v, const T_o* __restrict__ o, const T_dout* __restrict__ dout,
     const float* __restrict__ lse, const float* __restrict__ mask, T_dq* __restrict__ dq,
@@ -644,12 +664,15 @@ static __device__ void attn_dq(const T_q* __restrict__ q, const T_k* __restrict_
   __shared__ float delta_s[BM], lse_s[BM];
   const int bh = blockIdx.x / TILES, i0 = (blockIdx.x % TILES) * BM;
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
-  const auto* qb = q + (size_t)bh * T * D;
-  const auto* kb = k + (size_t)bh * S * D;
-  const auto* vb = v + (size_t)bh * S * DV;
-  const auto* dob = dout + (size_t)bh * T * DV;
+  const auto* qb = q + (size_t)(bh / H) * T * LQ + (bh % H) * D;
+  const auto* kb = k + (size_t)(bh / H) * S * LK + (bh % H) * D;
+  const auto* vb = v + (size_t)(bh / H) * S * LV + (bh % H) * DV;
+  // o, dO: [B, T, H DV]; dq: [B, T, H D] (head-major columns).
+  const size_t orow = (size_t)(bh / H) * T * (H * DV) + (bh % H) * DV;
+  const auto* dob = dout + orow;
+  auto* dqb = dq + (size_t)(bh / H) * T * (H * D) + (bh % H) * D;
   const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
-  attn_rows<T, DV, BM, 256>(o + (size_t)bh * T * DV, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
+  attn_rows<T, DV, H * DV, BM, 256>(o + orow, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
   float2 acc[RM][CD];
   #pragma unroll
   for (int a = 0; a < RM; ++a) {
@@ -659,8 +682,8 @@ static __device__ void attn_dq(const T_q* __restrict__ q, const T_k* __restrict_
   const int jend = CAUSAL ? (S < i0 + BM ? S : i0 + BM) : S;
   for (int j0 = 0; j0 < jend; j0 += BN) {
     float cr[RM][RN], ci[RM][RN], dp[RM][RN], unused[RM][RN];
-    attn_dots<RM, RN, T, S, D, ABS>(cr, ci, qb, kb, i0, j0, xs, ys);
-    attn_dots<RM, RN, T, S, DV, 0>(dp, unused, dob, vb, i0, j0, xs, ys);
+    attn_dots<RM, RN, T, S, D, ABS, LQ, LK>(cr, ci, qb, kb, i0, j0, xs, ys);
+    attn_dots<RM, RN, T, S, DV, 0, H * DV, LV>(dp, unused, dob, vb, i0, j0, xs, ys);
     #pragma unroll
     for (int a = 0; a < RM; ++a) {
       #pragma unroll
@@ -678,7 +701,7 @@ static __device__ void attn_dq(const T_q* __restrict__ q, const T_k* __restrict_
     }
     for (int k0 = 0; k0 < BN; k0 += KC) {
       __syncthreads();
-      attn_stage_rows<KC, S, D>(kt, kb, j0 + k0);
+      attn_stage_rows<KC, S, D, LK>(kt, kb, j0 + k0);
       __syncthreads();
       #pragma unroll 4
       for (int jj = 0; jj < KC; ++jj) {
@@ -710,17 +733,18 @@ static __device__ void attn_dq(const T_q* __restrict__ q, const T_k* __restrict_
     if (i < T) {
       #pragma unroll
       for (int e = 0; e < CD; ++e)
-        if (tx + 16 * e < D) dq[((size_t)bh * T + i) * D + tx + 16 * e] = acc[a][e];
+        if (tx + 16 * e < D) dqb[(size_t)i * (H * D) + tx + 16 * e] = acc[a][e];
     }
   }
 }
 
 // AttentionGrad w.r.t. k and v: dk_j = sum_i g_ij q_i (conj(g_ij) for the magnitude score),
-// dv_j = sum_i p~_ij dO_i, written side by side as out[b, h, j, 0 .. D + DV). A block owns BN
+// dv_j = sum_i p~_ij dO_i, written to row j of out [B, S, H D + H DV] (every head's dk, then
+// every head's dv: columns h D .. and H D + h DV ..). A block owns BN
 // keys; each thread accumulates two neighbouring ones (their p~ and g load as one 8-byte word:
 // rows of BN + 2), 512 / BN threads per key pair; the queries' rows are staged RC at a time
 // where the score chunks were.
-template <int H, int T, int S, int D, int DV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, int RC, typename T_q, typename T_k, typename T_v, typename T_o, typename T_dout, typename T_dkv>
+template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, int RC, typename T_q, typename T_k, typename T_v, typename T_o, typename T_dout, typename T_dkv>
 static __device__ void attn_dkv(const T_q* __restrict__ q, const T_k* __restrict__ k,
     const T_v* __restrict__ v, const T_o* __restrict__ o, const T_dout* __restrict__ dout,
     const float* __restrict__ lse, const float* __restrict__ mask, T_dkv* __restrict__ dkv,
@@ -741,11 +765,11 @@ static __device__ void attn_dkv(const T_q* __restrict__ q, const T_k* __restrict
   const int bh = blockIdx.x / TILES, j0 = (blockIdx.x % TILES) * BN;
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
   const int kr = threadIdx.x / L, kc = threadIdx.x % L;
-  const auto* qb = q + (size_t)bh * T * D;
-  const auto* kb = k + (size_t)bh * S * D;
-  const auto* vb = v + (size_t)bh * S * DV;
-  const auto* ob = o + (size_t)bh * T * DV;
-  const auto* dob = dout + (size_t)bh * T * DV;
+  const auto* qb = q + (size_t)(bh / H) * T * LQ + (bh % H) * D;
+  const auto* kb = k + (size_t)(bh / H) * S * LK + (bh % H) * D;
+  const auto* vb = v + (size_t)(bh / H) * S * LV + (bh % H) * DV;
+  const auto* ob = o + (size_t)(bh / H) * T * (H * DV) + (bh % H) * DV;
+  const auto* dob = dout + (size_t)(bh / H) * T * (H * DV) + (bh % H) * DV;
   const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
   float2 dk[2][CK], dv[2][CV];
   #pragma unroll
@@ -758,10 +782,10 @@ static __device__ void attn_dkv(const T_q* __restrict__ q, const T_k* __restrict
   // With a causal mask, query tiles that end before the first key see none of these keys.
   for (int i0 = CAUSAL ? (j0 / BM) * BM : 0; i0 < T; i0 += BM) {
     __syncthreads();
-    attn_rows<T, DV, BM, 256>(ob, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
+    attn_rows<T, DV, H * DV, BM, 256>(ob, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
     float cr[RM][RN], ci[RM][RN], dp[RM][RN], unused[RM][RN];
-    attn_dots<RM, RN, T, S, D, ABS>(cr, ci, qb, kb, i0, j0, xs, ys);
-    attn_dots<RM, RN, T, S, DV, 0>(dp, unused, dob, vb, i0, j0, xs, ys);
+    attn_dots<RM, RN, T, S, D, ABS, LQ, LK>(cr, ci, qb, kb, i0, j0, xs, ys);
+    attn_dots<RM, RN, T, S, DV, 0, H * DV, LV>(dp, unused, dob, vb, i0, j0, xs, ys);
     #pragma unroll
     for (int a = 0; a < RM; ++a) {
       #pragma unroll
@@ -781,8 +805,8 @@ static __device__ void attn_dkv(const T_q* __restrict__ q, const T_k* __restrict
     const int rows = T - i0 < BM ? T - i0 : BM;
     for (int ic = 0; ic < rows; ic += RC) {
       __syncthreads();
-      attn_stage_rows<RC, T, D>(qr, qb, i0 + ic);
-      attn_stage_rows<RC, T, DV>(dor, dob, i0 + ic);
+      attn_stage_rows<RC, T, D, LQ>(qr, qb, i0 + ic);
+      attn_stage_rows<RC, T, DV, H * DV>(dor, dob, i0 + ic);
       __syncthreads();
       #pragma unroll 2
       for (int ii = 0; ii < RC; ++ii) {
@@ -835,13 +859,13 @@ static __device__ void attn_dkv(const T_q* __restrict__ q, const T_k* __restrict
   for (int u = 0; u < 2; ++u) {
     const int j = j0 + 2 * kr + u;
     if (j < S) {
-      auto* row = dkv + ((size_t)bh * S + j) * (D + DV);
+      auto* row = dkv + ((size_t)(bh / H) * S + j) * (H * (D + DV));
       #pragma unroll
       for (int e = 0; e < CK; ++e)
-        if (ColsK::col(kc, e) < D) row[ColsK::col(kc, e)] = dk[u][e];
+        if (ColsK::col(kc, e) < D) row[(bh % H) * D + ColsK::col(kc, e)] = dk[u][e];
       #pragma unroll
       for (int e = 0; e < CV; ++e)
-        if (ColsV::col(kc, e) < DV) row[D + ColsV::col(kc, e)] = dv[u][e];
+        if (ColsV::col(kc, e) < DV) row[H * D + (bh % H) * DV + ColsV::col(kc, e)] = dv[u][e];
     }
   }
 }

@@ -102,15 +102,15 @@ static __device__ __forceinline__ u32* attn_tc_smem() {
   extern __shared__ __align__(16) u32 attn_tc_dyn[];
   return attn_tc_dyn;
 }
-// Rows [r0, r0 + R) of a row-major N x DC complex matrix into dst (R rows of SW words, TF32),
-// zero past row N and past column 2 DC.
-template <int R, int N, int DC, typename T_src>
+// Rows [r0, r0 + R) of an N x DC complex matrix with rows LD elements apart into dst (R rows of
+// SW words, TF32), zero past row N and past column 2 DC.
+template <int R, int N, int DC, int LD, typename T_src>
 static __device__ __forceinline__ void attn_tc_stage(u32* dst, const T_src* __restrict__ src, int r0) {
   constexpr int HP = AttnTcW<DC>::WP / 2, SW = AttnTcW<DC>::SW;
   for (int e = threadIdx.x; e < R * HP; e += 128) {
     const int r = e / HP, c = e - r * HP, gr = r0 + r;
     float2 w = make_float2(0.0f, 0.0f);
-    if (gr < N && c < DC) w = src[(size_t)gr * DC + c];
+    if (gr < N && c < DC) w = src[(size_t)gr * LD + c];
     *reinterpret_cast<uint2*>(dst + r * SW + 2 * c) = make_uint2(tf32(w.x), tf32(w.y));
   }
 }
@@ -177,7 +177,7 @@ static __device__ __forceinline__ void attn_tc_pv(float (&acc)[KS][4], const flo
 
 // Attention: o_i = sum_j keep_ij exp(s_ij - lse_i) v_j; with LSE_OUT, lse_i computed in the same
 // pass (online softmax: running max and sum per row, the output rescaled) and written.
-template <int H, int T, int S, int D, int DV, int CAUSAL, int MASK, int DROP, int LSE_OUT, typename T_q, typename T_k, typename T_v, typename T_out>
+template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int CAUSAL, int MASK, int DROP, int LSE_OUT, typename T_q, typename T_k, typename T_v, typename T_out>
 static __device__ void attn_tc_fwd(const T_q* __restrict__ q, const T_k* __restrict__ k,
     const T_v* __restrict__ v, float* __restrict__ lse, const float* __restrict__ mask,
     T_out* __restrict__ out, float scale, u32 thr, float keep, u32 salt, u32 step) {
@@ -188,13 +188,15 @@ static __device__ void attn_tc_fwd(const T_q* __restrict__ q, const T_k* __restr
   u32* vs = ks + BN * WK::SW;
   const int bh = blockIdx.x / TILES, i0 = (blockIdx.x % TILES) * BM;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const auto* qb = q + (size_t)bh * T * D;
-  const auto* kb = k + (size_t)bh * S * D;
-  const auto* vb = v + (size_t)bh * S * DV;
+  const auto* qb = q + (size_t)(bh / H) * T * LQ + (bh % H) * D;
+  const auto* kb = k + (size_t)(bh / H) * S * LK + (bh % H) * D;
+  const auto* vb = v + (size_t)(bh / H) * S * LV + (bh % H) * DV;
+  // The output's rows: [B, T, H DV], head-major columns.
+  auto* ob = out + (size_t)(bh / H) * T * (H * DV) + (bh % H) * DV;
   const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
   // The warp's query fragments stay in registers (staged once where the keys go).
   u32 qa[WK::KS][4];
-  attn_tc_stage<BM, T, D>(ks, qb, i0);
+  attn_tc_stage<BM, T, D, LQ>(ks, qb, i0);
   __syncthreads();
   #pragma unroll
   for (int kk = 0; kk < WK::KS; ++kk) attn_tc_a<WK::SW>(qa[kk], ks, 16 * warp, kk);
@@ -210,8 +212,8 @@ static __device__ void attn_tc_fwd(const T_q* __restrict__ q, const T_k* __restr
   const int jend = CAUSAL ? (S < i0 + BM ? S : i0 + BM) : S;
   for (int j0 = 0; j0 < jend; j0 += BN) {
     __syncthreads();
-    attn_tc_stage<BN, S, D>(ks, kb, j0);
-    attn_tc_stage<BN, S, DV>(vs, vb, j0);
+    attn_tc_stage<BN, S, D, LK>(ks, kb, j0);
+    attn_tc_stage<BN, S, DV, LV>(vs, vb, j0);
     __syncthreads();
     float sc[BN / 8][4];
     #pragma unroll
@@ -276,14 +278,14 @@ static __device__ void attn_tc_fwd(const T_q* __restrict__ q, const T_k* __restr
       #pragma unroll
       for (int n = 0; n < WV::KS; ++n) {
         const int c = 4 * n + t;
-        if (c < DV) out[((size_t)bh * T + i) * DV + c] = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
+        if (c < DV) ob[(size_t)i * (H * DV) + c] = make_float2(o[n][2 * h] * inv, o[n][2 * h + 1] * inv);
       }
     }
   }
 }
 
 // AttentionGrad w.r.t. q: dq_i = sum_j g_ij k_j, g_ij = scale p_ij (keep_ij dP_ij - delta_i).
-template <int H, int T, int S, int D, int DV, int CAUSAL, int MASK, int DROP, typename T_q, typename T_k, typename T_v, typename T_o, typename T_dout, typename T_dq>
+template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int CAUSAL, int MASK, int DROP, typename T_q, typename T_k, typename T_v, typename T_o, typename T_dout, typename T_dq>
 static __device__ void attn_tc_dq(const T_q* __restrict__ q, const T_k* __restrict__ k,
     const T_v* __restrict__ v, const T_o* __restrict__ o, const T_dout* __restrict__ dout,
     const float* __restrict__ lse, const float* __restrict__ mask, T_dq* __restrict__ dq,
@@ -299,14 +301,17 @@ static __device__ void attn_tc_dq(const T_q* __restrict__ q, const T_k* __restri
   float* lse_s = delta_s + BM;
   const int bh = blockIdx.x / TILES, i0 = (blockIdx.x % TILES) * BM;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const auto* qb = q + (size_t)bh * T * D;
-  const auto* kb = k + (size_t)bh * S * D;
-  const auto* vb = v + (size_t)bh * S * DV;
-  const auto* dob = dout + (size_t)bh * T * DV;
+  const auto* qb = q + (size_t)(bh / H) * T * LQ + (bh % H) * D;
+  const auto* kb = k + (size_t)(bh / H) * S * LK + (bh % H) * D;
+  const auto* vb = v + (size_t)(bh / H) * S * LV + (bh % H) * DV;
+  // o, dO: [B, T, H DV]; dq: [B, T, H D] (head-major columns).
+  const size_t orow = (size_t)(bh / H) * T * (H * DV) + (bh % H) * DV;
+  const auto* dob = dout + orow;
+  auto* dqb = dq + (size_t)(bh / H) * T * (H * D) + (bh % H) * D;
   const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
-  attn_rows<T, DV, BM, 128>(o + (size_t)bh * T * DV, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
-  attn_tc_stage<BM, T, D>(ks, qb, i0);
-  attn_tc_stage<BM, T, DV>(dos, dob, i0);
+  attn_rows<T, DV, H * DV, BM, 128>(o + orow, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
+  attn_tc_stage<BM, T, D, LQ>(ks, qb, i0);
+  attn_tc_stage<BM, T, DV, H * DV>(dos, dob, i0);
   __syncthreads();
   u32 qa[WK::KS][4];
   #pragma unroll
@@ -318,8 +323,8 @@ static __device__ void attn_tc_dq(const T_q* __restrict__ q, const T_k* __restri
   const int jend = CAUSAL ? (S < i0 + BM ? S : i0 + BM) : S;
   for (int j0 = 0; j0 < jend; j0 += BN) {
     __syncthreads();
-    attn_tc_stage<BN, S, D>(ks, kb, j0);
-    attn_tc_stage<BN, S, DV>(vs, vb, j0);
+    attn_tc_stage<BN, S, D, LK>(ks, kb, j0);
+    attn_tc_stage<BN, S, DV, LV>(vs, vb, j0);
     __syncthreads();
     float sc[BN / 8][4], dp[BN / 8][4];
     #pragma unroll
@@ -360,17 +365,17 @@ static __device__ void attn_tc_dq(const T_q* __restrict__ q, const T_k* __restri
       #pragma unroll
       for (int n = 0; n < WK::KS; ++n) {
         const int c = 4 * n + t;
-        if (c < D) dq[((size_t)bh * T + i) * D + c] = make_float2(acc[n][2 * h], acc[n][2 * h + 1]);
+        if (c < D) dqb[(size_t)i * (H * D) + c] = make_float2(acc[n][2 * h], acc[n][2 * h + 1]);
       }
     }
   }
 }
 
-// AttentionGrad w.r.t. k and v: dk_j = sum_i g_ij q_i, dv_j = sum_i p~_ij dO_i, written side by
-// side as out[b, h, j, 0 .. D + DV). A block owns 64 keys (16 per warp, their K and V staged
+// AttentionGrad w.r.t. k and v: dk_j = sum_i g_ij q_i, dv_j = sum_i p~_ij dO_i, written to row
+// j of out [B, S, H D + H DV] (every head's dk, then every head's dv). A block owns 64 keys (16 per warp, their K and V staged
 // once) and runs over the query tiles 32 at a time; the scores are formed transposed (keys as
 // rows), so p~ and g are already the A fragments of the accumulations.
-template <int H, int T, int S, int D, int DV, int CAUSAL, int MASK, int DROP, typename T_q, typename T_k, typename T_v, typename T_o, typename T_dout, typename T_dkv>
+template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int CAUSAL, int MASK, int DROP, typename T_q, typename T_k, typename T_v, typename T_o, typename T_dout, typename T_dkv>
 static __device__ void attn_tc_dkv(const T_q* __restrict__ q, const T_k* __restrict__ k,
     const T_v* __restrict__ v, const T_o* __restrict__ o, const T_dout* __restrict__ dout,
     const float* __restrict__ lse, const float* __restrict__ mask, T_dkv* __restrict__ dkv,
@@ -386,14 +391,14 @@ static __device__ void attn_tc_dkv(const T_q* __restrict__ q, const T_k* __restr
   float* lse_s = delta_s + BM;
   const int bh = blockIdx.x / TILES, j0 = (blockIdx.x % TILES) * BN;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const auto* qb = q + (size_t)bh * T * D;
-  const auto* kb = k + (size_t)bh * S * D;
-  const auto* vb = v + (size_t)bh * S * DV;
-  const auto* ob = o + (size_t)bh * T * DV;
-  const auto* dob = dout + (size_t)bh * T * DV;
+  const auto* qb = q + (size_t)(bh / H) * T * LQ + (bh % H) * D;
+  const auto* kb = k + (size_t)(bh / H) * S * LK + (bh % H) * D;
+  const auto* vb = v + (size_t)(bh / H) * S * LV + (bh % H) * DV;
+  const auto* ob = o + (size_t)(bh / H) * T * (H * DV) + (bh % H) * DV;
+  const auto* dob = dout + (size_t)(bh / H) * T * (H * DV) + (bh % H) * DV;
   const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
-  attn_tc_stage<BN, S, D>(ks, kb, j0);
-  attn_tc_stage<BN, S, DV>(vs, vb, j0);
+  attn_tc_stage<BN, S, D, LK>(ks, kb, j0);
+  attn_tc_stage<BN, S, DV, LV>(vs, vb, j0);
   const int keys[2] = {j0 + 16 * warp + g, j0 + 16 * warp + g + 8};
   float dk[WK::KS][4], dv[WV::KS][4];
   #pragma unroll
@@ -403,9 +408,9 @@ static __device__ void attn_tc_dkv(const T_q* __restrict__ q, const T_k* __restr
   // With a causal mask, query tiles that end before the first key see none of these keys.
   for (int i0 = CAUSAL ? (j0 / BM) * BM : 0; i0 < T; i0 += BM) {
     __syncthreads();
-    attn_rows<T, DV, BM, 128>(ob, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
-    attn_tc_stage<BM, T, D>(qs, qb, i0);
-    attn_tc_stage<BM, T, DV>(dos, dob, i0);
+    attn_rows<T, DV, H * DV, BM, 128>(ob, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
+    attn_tc_stage<BM, T, D, LQ>(qs, qb, i0);
+    attn_tc_stage<BM, T, DV, H * DV>(dos, dob, i0);
     __syncthreads();
     float st[BM / 8][4], dpt[BM / 8][4];
     #pragma unroll
@@ -436,16 +441,16 @@ static __device__ void attn_tc_dkv(const T_q* __restrict__ q, const T_k* __restr
   for (int h = 0; h < 2; ++h) {
     const int j = keys[h];
     if (j < S) {
-      auto* row = dkv + ((size_t)bh * S + j) * (D + DV);
+      auto* row = dkv + ((size_t)(bh / H) * S + j) * (H * (D + DV));
       #pragma unroll
       for (int n = 0; n < WK::KS; ++n) {
         const int c = 4 * n + t;
-        if (c < D) row[c] = make_float2(dk[n][2 * h], dk[n][2 * h + 1]);
+        if (c < D) row[(bh % H) * D + c] = make_float2(dk[n][2 * h], dk[n][2 * h + 1]);
       }
       #pragma unroll
       for (int n = 0; n < WV::KS; ++n) {
         const int c = 4 * n + t;
-        if (c < DV) row[D + c] = make_float2(dv[n][2 * h], dv[n][2 * h + 1]);
+        if (c < DV) row[H * D + (bh % H) * DV + c] = make_float2(dv[n][2 * h], dv[n][2 * h + 1]);
       }
     }
   }

@@ -80,17 +80,17 @@ fn attention(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, 
     };
     let step = dropout.map(|_| ctx.step_counter());
     let d = e / heads;
-    let spec = AttnSpec { scale: 1.0 / (d as f64).sqrt(), score, causal, key_mask: pad.is_some(), dropout };
+    let scale = 1.0 / (d as f64).sqrt();
     let b = &mut ctx.b;
     let r = (|| -> Result<Value, String> {
         // The packed in-projection, as torch's `_in_projection_packed`: one product for
-        // self-attention, q from `x` and k, v from `memory` otherwise.
-        let (q, k, v) = match memory {
+        // self-attention, q from `x` and k, v from `memory` otherwise. The attention reads
+        // its heads where the projection left them (`AttnHeads::cols`): no slice, head split
+        // or permute is stored, and its output `[B, T, E]` is the out-projection's input.
+        let (q, k, v, cols) = match memory {
             None => {
                 let qkv = project(b, x.value, w_in, b_in)?;
-                let part =
-                    |b: &mut Builder, i: usize| b.add(Op::Slice { axis: 2, start: i * e, len: e }, &[qkv]);
-                (part(b, 0)?, part(b, 1)?, part(b, 2)?)
+                (qkv, qkv, qkv, [0, e, 2 * e])
             }
             Some(m) => {
                 let rows = |b: &mut Builder, v: Value, lo: usize, len: usize| {
@@ -104,24 +104,17 @@ fn attention(ctx: &mut LowerCtx, site: &Site, ops: &[Operand]) -> Result<Value, 
                 };
                 let q = project(b, x.value, wq, bq)?;
                 let kv = project(b, m.value, wkv, bkv)?;
-                let k = b.add(Op::Slice { axis: 2, start: 0, len: e }, &[kv])?;
-                let v = b.add(Op::Slice { axis: 2, start: e, len: e }, &[kv])?;
-                (q, k, v)
+                (q, kv, kv, [0, 0, e])
             }
         };
-        let (q, k, v) = (split_heads(b, q, heads)?, split_heads(b, k, heads)?, split_heads(b, v, heads)?);
+        let heads = AttnHeads { n: heads, d, dv: d, cols };
+        let spec = AttnSpec { heads, scale, score, causal, key_mask: pad.is_some(), dropout };
         let mut extra: Vec<Value> = pad.into_iter().collect();
         extra.extend(step);
         let lse_ops: Vec<Value> = [q, k].into_iter().chain(pad).collect();
         let lse = b.add(Op::AttnLse { spec }, &lse_ops)?;
         let att_ops: Vec<Value> = [q, k, v, lse].into_iter().chain(extra).collect();
         let o = b.add(Op::Attention { spec }, &att_ops)?;
-        // [B, H, T, d] → [B, T, H, d] → [B, T, E], then the out-projection.
-        let o = b.add(Op::Permute { perm: vec![0, 2, 1, 3] }, &[o])?;
-        let mut shape = b.graph.ty(o).shape.clone();
-        shape.0.truncate(2);
-        shape.0.push(Dim::Fixed(e));
-        let o = b.reshape(o, shape)?;
         project(b, o, w_out, b_out)
     })();
     r.at(site)
@@ -134,15 +127,6 @@ fn project(b: &mut Builder, x: Value, w: Value, bias: Option<Value>) -> Result<V
         Some(bi) => b.add2(y, bi),
         None => Ok(y),
     }
-}
-
-/// `[B, T, E]` → `[B, H, T, E/H]`: the embedding axis split head-major, as torch's `view`.
-fn split_heads(b: &mut Builder, x: Value, heads: usize) -> Result<Value, String> {
-    let s = b.graph.ty(x).shape.clone();
-    let e = s.0[2].fixed().ok_or("the embedding axis is the batch")?;
-    let split = Shape(vec![s.0[0], s.0[1], Dim::Fixed(heads), Dim::Fixed(e / heads)]);
-    let x = b.reshape(x, split)?;
-    b.add(Op::Permute { perm: vec![0, 2, 1, 3] }, &[x])
 }
 
 /// A `[B, T, E]` sequence operand (real or complex).
