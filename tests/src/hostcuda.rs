@@ -1,0 +1,363 @@
+//! Generated CUDA kernels compiled for the host and run on the CPU, for the tests that check
+//! the CUDA back end's kernels in CI, where there is no GPU (`tests/tests/attention_host.rs`,
+//! `tests/tests/gemm_host.rs`).
+//!
+//! The kernels' text is taken from a [`CudaModule`] as generated, the module's plain helper
+//! functions with it, and compiled with the host's C++ compiler (`$CXX`, else `c++` or `g++`)
+//! under a small emulation of a CUDA block: one host thread per CUDA thread, which meet at a
+//! barrier for `__syncthreads`; `__shared__` arrays as statics and dynamic shared memory as one
+//! buffer (blocks run one after another); warp shuffles, `mma.sync.m16n8k8` TF32 products and
+//! `cvt.rna.tf32` through a shared exchange and bit arithmetic; `cp.async` as a plain copy (a
+//! valid schedule of an asynchronous copy that the kernel waits for); atomics as
+//! `std::atomic_ref`. A shuffle or `mma` must be reached by every thread of the block, as a
+//! barrier must; a kernel that breaks that hangs, and the host program gives up after a
+//! minute. The hardware's own `mma` accumulation order is the one thing this cannot show.
+
+use cvc_compiler::back::cuda::CudaModule;
+use cvc_compiler::interp::{Tensor, TensorData};
+use cvc_compiler::ir::Value;
+use cvc_compiler::passes::Program;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+/// Host definitions of what the generated kernels use from CUDA and from the module's PTX
+/// helpers (`tf32`, `mma_tf32`, `cp_async4/8`, `atomic_acc`).
+const EMULATION: &str = r#"#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+typedef unsigned int u32;
+typedef unsigned long long u64;
+struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
+struct uint2 { unsigned x, y; };
+struct int2 { int x, y; };
+static inline int2 make_int2(int x, int y) { return int2{x, y}; }
+static inline float2 make_float2(float x, float y) { return float2{x, y}; }
+static inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
+static inline float __int_as_float(int b) { float x; memcpy(&x, &b, 4); return x; }
+static inline float __uint_as_float(u32 b) { float x; memcpy(&x, &b, 4); return x; }
+template <typename T> static inline T min(T a, T b) { return b < a ? b : a; }
+template <typename T> static inline T max(T a, T b) { return a < b ? b : a; }
+struct Dim3 { unsigned x, y, z; };
+thread_local Dim3 threadIdx, blockIdx;
+static Dim3 blockDim = {1, 1, 1}, gridDim = {1, 1, 1};
+static std::barrier<>* block_barrier;
+static inline void __syncthreads() { block_barrier->arrive_and_wait(); }
+static inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+static float shuffle_exchange[1024];
+static inline float __shfl_xor_sync(unsigned, float v, int lanes) {
+  const unsigned t = threadIdx.x;
+  shuffle_exchange[t] = v;
+  __syncthreads();
+  const float r = shuffle_exchange[t ^ (unsigned)lanes];
+  __syncthreads();
+  return r;
+}
+static inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
+static inline double atomicAdd(double* p, double v) { return std::atomic_ref<double>(*p).fetch_add(v); }
+static inline unsigned atomicAdd(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_add(v); }
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+#define __shared__ static
+"#;
+
+/// The PTX-backed helpers of the module's prelude, as the host computes them.
+const PTX_HELPERS: &str = r#"
+// cvt.rna.tf32.f32: to 10 mantissa bits, to nearest, ties away from zero.
+static inline u32 tf32(float x) {
+  u32 b;
+  memcpy(&b, &x, 4);
+  if ((b & 0x7f800000u) != 0x7f800000u) b = (b + 0x1000u) & 0xffffe000u;
+  return b;
+}
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 of each warp: A 16 x 8 (a0 = A[g][t],
+// a1 = A[g + 8][t], a2 = A[g][t + 4], a3 = A[g + 8][t + 4]), B 8 x 8 (b0 = B[t][g],
+// b1 = B[t + 4][g]), C 16 x 8 (c0, c1 = C[g][2t, 2t + 1], c2, c3 = C[g + 8][..]), g = lane / 4,
+// t = lane % 4; products and sums in f32.
+static u32 mma_a[1024][4], mma_b[1024][2];
+static inline void mma_tf32(float* d, const u32* a, const u32* b) {
+  const unsigned me = threadIdx.x, w0 = me & ~31u, lane = me & 31u, g = lane >> 2, t = lane & 3u;
+  for (int i = 0; i < 4; ++i) mma_a[me][i] = a[i];
+  mma_b[me][0] = b[0];
+  mma_b[me][1] = b[1];
+  __syncthreads();
+  for (int c = 0; c < 4; ++c) {
+    const unsigned r = g + (c >= 2 ? 8u : 0u), n = 2u * t + (c & 1u);
+    float acc = d[c];
+    for (unsigned k = 0; k < 8; ++k) {
+      const float x = __uint_as_float(mma_a[w0 + (r % 8u) * 4u + k % 4u][(r >= 8u ? 1 : 0) + (k >= 4u ? 2 : 0)]);
+      const float y = __uint_as_float(mma_b[w0 + n * 4u + k % 4u][k >= 4u ? 1 : 0]);
+      acc = fmaf(x, y, acc);
+    }
+    d[c] = acc;
+  }
+  __syncthreads();
+}
+// cp.async with zero fill, done at once: the kernel waits for it before it reads.
+static inline void cp_async4(float* dst, const float* src, bool ok) { *dst = ok ? *src : 0.0f; }
+static inline void cp_async8(float2* dst, const float* src, bool ok) {
+  *dst = ok ? make_float2(src[0], src[1]) : make_float2(0.0f, 0.0f);
+}
+static inline void cp_async_commit() {}
+template <int N> static inline void cp_async_wait() {}
+static inline void atomic_acc(float* p, float v) { atomicAdd(p, v); }
+static inline void atomic_acc(float2* p, float2 v) { atomicAdd(&p->x, v.x); atomicAdd(&p->y, v.y); }
+// The block's dynamic shared memory (`extern __shared__` on the device).
+static unsigned char* dynamic_shared;
+"#;
+
+/// `main(arena, kernel, gx, gy, gz, threads, shared)`: runs the grid's blocks of `threads`
+/// threads of the named kernel (with `shared` bytes of dynamic shared memory), one block after
+/// another, on the arena file and writes it back; gives up after a minute (a hung barrier).
+const MAIN: &str = r#"
+int main(int argc, char** argv) {
+  if (argc != 8) return 2;
+  std::thread([] { std::this_thread::sleep_for(std::chrono::seconds(60)); fprintf(stderr, "hung\n"); _Exit(4); }).detach();
+  void (*kernel)(char*) = nullptr;
+  for (const auto& k : KERNELS) if (!strcmp(k.name, argv[2])) kernel = k.f;
+  if (!kernel) { fprintf(stderr, "no kernel %s\n", argv[2]); return 2; }
+  FILE* f = fopen(argv[1], "rb");
+  if (!f) return 3;
+  fseek(f, 0, SEEK_END);
+  const long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char* arena = (char*)aligned_alloc(256, (n + 255) / 256 * 256);
+  if (fread(arena, 1, n, f) != (size_t)n) return 3;
+  fclose(f);
+  const Dim3 grid = {(unsigned)atoi(argv[3]), (unsigned)atoi(argv[4]), (unsigned)atoi(argv[5])};
+  const unsigned nthreads = (unsigned)atoi(argv[6]);
+  if (nthreads == 0 || nthreads > 1024) return 2;
+  gridDim = grid;
+  blockDim = Dim3{nthreads, 1, 1};
+  std::vector<unsigned char> shared((size_t)atol(argv[7]) + 16);
+  dynamic_shared = shared.data();
+  std::barrier<> bar(nthreads);
+  block_barrier = &bar;
+  std::vector<std::thread> threads;
+  for (unsigned t = 0; t < nthreads; ++t)
+    threads.emplace_back([=] {
+      threadIdx = Dim3{t, 0, 0};
+      for (unsigned z = 0; z < grid.z; ++z)
+        for (unsigned y = 0; y < grid.y; ++y)
+          for (unsigned x = 0; x < grid.x; ++x) {
+            blockIdx = Dim3{x, y, z};
+            kernel(arena);
+            __syncthreads();
+          }
+    });
+  for (auto& t : threads) t.join();
+  f = fopen(argv[1], "wb");
+  if (!f || fwrite(arena, 1, n, f) != (size_t)n) return 3;
+  fclose(f);
+  return 0;
+}
+"#;
+
+/// One kernel launch as the host program runs it.
+#[derive(Clone, Debug)]
+pub struct HostLaunch {
+    /// The kernel's name in the host program.
+    pub name: String,
+    /// Grid size (x, y, z).
+    pub grid: [u32; 3],
+    /// Threads per block (a one-dimensional block).
+    pub threads: u32,
+    /// Dynamic shared memory in bytes.
+    pub shared: u32,
+}
+
+/// The C++ source of a host program being assembled: the emulation, the plain helpers of the
+/// first module added, template libraries, kernels and their table.
+#[derive(Default)]
+pub struct HostSource {
+    code: String,
+    table: String,
+    helpers: bool,
+}
+
+impl HostSource {
+    /// The emulation and the plain helper functions of `module`'s prelude (element arithmetic,
+    /// the dropout hash), once; its PTX-backed helpers are the emulation's.
+    fn helpers(&mut self, module: &CudaModule) {
+        if self.helpers {
+            return;
+        }
+        self.helpers = true;
+        self.code.push_str(EMULATION);
+        let s = &module.source;
+        let typedefs = "typedef unsigned long long u64;\n";
+        let from = s.find(typedefs).map(|i| i + typedefs.len()).expect("the module's prelude");
+        let to = s.find("// TF32 tensor-core product").expect("the module's PTX helpers");
+        self.code.push_str(&s[from..to]);
+        self.code.push_str(PTX_HELPERS);
+        let hash = "static __device__ __forceinline__ u32 dropout_hash(";
+        let at = s.find(hash).expect("the dropout hash");
+        let end = s[at..].find("\n}\n").map(|e| at + e + 3).expect("the dropout hash's end");
+        self.code.push_str(&s[at..end]);
+    }
+
+    /// A template library of the module (`back::cuda::LIBRARIES`), after the helpers.
+    pub fn library(&mut self, module: &CudaModule, text: &str) {
+        self.helpers(module);
+        let smem = "extern __shared__ __align__(16) u32 attn_tc_dyn[];";
+        self.code.push_str(&text.replace(smem, "u32* attn_tc_dyn = (u32*)dynamic_shared;"));
+    }
+
+    /// Kernel `name` of `module` under the name `as_name` (names repeat across modules).
+    pub fn kernel(&mut self, module: &CudaModule, name: &str, as_name: &str) {
+        self.helpers(module);
+        let at = module.kernels.iter().position(|k| k == name).expect("a kernel of the module");
+        let (text, _) = &module.kernel_code[at];
+        let text = text.replace(&format!(" {name}(char* A)"), &format!(" {as_name}(char* A)")).replace(
+            "extern __shared__ __align__(16) unsigned char gemm_smem[];",
+            "unsigned char* gemm_smem = dynamic_shared;",
+        );
+        self.code.push_str(&text);
+        let _ = writeln!(self.table, "  {{\"{as_name}\", {as_name}}},");
+    }
+
+    /// Compiles the program in a fresh folder named after `tag`.
+    pub fn build(self, tag: &str) -> HostProgram {
+        let dir = std::env::temp_dir().join(format!("cvc-host-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a temporary directory");
+        let mut code = self.code;
+        code.push_str(
+            "struct Entry { const char* name; void (*f)(char*); };\nstatic const Entry KERNELS[] = {\n",
+        );
+        code.push_str(&self.table);
+        code.push_str("};\n");
+        code.push_str(MAIN);
+        let src = dir.join("kernels.cpp");
+        let exe = dir.join("kernels");
+        std::fs::write(&src, &code).expect("write the C++ source");
+        let built = std::process::Command::new(cxx())
+            .args(["-O1", "-std=c++20", "-pthread", "-w", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .output()
+            .expect("the C++ compiler runs");
+        assert!(built.status.success(), "host build failed:\n{}", String::from_utf8_lossy(&built.stderr));
+        HostProgram { dir, exe }
+    }
+}
+
+/// A compiled host program of kernels.
+pub struct HostProgram {
+    dir: PathBuf,
+    exe: PathBuf,
+}
+
+impl HostProgram {
+    /// Runs `launch` on `arena` (the plan's arena, in and out).
+    pub fn run(&self, arena: &mut Vec<u8>, launch: &HostLaunch) -> Result<(), String> {
+        let file = self.dir.join("arena.bin");
+        std::fs::write(&file, &*arena).map_err(|e| e.to_string())?;
+        let [x, y, z] = launch.grid;
+        let out = std::process::Command::new(&self.exe)
+            .arg(&file)
+            .arg(&launch.name)
+            .args([x, y, z, launch.threads, launch.shared].map(|n| n.to_string()))
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!("{}: {}", launch.name, String::from_utf8_lossy(&out.stderr)));
+        }
+        *arena = std::fs::read(&file).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// The folder of its files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for HostProgram {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The host's C++ compiler: `$CXX`, else `c++` or `g++`.
+pub fn cxx() -> String {
+    let candidates: Vec<String> =
+        std::env::var("CXX").into_iter().chain(["c++".into(), "g++".into()]).collect();
+    for c in &candidates {
+        if std::process::Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success()) {
+            return c.clone();
+        }
+    }
+    panic!("no C++ compiler (tried {candidates:?}): install g++ (.ci/run does) or set CXX");
+}
+
+/// The elements of a tensor, complex ones as (re, im).
+pub fn flat(t: &Tensor) -> Vec<f64> {
+    match &t.data {
+        TensorData::Real(v) => v.clone(),
+        TensorData::Complex(v) => v.iter().flat_map(|z| [z.re, z.im]).collect(),
+        TensorData::Int(v) => v.iter().map(|&x| x as f64).collect(),
+    }
+}
+
+/// `t` as a kernel reads it from an f32 arena: rounded to f32.
+pub fn rounded(t: &Tensor) -> Tensor {
+    let data = match &t.data {
+        TensorData::Real(v) => TensorData::Real(v.iter().map(|&x| x as f32 as f64).collect()),
+        TensorData::Complex(v) => TensorData::Complex(
+            v.iter().map(|z| num_complex::Complex64::new(z.re as f32 as f64, z.im as f32 as f64)).collect(),
+        ),
+        TensorData::Int(v) => TensorData::Int(v.clone()),
+    };
+    Tensor { shape: t.shape.clone(), data }
+}
+
+/// Runs `launch`, which computes group `group` of `program` (an f32 plan), on an arena that
+/// holds `values` of the group's inputs at their slots, and returns what it wrote to each of
+/// the group's outputs.
+pub fn run_group(
+    host: &HostProgram,
+    program: &Program,
+    group: usize,
+    launch: &HostLaunch,
+    values: &[Option<Tensor>],
+) -> Result<Vec<(Value, Vec<f32>)>, String> {
+    let group = &program.groups[group];
+    let plan = &program.plan;
+    let mut arena = vec![0u8; plan.arena_bytes];
+    let slot = |v: Value| plan.slot(v).ok_or_else(|| format!("{v} has no slot"));
+    for &i in &group.inputs {
+        let t = values[i.index()].as_ref().ok_or_else(|| format!("{i} was not evaluated"))?;
+        let s = slot(i)?;
+        let bytes: Vec<u8> = match &t.data {
+            TensorData::Int(v) => v.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect(),
+            _ => flat(t).iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
+        };
+        if bytes.len() != s.bytes {
+            return Err(format!("{i} has {} bytes, its slot {}", bytes.len(), s.bytes));
+        }
+        arena[s.offset..s.offset + s.bytes].copy_from_slice(&bytes);
+    }
+    host.run(&mut arena, launch)?;
+    group
+        .outputs
+        .iter()
+        .map(|&o| {
+            let s = slot(o)?;
+            let got = arena[s.offset..s.offset + s.bytes]
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            Ok((o, got))
+        })
+        .collect()
+}

@@ -1,0 +1,188 @@
+//! The CUDA back end's contraction kernels (implicit-GEMM convolutions, their input and weight
+//! gradients, dense layers; the direct kernels where the plan picks them) compiled for the host
+//! and run against the interpreter, in fp32 (FMA tiles) and in TF32 (tensor-core tiles) under
+//! each staging, tile and gather choice of the target (`KernelConfig`). No GPU: the kernels run
+//! under the emulated CUDA block of `cvc_tests::hostcuda` (`mma.sync` TF32 and `cp.async`
+//! included). Each launch runs on an arena holding the interpreter's values of its operands
+//! (rounded to f32) and what it writes must match the interpreter's replay of its group on
+//! them within f32 accumulation, plus TF32 operand rounding (`2·u·Σ|a||b|`, u = 2⁻¹¹) where
+//! tensor cores ran. The layers cover every gather form: padded, strided, rectangular,
+//! dilated, grouped, 1 × 1 and transposed convolutions, and a dense layer.
+
+use cvc_compiler::back::cuda::{self, CudaStep};
+use cvc_compiler::config::Precision;
+use cvc_compiler::front::check_source;
+use cvc_compiler::interp::replay::replay_group;
+use cvc_compiler::interp::{evaluate, SplitMix64, Tensor, TensorData};
+use cvc_compiler::ir::{Mode, Value};
+use cvc_compiler::passes::fusion::GroupKind;
+use cvc_compiler::passes::pipeline::{compile, Options};
+use cvc_compiler::passes::Program;
+use cvc_compiler::target::{CudaTarget, KernelConfig};
+use cvc_tests::differential::random_leaves;
+use cvc_tests::hostcuda::{flat, rounded, run_group, HostLaunch, HostSource};
+use cvc_tests::seed::seed_for;
+use num_complex::Complex64;
+use std::collections::HashMap;
+
+/// Every gather form, trained so that each layer has its weight and input gradients too.
+const SOURCE: &str = r#"
+model Contractions {
+    input x:     c64[B, 4, 12, 10]
+    input label: class[B] of 3
+    y = x |> conv2d(8, kernel = 3, pad = 1, bias = false)
+          |> conv2d(8, kernel = (3, 5), pad = (1, 2), stride = (2, 1), bias = false)
+          |> conv2d(8, kernel = 3, pad = 2, dilation = 2, groups = 2, bias = false)
+          |> conv2d(6, kernel = 1, bias = false)
+          |> conv_transpose2d(4, kernel = 3, stride = 2, pad = 1, output_padding = 1, bias = false)
+          |> flatten |> linear(40) |> crelu |> linear(3) |> abs
+    output y
+    loss cross_entropy(y, label)
+}
+
+train Contractions {
+    data      = synthetic.random(count = 16, seed = 1)
+    batch     = 3
+    optimizer = sgd(lr = 1e-3)
+}
+"#;
+
+/// A replay's values by IR value.
+type Replayed = HashMap<Value, Tensor>;
+
+/// TF32's unit roundoff (10 stored mantissa bits, rounded to nearest).
+const TF32_UNIT_ROUNDOFF: f64 = 1.0 / 2048.0;
+
+/// `|x|` elementwise (complex values as their modulus): the replay of a contraction on these
+/// gives `Σ|a||b|` per output element.
+fn magnitude(t: &Tensor) -> Tensor {
+    match &t.data {
+        TensorData::Real(v) => Tensor::real(&t.shape, v.iter().map(|x| x.abs()).collect()),
+        TensorData::Complex(v) => {
+            Tensor::complex(&t.shape, v.iter().map(|z| Complex64::new(z.norm(), 0.0)).collect())
+        }
+        TensorData::Int(v) => Tensor::int(&t.shape, v.clone()),
+    }
+}
+
+fn program() -> Program {
+    let checked = check_source("contractions.cvnn", SOURCE, Mode::Train).unwrap_or_else(|d| panic!("{d:?}"));
+    let opts = Options { batch: 3, optimizer: checked.train.optimizer.clone(), ..Options::default() };
+    compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Every contraction launch of the program under each of `specs` at `precision`, run on the
+/// host against the interpreter; returns the launches checked and how many ran tensor cores.
+fn check(precision: Precision, specs: &[&str]) -> (usize, usize) {
+    let program = program();
+    let g = &program.graph;
+    let batch = program.plan.batch;
+    let mut source = HostSource::default();
+    let mut launches = Vec::new();
+    for (si, spec) in specs.iter().enumerate() {
+        let kernels = KernelConfig::parse(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let target = CudaTarget::h200().with_precision(precision).with_kernels(kernels);
+        let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        for step in &module.steps {
+            let CudaStep::Launch(l) = step else { continue };
+            if program.groups[l.group].kind != GroupKind::Contraction {
+                continue;
+            }
+            assert_eq!(l.block[1..], [1, 1], "{spec} {}: a one-dimensional block", l.name);
+            let at = module.kernels.iter().position(|k| k == &l.name).expect("a kernel of the module");
+            let name = format!("v{si}_{}", l.name);
+            source.kernel(&module, &l.name, &name);
+            let tensor_cores = module.kernel_code[at].0.contains("mma_tf32(");
+            let host = HostLaunch { name, grid: l.grid, threads: l.block[0], shared: l.shared_bytes };
+            // A split of K over blocks accumulates with atomics into a zeroed output.
+            launches.push((spec.to_string(), host, l.group, tensor_cores));
+        }
+    }
+    let host = source.build(&format!("gemm-{precision:?}"));
+    let mut rng = SplitMix64::new(seed_for(&format!("gemm_host::{precision:?}")));
+    let leaves = random_leaves(g, batch, &mut rng);
+    let values: Vec<Option<Tensor>> = evaluate(g, batch, &leaves)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_iter()
+        .map(|t| t.map(|t| rounded(&t)))
+        .collect();
+    let mut failures = Vec::new();
+    // Per group: the interpreter's outputs, and Σ|a||b| per output element.
+    let mut cache: HashMap<usize, (Replayed, Replayed)> = HashMap::new();
+    for (spec, launch, gi, tensor_cores) in &launches {
+        let group = &program.groups[*gi];
+        let (want, mag) = cache.entry(*gi).or_insert_with(|| {
+            let operands: HashMap<Value, Tensor> =
+                group.inputs.iter().map(|&i| (i, values[i.index()].clone().expect("an operand"))).collect();
+            let want =
+                replay_group(g, batch, &group.nodes, &operands).unwrap_or_else(|e| panic!("{e}")).values;
+            let abs: HashMap<Value, Tensor> = operands.iter().map(|(&v, t)| (v, magnitude(t))).collect();
+            let mag = replay_group(g, batch, &group.nodes, &abs).unwrap_or_else(|e| panic!("{e}")).values;
+            (want, mag)
+        });
+        let outs = run_group(&host, &program, *gi, launch, &values).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        for (o, got) in outs {
+            let w = flat(&want[&o]);
+            let m = mag[&o].to_complex_vec();
+            let per = if matches!(want[&o].data, TensorData::Complex(_)) { 2 } else { 1 };
+            assert_eq!(got.len(), w.len(), "{spec} {}: {o}'s length", launch.name);
+            let u = if *tensor_cores { TF32_UNIT_ROUNDOFF } else { 0.0 };
+            let worst = got
+                .iter()
+                .zip(&w)
+                .enumerate()
+                .map(|(i, (&a, &b))| {
+                    let s = m[i / per].norm();
+                    // f32 accumulation over at most a few hundred terms, plus the operands'
+                    // TF32 rounding.
+                    let allowed = (2.01 * u + 4e-5) * s + 1e-6;
+                    (i, (a as f64 - b).abs() / allowed)
+                })
+                .fold((0, 0.0f64), |x, y| if y.1 > x.1 || y.1.is_nan() { y } else { x });
+            if worst.1.is_nan() || worst.1 > 1.0 {
+                failures.push(format!(
+                    "{spec} {} ({}): element {} is {} where the interpreter gives {} ({:.2}x the bound)",
+                    launch.name,
+                    g.node(o).op.mnemonic(),
+                    worst.0,
+                    got[worst.0],
+                    w[worst.0],
+                    worst.1
+                ));
+            }
+        }
+    }
+    let tc = launches.iter().filter(|l| l.3).count();
+    eprintln!("{precision:?}: {} contraction launches ({tc} on tensor cores) checked", launches.len());
+    assert!(
+        failures.is_empty(),
+        "host-compiled contraction kernels vs the interpreter:\n{}",
+        failures.join("\n")
+    );
+    (launches.len(), tc)
+}
+
+#[test]
+fn fp32_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
+    let (n, tc) = check(Precision::Fp32, &["", "cmul=3m", "ftile=128", "conv=gemm,wgrad=gemm"]);
+    assert!(n >= 4 * 12, "{n} launches");
+    assert_eq!(tc, 0);
+}
+
+#[test]
+fn tf32_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
+    // The defaults (4-warp tiles, a ring of 3 K tiles), the taps' table, 2 and 4 stages, the
+    // 8-warp and 128-wide tiles, and the register-staged forms.
+    let specs = [
+        "",
+        "tctaps=table",
+        "tcstages=2",
+        "tcstages=4",
+        "tctile=64",
+        "tctile=128",
+        "tc=prefetch",
+        "tc=plain",
+    ];
+    let (n, tc) = check(Precision::Tf32, &specs);
+    assert!(tc >= specs.len() * 8, "only {tc} of {n} launches ran tensor cores");
+}
