@@ -7,7 +7,8 @@
 //! (rounded to f32) and what it writes must match the interpreter's replay of its group on
 //! them within f32 accumulation, plus TF32 operand rounding (`2·u·Σ|a||b|`, u = 2⁻¹¹) where
 //! tensor cores ran. The layers cover every gather form: padded, strided, rectangular,
-//! dilated, grouped, 1 × 1 and transposed convolutions, and a dense layer.
+//! dilated, grouped, 1 × 1 and transposed convolutions, a first layer too thin for tensor
+//! cores, and dense layers.
 
 use cvc_compiler::back::cuda::{self, CudaStep};
 use cvc_compiler::config::Precision;
@@ -25,12 +26,15 @@ use cvc_tests::seed::seed_for;
 use num_complex::Complex64;
 use std::collections::HashMap;
 
-/// Every gather form, trained so that each layer has its weight and input gradients too.
+/// Every gather form, trained so that each layer has its weight and input gradients too; the
+/// first layer (9 terms per output) is one that the reduced precisions run on the direct FMA
+/// kernels (`conv.rs::too_shallow_for_tensor_cores`).
 const SOURCE: &str = r#"
 model Contractions {
-    input x:     c64[B, 4, 12, 10]
+    input x:     c64[B, 1, 16, 16]
     input label: class[B] of 3
-    y = x |> conv2d(8, kernel = 3, pad = 1, bias = false)
+    y = x |> conv2d(4, kernel = 3, pad = 1, bias = false) |> avgpool2d(2)
+          |> conv2d(8, kernel = 3, pad = 1, bias = false)
           |> conv2d(8, kernel = (3, 5), pad = (1, 2), stride = (2, 1), bias = false)
           |> conv2d(8, kernel = 3, pad = 2, dilation = 2, groups = 2, bias = false)
           |> conv2d(6, kernel = 1, bias = false)
@@ -185,4 +189,5 @@ fn tf32_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
     ];
     let (n, tc) = check(Precision::Tf32, &specs);
     assert!(tc >= specs.len() * 8, "only {tc} of {n} launches ran tensor cores");
+    assert!(tc < n, "the first layer's direct kernels did not run");
 }
