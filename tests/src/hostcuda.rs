@@ -6,8 +6,9 @@
 //! functions with it, and compiled with the host's C++ compiler (`$CXX`, else `c++` or `g++`)
 //! under a small emulation of a CUDA block: one host thread per CUDA thread, which meet at a
 //! barrier for `__syncthreads`; `__shared__` arrays as statics and dynamic shared memory as one
-//! buffer (blocks run one after another); warp shuffles, `mma.sync.m16n8k8` TF32 products and
-//! `cvt.rna.tf32` through a shared exchange and bit arithmetic; `cp.async` as a plain copy (a
+//! buffer (blocks run one after another); warp shuffles, `mma.sync` products (TF32 m16n8k8,
+//! bf16 and f16 m16n8k16) and `ldmatrix` through a shared exchange, the format conversions by
+//! bit arithmetic (16-bit storage included); `cp.async` as a plain copy (a
 //! valid schedule of an asynchronous copy that the kernel waits for); atomics as
 //! `std::atomic_ref`. A shuffle or `mma` must be reached by every thread of the block, as a
 //! barrier must; a kernel that breaks that hangs, and the host program gives up after a
@@ -15,13 +16,12 @@
 
 use cvc_compiler::back::cuda::CudaModule;
 use cvc_compiler::interp::{Tensor, TensorData};
-use cvc_compiler::ir::Value;
+use cvc_compiler::ir::{Storage, Value};
 use cvc_compiler::passes::Program;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-/// Host definitions of what the generated kernels use from CUDA and from the module's PTX
-/// helpers (`tf32`, `mma_tf32`, `cp_async4/8`, `atomic_acc`).
+/// Host definitions of what the generated kernels use from CUDA.
 const EMULATION: &str = r#"#include <atomic>
 #include <barrier>
 #include <chrono>
@@ -101,6 +101,82 @@ static inline void mma_tf32(float* d, const u32* a, const u32* b) {
     }
     d[c] = acc;
   }
+  __syncthreads();
+}
+// 16-bit formats: cvt.rn (to nearest even) to bf16 and IEEE half, and back.
+static inline unsigned short bf16_bits(float x) {
+  u32 b;
+  memcpy(&b, &x, 4);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((b >> 16) | 0x40u);
+  return (unsigned short)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+static inline unsigned short f16_bits(float x) {
+  const _Float16 h = (_Float16)x;
+  unsigned short b;
+  memcpy(&b, &h, 2);
+  return b;
+}
+static inline float f16_value(unsigned short b) { _Float16 h; memcpy(&h, &b, 2); return (float)h; }
+static inline u32 ld_u32(const unsigned short* p) { u32 r; memcpy(&r, p, 4); return r; }
+struct __align__(2) bf16s {
+  unsigned short b;
+  operator float() const { return __uint_as_float((u32)b << 16); }
+  bf16s& operator=(float x) { b = bf16_bits(x); return *this; }
+};
+struct __align__(4) cbf16s {
+  u32 u;  // im in the high half, re in the low half
+  operator float2() const { return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u)); }
+  cbf16s& operator=(float2 z) { u = ((u32)bf16_bits(z.y) << 16) | bf16_bits(z.x); return *this; }
+};
+struct __align__(2) f16s {
+  unsigned short b;
+  operator float() const { return f16_value(b); }
+  f16s& operator=(float x) { b = f16_bits(x); return *this; }
+};
+struct __align__(4) cf16s {
+  u32 u;
+  operator float2() const { return make_float2(f16_value((unsigned short)(u & 0xffffu)), f16_value((unsigned short)(u >> 16))); }
+  cf16s& operator=(float2 z) { u = ((u32)f16_bits(z.y) << 16) | f16_bits(z.x); return *this; }
+};
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: A 16 x 16 (a0 = A[g][2t, 2t + 1],
+// a1 = A[g + 8][2t, ..], a2 = A[g][2t + 8, ..], a3 = A[g + 8][2t + 8, ..]), B 16 x 8
+// (b0 = B[2t, 2t + 1][g], b1 = B[2t + 8, ..][g]), each register the lower k in its low half;
+// C as in the TF32 product.
+template <bool BF>
+static inline float half_word(u32 r, int hi) {
+  const unsigned short b = (unsigned short)(hi ? r >> 16 : r & 0xffffu);
+  return BF ? __uint_as_float((u32)b << 16) : f16_value(b);
+}
+template <bool BF>
+static inline void mma_16(float* d, const u32* a, const u32* b) {
+  const unsigned me = threadIdx.x, w0 = me & ~31u, lane = me & 31u, g = lane >> 2, t = lane & 3u;
+  for (int i = 0; i < 4; ++i) mma_a[me][i] = a[i];
+  mma_b[me][0] = b[0];
+  mma_b[me][1] = b[1];
+  __syncthreads();
+  for (int c = 0; c < 4; ++c) {
+    const unsigned r = g + (c >= 2 ? 8u : 0u), n = 2u * t + (c & 1u);
+    float acc = d[c];
+    for (unsigned k = 0; k < 16; ++k) {
+      const unsigned kk = k % 8u, hi = k % 2u;
+      const float x = half_word<BF>(mma_a[w0 + (r % 8u) * 4u + kk / 2u][(r >= 8u ? 1 : 0) + (k >= 8u ? 2 : 0)], hi);
+      const float y = half_word<BF>(mma_b[w0 + n * 4u + kk / 2u][k >= 8u ? 1 : 0], hi);
+      acc = fmaf(x, y, acc);
+    }
+    d[c] = acc;
+  }
+  __syncthreads();
+}
+static inline void mma_bf16(float* d, const u32* a, const u32* b) { mma_16<true>(d, a, b); }
+static inline void mma_f16(float* d, const u32* a, const u32* b) { mma_16<false>(d, a, b); }
+// ldmatrix.sync.aligned.m8n8.x4.shared.b16: lanes 8i .. 8i + 7 give the row addresses of
+// matrix i; register i of lane t holds row t / 4, words 2(t % 4), 2(t % 4) + 1 of it.
+static const unsigned short* ldsm_rows[1024];
+static inline void ldsm4(u32* r, const unsigned short* p) {
+  const unsigned me = threadIdx.x, w0 = me & ~31u, lane = me & 31u;
+  ldsm_rows[me] = p;
+  __syncthreads();
+  for (unsigned i = 0; i < 4; ++i) r[i] = ld_u32(ldsm_rows[w0 + 8u * i + lane / 4u] + 2u * (lane % 4u));
   __syncthreads();
 }
 // cp.async with zero fill, done at once: the kernel waits for it before it reads.
@@ -311,14 +387,92 @@ pub fn flat(t: &Tensor) -> Vec<f64> {
 
 /// `t` as a kernel reads it from an f32 arena: rounded to f32.
 pub fn rounded(t: &Tensor) -> Tensor {
+    rounded_as(t, Storage::Full)
+}
+
+/// `t` as a kernel reads it from a buffer of storage `s`: rounded to f32 or to the 16-bit
+/// format.
+pub fn rounded_as(t: &Tensor, s: Storage) -> Tensor {
+    let r = |x: f64| match s {
+        Storage::Full => x as f32 as f64,
+        half => half_value(half, half_bits(half, x)) as f64,
+    };
     let data = match &t.data {
-        TensorData::Real(v) => TensorData::Real(v.iter().map(|&x| x as f32 as f64).collect()),
-        TensorData::Complex(v) => TensorData::Complex(
-            v.iter().map(|z| num_complex::Complex64::new(z.re as f32 as f64, z.im as f32 as f64)).collect(),
-        ),
+        TensorData::Real(v) => TensorData::Real(v.iter().map(|&x| r(x)).collect()),
+        TensorData::Complex(v) => {
+            TensorData::Complex(v.iter().map(|z| num_complex::Complex64::new(r(z.re), r(z.im))).collect())
+        }
         TensorData::Int(v) => TensorData::Int(v.clone()),
     };
     Tensor { shape: t.shape.clone(), data }
+}
+
+/// `x` (rounded to f32 first) in a 16-bit format, to nearest even.
+pub fn half_bits(s: Storage, x: f64) -> u16 {
+    let x = x as f32;
+    match s {
+        Storage::F16 => f16_from_f32(x),
+        _ => {
+            let b = x.to_bits();
+            if x.is_nan() {
+                return ((b >> 16) | 0x40) as u16;
+            }
+            ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16
+        }
+    }
+}
+
+/// The value of 16-bit word `b` in format `s`.
+pub fn half_value(s: Storage, b: u16) -> f32 {
+    match s {
+        Storage::F16 => f16_to_f32(b),
+        _ => f32::from_bits((b as u32) << 16),
+    }
+}
+
+/// IEEE binary16 of `x`, to nearest even (overflow to infinity, subnormals kept).
+fn f16_from_f32(x: f32) -> u16 {
+    let b = x.to_bits();
+    let sign = ((b >> 16) & 0x8000) as u16;
+    let a = x.abs();
+    if a.is_nan() {
+        return sign | 0x7e00;
+    }
+    if a >= 65520.0 {
+        return sign | 0x7c00;
+    }
+    // Scale so that one unit in the last place of the half result is one: half has 10 stored
+    // bits; normal halves have exponents from -14.
+    let e = if a < 2f32.powi(-14) { -14 } else { a.log2().floor() as i32 };
+    let ulp = 2f64.powi(e - 10);
+    let q = (a as f64 / ulp).round_ties_even();
+    let v = q * ulp;
+    // Assemble from the rounded value (it may have carried into the next binade).
+    if v < 2f64.powi(-14) {
+        return sign | v.mul_add(2f64.powi(24), 0.0) as u16;
+    }
+    let e2 = v.log2().floor() as i32;
+    let m = (v / 2f64.powi(e2) - 1.0) * 1024.0;
+    sign | (((e2 + 15) as u16) << 10) | (m.round() as u16)
+}
+
+/// The value of IEEE binary16 `b`.
+fn f16_to_f32(b: u16) -> f32 {
+    let sign = if b & 0x8000 != 0 { -1.0 } else { 1.0 };
+    let e = ((b >> 10) & 0x1f) as i32;
+    let m = (b & 0x3ff) as f64;
+    let v = match e {
+        0 => m * 2f64.powi(-24),
+        31 => {
+            if m == 0.0 {
+                f64::INFINITY
+            } else {
+                f64::NAN
+            }
+        }
+        _ => (1.0 + m / 1024.0) * 2f64.powi(e - 15),
+    };
+    (sign * v) as f32
 }
 
 /// Runs `launch`, which computes group `group` of `program` (an f32 plan), on an arena that
@@ -338,9 +492,10 @@ pub fn run_group(
     for &i in &group.inputs {
         let t = values[i.index()].as_ref().ok_or_else(|| format!("{i} was not evaluated"))?;
         let s = slot(i)?;
-        let bytes: Vec<u8> = match &t.data {
-            TensorData::Int(v) => v.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect(),
-            _ => flat(t).iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
+        let bytes: Vec<u8> = match (&t.data, program.graph.storage(i)) {
+            (TensorData::Int(v), _) => v.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect(),
+            (_, Storage::Full) => flat(t).iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
+            (_, half) => flat(t).iter().flat_map(|&x| half_bits(half, x).to_le_bytes()).collect(),
         };
         if bytes.len() != s.bytes {
             return Err(format!("{i} has {} bytes, its slot {}", bytes.len(), s.bytes));
@@ -353,10 +508,16 @@ pub fn run_group(
         .iter()
         .map(|&o| {
             let s = slot(o)?;
-            let got = arena[s.offset..s.offset + s.bytes]
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
+            let bytes = &arena[s.offset..s.offset + s.bytes];
+            let got = match program.graph.storage(o) {
+                Storage::Full => {
+                    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+                }
+                half => bytes
+                    .chunks_exact(2)
+                    .map(|b| half_value(half, u16::from_le_bytes([b[0], b[1]])))
+                    .collect(),
+            };
             Ok((o, got))
         })
         .collect()

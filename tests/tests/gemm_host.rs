@@ -1,7 +1,8 @@
 //! The CUDA back end's contraction kernels (implicit-GEMM convolutions, their input and weight
 //! gradients, dense layers; the direct kernels where the plan picks them) compiled for the host
-//! and run against the interpreter, in fp32 (FMA tiles) and in TF32 (tensor-core tiles) under
-//! each staging, tile and gather choice of the target (`KernelConfig`). No GPU: the kernels run
+//! and run against the interpreter, in fp32 (FMA tiles), in TF32 (tensor-core tiles) and in
+//! bf16 (16-bit activations and products) under the staging, tile, gather and fragment choices
+//! of the target (`KernelConfig`). No GPU: the kernels run
 //! under the emulated CUDA block of `cvc_tests::hostcuda` (`mma.sync` TF32 and `cp.async`
 //! included). Each launch runs on an arena holding the interpreter's values of its operands
 //! (rounded to f32) and what it writes must match the interpreter's replay of its group on
@@ -15,13 +16,13 @@ use cvc_compiler::config::Precision;
 use cvc_compiler::front::check_source;
 use cvc_compiler::interp::replay::replay_group;
 use cvc_compiler::interp::{evaluate, SplitMix64, Tensor, TensorData};
-use cvc_compiler::ir::{Mode, Value};
+use cvc_compiler::ir::{Mode, Storage, Value};
 use cvc_compiler::passes::fusion::GroupKind;
 use cvc_compiler::passes::pipeline::{compile, Options};
 use cvc_compiler::passes::Program;
 use cvc_compiler::target::{CudaTarget, KernelConfig};
 use cvc_tests::differential::random_leaves;
-use cvc_tests::hostcuda::{flat, rounded, run_group, HostLaunch, HostSource};
+use cvc_tests::hostcuda::{flat, rounded_as, run_group, HostLaunch, HostSource};
 use cvc_tests::seed::seed_for;
 use num_complex::Complex64;
 use std::collections::HashMap;
@@ -54,8 +55,10 @@ train Contractions {
 /// A replay's values by IR value.
 type Replayed = HashMap<Value, Tensor>;
 
-/// TF32's unit roundoff (10 stored mantissa bits, rounded to nearest).
+/// TF32's (and IEEE half's) unit roundoff: 10 stored mantissa bits, rounded to nearest.
 const TF32_UNIT_ROUNDOFF: f64 = 1.0 / 2048.0;
+/// bfloat16's unit roundoff: 7 stored mantissa bits.
+const BF16_UNIT_ROUNDOFF: f64 = 1.0 / 256.0;
 
 /// `|x|` elementwise (complex values as their modulus): the replay of a contraction on these
 /// gives `Σ|a||b|` per output element.
@@ -69,16 +72,22 @@ fn magnitude(t: &Tensor) -> Tensor {
     }
 }
 
-fn program() -> Program {
+/// The network's training step, its activations stored as `precision` stores them.
+fn program(precision: Precision) -> Program {
     let checked = check_source("contractions.cvnn", SOURCE, Mode::Train).unwrap_or_else(|d| panic!("{d:?}"));
-    let opts = Options { batch: 3, optimizer: checked.train.optimizer.clone(), ..Options::default() };
+    let opts = Options {
+        batch: 3,
+        optimizer: checked.train.optimizer.clone(),
+        half: precision.storage(),
+        ..Options::default()
+    };
     compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Every contraction launch of the program under each of `specs` at `precision`, run on the
 /// host against the interpreter; returns the launches checked and how many ran tensor cores.
 fn check(precision: Precision, specs: &[&str]) -> (usize, usize) {
-    let program = program();
+    let program = program(precision);
     let g = &program.graph;
     let batch = program.plan.batch;
     let mut source = HostSource::default();
@@ -96,7 +105,8 @@ fn check(precision: Precision, specs: &[&str]) -> (usize, usize) {
             let at = module.kernels.iter().position(|k| k == &l.name).expect("a kernel of the module");
             let name = format!("v{si}_{}", l.name);
             source.kernel(&module, &l.name, &name);
-            let tensor_cores = module.kernel_code[at].0.contains("mma_tf32(");
+            let code = &module.kernel_code[at].0;
+            let tensor_cores = ["mma_tf32(", "mma_bf16(", "mma_f16("].iter().any(|m| code.contains(m));
             let host = HostLaunch { name, grid: l.grid, threads: l.block[0], shared: l.shared_bytes };
             // A split of K over blocks accumulates with atomics into a zeroed output.
             launches.push((spec.to_string(), host, l.group, tensor_cores));
@@ -105,10 +115,12 @@ fn check(precision: Precision, specs: &[&str]) -> (usize, usize) {
     let host = source.build(&format!("gemm-{precision:?}"));
     let mut rng = SplitMix64::new(seed_for(&format!("gemm_host::{precision:?}")));
     let leaves = random_leaves(g, batch, &mut rng);
+    // Every value as its buffer holds it (f32, or the 16-bit format).
     let values: Vec<Option<Tensor>> = evaluate(g, batch, &leaves)
         .unwrap_or_else(|e| panic!("{e}"))
         .into_iter()
-        .map(|t| t.map(|t| rounded(&t)))
+        .enumerate()
+        .map(|(i, t)| t.map(|t| rounded_as(&t, g.storage(Value::from_index(i)))))
         .collect();
     let mut failures = Vec::new();
     // Per group: the interpreter's outputs, and Σ|a||b| per output element.
@@ -130,7 +142,18 @@ fn check(precision: Precision, specs: &[&str]) -> (usize, usize) {
             let m = mag[&o].to_complex_vec();
             let per = if matches!(want[&o].data, TensorData::Complex(_)) { 2 } else { 1 };
             assert_eq!(got.len(), w.len(), "{spec} {}: {o}'s length", launch.name);
-            let u = if *tensor_cores { TF32_UNIT_ROUNDOFF } else { 0.0 };
+            // Operand rounding of the products: TF32 (also 16-bit operands under
+            // `tc16=tf32`) or the 16-bit format itself; a 16-bit output's own rounding.
+            let u = match (*tensor_cores, precision) {
+                (false, _) => 0.0,
+                (true, Precision::Bf16) if !spec.contains("tc16=tf32") => BF16_UNIT_ROUNDOFF,
+                (true, _) => TF32_UNIT_ROUNDOFF,
+            };
+            let store = match g.storage(o) {
+                Storage::Full => 0.0,
+                Storage::F16 => TF32_UNIT_ROUNDOFF,
+                _ => BF16_UNIT_ROUNDOFF,
+            };
             let worst = got
                 .iter()
                 .zip(&w)
@@ -138,8 +161,8 @@ fn check(precision: Precision, specs: &[&str]) -> (usize, usize) {
                 .map(|(i, (&a, &b))| {
                     let s = m[i / per].norm();
                     // f32 accumulation over at most a few hundred terms, plus the operands'
-                    // TF32 rounding.
-                    let allowed = (2.01 * u + 4e-5) * s + 1e-6;
+                    // rounding, plus the output's own.
+                    let allowed = (2.01 * u + 4e-5) * s + store * b.abs() + 1e-6;
                     (i, (a as f64 - b).abs() / allowed)
                 })
                 .fold((0, 0.0f64), |x, y| if y.1 > x.1 || y.1.is_nan() { y } else { x });
@@ -190,4 +213,13 @@ fn tf32_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
     let (n, tc) = check(Precision::Tf32, &specs);
     assert!(tc >= specs.len() * 8, "only {tc} of {n} launches ran tensor cores");
     assert!(tc < n, "the first layer's direct kernels did not run");
+}
+
+#[test]
+fn bf16_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
+    // Activations stored in bf16; native 16-bit products with ldmatrix or plain fragment
+    // loads, and 16-bit operands through TF32 products.
+    let specs = ["", "frag=lds", "tc16=tf32"];
+    let (n, tc) = check(Precision::Bf16, &specs);
+    assert!(tc >= specs.len() * 8 && tc < n, "{tc} of {n} launches ran tensor cores");
 }
