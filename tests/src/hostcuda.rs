@@ -522,3 +522,43 @@ pub fn run_group(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{half_bits, half_value};
+    use cvc_compiler::ir::Storage;
+
+    #[test]
+    fn half_formats_round_to_nearest_even() {
+        // IEEE binary16 words of known values (ties to even, subnormals, overflow).
+        let f16 = [
+            (1.0, 0x3c00),
+            (-2.0, 0xc000),
+            (65504.0, 0x7bff),
+            (65520.0, 0x7c00),
+            (2f64.powi(-24), 0x0001),
+            (2f64.powi(-14), 0x0400),
+            (1.0 / 3.0, 0x3555),
+            (0.1, 0x2e66),
+            (1.0 + 2f64.powi(-11), 0x3c00),
+            (1.0 + 3.0 * 2f64.powi(-11), 0x3c02),
+        ];
+        for (x, w) in f16 {
+            assert_eq!(half_bits(Storage::F16, x), w, "f16 of {x}");
+            // Every word's value converts back to the word.
+            assert_eq!(half_bits(Storage::F16, half_value(Storage::F16, w) as f64), w, "f16 word {w:#06x}");
+        }
+        assert_eq!(half_value(Storage::F16, 0x3555), 0.333_251_95);
+        // bfloat16: the high half of the f32, to nearest even.
+        let bf16 = [
+            (1.0, 0x3f80),
+            (-2.0, 0xc000),
+            (1.0 + 2f64.powi(-8), 0x3f80),
+            (1.0 + 3.0 * 2f64.powi(-8), 0x3f82),
+        ];
+        for (x, w) in bf16 {
+            assert_eq!(half_bits(Storage::Bf16, x), w, "bf16 of {x}");
+        }
+        assert_eq!(half_value(Storage::Bf16, 0x3f82), 1.015625);
+    }
+}

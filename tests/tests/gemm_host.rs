@@ -223,3 +223,10 @@ fn bf16_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
     let (n, tc) = check(Precision::Bf16, &specs);
     assert!(tc >= specs.len() * 8 && tc < n, "{tc} of {n} launches ran tensor cores");
 }
+
+#[test]
+fn fp16_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
+    // Activations stored as IEEE halves, native f16 products.
+    let (n, tc) = check(Precision::Fp16, &[""]);
+    assert!(tc >= 8 && tc < n, "{tc} of {n} launches ran tensor cores");
+}
