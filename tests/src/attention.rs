@@ -8,6 +8,7 @@
 
 use cvc_compiler::config::{Optimizer, OptimizerKind};
 use cvc_compiler::ir::parse::parse_graph;
+use cvc_compiler::ir::Storage;
 use cvc_compiler::passes::pipeline::{compile, Options};
 use cvc_compiler::passes::Program;
 
@@ -196,11 +197,16 @@ pub fn program(c: &AttnCase, batch: usize) -> Program {
 /// has a kernel of its own and the forward reads it (`attn_lse` and `attn_fwd` on CUDA, which
 /// the fused plan runs only for a forward recomputed under a memory budget).
 pub fn program_fused(c: &AttnCase, batch: usize, fuse: bool) -> Program {
+    program_stored(c, batch, fuse, Storage::Full)
+}
+
+/// [`program_fused`] with its activations stored as `half` says (`Precision::storage`).
+pub fn program_stored(c: &AttnCase, batch: usize, fuse: bool, half: Storage) -> Program {
     let text = program_text(c);
     let parsed = parse_graph(&text).unwrap_or_else(|e| panic!("{}: {e:?}\n{text}", c.name()));
     let sgd =
         Optimizer { kind: OptimizerKind::Sgd { momentum: 0.0, nesterov: false }, lr: 1.0, weight_decay: 0.0 };
-    let opts = Options { batch, optimizer: sgd, fuse, ..Options::default() };
+    let opts = Options { batch, optimizer: sgd, fuse, half, ..Options::default() };
     compile(parsed.graph, &opts).unwrap_or_else(|e| panic!("{}: {e}", c.name()))
 }
 

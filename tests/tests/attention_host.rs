@@ -16,12 +16,12 @@ use cvc_compiler::back::cuda::{self, CudaStep, LIBRARIES};
 use cvc_compiler::config::Precision;
 use cvc_compiler::interp::replay::replay_group;
 use cvc_compiler::interp::{evaluate, SplitMix64, Tensor, TensorData};
-use cvc_compiler::ir::Value;
+use cvc_compiler::ir::{Storage, Value};
 use cvc_compiler::passes::fusion::GroupKind;
 use cvc_compiler::target::CudaTarget;
-use cvc_tests::attention::{cases, program_fused, tensor_core_bound};
+use cvc_tests::attention::{cases, program_stored, tensor_core_bound};
 use cvc_tests::differential::random_leaves;
-use cvc_tests::hostcuda::{flat, rounded, run_group, HostLaunch, HostSource};
+use cvc_tests::hostcuda::{flat, rounded_as, run_group, HostLaunch, HostSource};
 use cvc_tests::seed::seed_for;
 use std::collections::HashMap;
 
@@ -46,7 +46,7 @@ fn check(precision: Precision) -> (usize, usize) {
     for c in cases() {
         for fuse in [true, false] {
             let case = format!("{}{} {precision:?}", c.name(), if fuse { "" } else { " unfused" });
-            let program = program_fused(&c, 2, fuse);
+            let program = program_stored(&c, 2, fuse, precision.storage());
             let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{case}: {e}"));
             if !libraries {
                 source.library(&module, LIBRARIES[0]);
@@ -92,7 +92,8 @@ fn check(precision: Precision) -> (usize, usize) {
             evaluate(g, batch, &leaves)
                 .unwrap_or_else(|e| panic!("{}: {e}", launch.case))
                 .into_iter()
-                .map(|t| t.map(|t| rounded(&t)))
+                .enumerate()
+                .map(|(i, t)| t.map(|t| rounded_as(&t, g.storage(Value::from_index(i)))))
                 .collect()
         });
         let group = &program.groups[launch.group];
@@ -113,6 +114,12 @@ fn check(precision: Precision) -> (usize, usize) {
             // output's own, plus the TF32 operand rounding's bound where tensor cores ran (one
             // bound per complex element, its real and imaginary parts together).
             let scale = want.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+            // A 16-bit output's own rounding (bf16 2⁻⁸, IEEE half 2⁻¹¹).
+            let store = match g.storage(o) {
+                Storage::Full => 0.0,
+                Storage::Bf16 => 1.0 / 256.0,
+                Storage::F16 => TF32_UNIT_ROUNDOFF,
+            };
             let per = if matches!(want_t.data, TensorData::Complex(_)) { 2 } else { 1 };
             let extra = if launch.tensor_cores {
                 let node = g.node(o);
@@ -130,7 +137,7 @@ fn check(precision: Precision) -> (usize, usize) {
                 .iter()
                 .zip(&want)
                 .enumerate()
-                .map(|(i, (&a, &b))| (i, (a as f64 - b).abs() - extra[i / per]))
+                .map(|(i, (&a, &b))| (i, (a as f64 - b).abs() - extra[i / per] - store * b.abs()))
                 .fold((0, f64::NEG_INFINITY), |w, x| if x.1 > w.1 || x.1.is_nan() { x } else { w });
             checked += 1;
             if worst.1.is_nan() || worst.1 > 2e-4 * scale {
@@ -175,5 +182,12 @@ fn fma_attention_kernels_compiled_for_the_host_match_the_interpreter() {
 fn tensor_core_attention_kernels_compiled_for_the_host_match_the_interpreter() {
     let (_, tc) = check(Precision::Tf32);
     // The real score's cases with heads up to 64 run on tensor cores (forward, dq, dk‖dv).
+    assert!(tc >= 12, "only {tc} tensor-core attention launches");
+}
+
+#[test]
+fn bf16_attention_kernels_compiled_for_the_host_match_the_interpreter() {
+    // Operands and outputs stored in bf16, the real score's products on TF32 tensor cores.
+    let (_, tc) = check(Precision::Bf16);
     assert!(tc >= 12, "only {tc} tensor-core attention launches");
 }

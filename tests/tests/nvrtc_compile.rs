@@ -901,6 +901,31 @@ fn attention_kernels_compile_with_nvrtc_for_sm90() {
     }
 }
 
+/// At bf16 a key mask that a kernel made (`step(m)`) is stored in 16 bits, and the attention
+/// kernels read it as stored: every masked case's module compiles (it did not while the
+/// templates took the mask as `const float*`).
+#[test]
+fn attention_with_a_16_bit_mask_compiles_with_nvrtc() {
+    let nvrtc = nvrtc_or_skip();
+    let mut masked = 0;
+    for c in cvc_tests::attention::cases().into_iter().filter(|c| c.mask) {
+        let name = c.name();
+        let program = cvc_tests::attention::program_stored(&c, 3, true, Precision::Bf16.storage());
+        let m = program.graph.nodes.iter().find(|(_, n)| n.op.mnemonic() == "step").map(|(v, _)| v);
+        let m = m.unwrap_or_else(|| panic!("{name}: no mask"));
+        assert!(program.graph.storage(m).is_half(), "{name}: the mask is stored in 16 bits");
+        let target = CudaTarget::h200().with_precision(Precision::Bf16);
+        let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(module.source.contains("(bf16s*)"), "{name}: a 16-bit operand");
+        masked += 1;
+        if nvrtc {
+            cvc_runtime::cuda::compile_cubin(&module.source, "sm_90")
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+    assert!(masked >= 3, "{masked} masked cases");
+}
+
 /// A head wider than the kernels' 128 is a user error naming the width, not a panic or an
 /// internal error.
 #[test]

@@ -367,10 +367,11 @@ static __device__ __forceinline__ void attn_dots(float (&cr)[RM][RN], float (&ci
     }
   }
 }
-// Whether key j takes part in query i's softmax.
-template <int T, int S, int CAUSAL, int MASK>
-static __device__ __forceinline__ bool attn_valid(int i, int j, const float* __restrict__ mrow) {
-  return i < T && j < S && (!CAUSAL || j <= i) && (!MASK || mrow[j] == 0.0f);
+// Whether key j takes part in query i's softmax. The mask is read as it is stored (f32, or a
+// 16-bit format where a kernel made it at bf16/fp16).
+template <int T, int S, int CAUSAL, int MASK, typename T_m>
+static __device__ __forceinline__ bool attn_valid(int i, int j, const T_m* __restrict__ mrow) {
+  return i < T && j < S && (!CAUSAL || j <= i) && (!MASK || (float)mrow[j] == 0.0f);
 }
 // The score from c = q.conj(k): scale * Re(c), or scale * |c|.
 template <int ABS>
@@ -388,16 +389,16 @@ static __device__ __forceinline__ u32 attn_index(int bh, int i, int j) {
 }
 
 // AttnLse: lse_i = log sum_j exp(s_ij) over the unmasked keys (0 when there is none).
-template <int H, int T, int S, int D, int LQ, int LK, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k>
+template <int H, int T, int S, int D, int LQ, int LK, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k, typename T_m>
 static __device__ void attn_lse(const T_q* __restrict__ q, const T_k* __restrict__ k,
-    const float* __restrict__ mask, float* __restrict__ lse, float scale, u32, float, u32, u32) {
+    const T_m* __restrict__ mask, float* __restrict__ lse, float scale, u32, float, u32, u32) {
   constexpr int BM = 16 * RM, BN = 16 * RN, TILES = (T + BM - 1) / BM;
   __shared__ float2 xs[BM][17], ys[BN][17];
   const int bh = blockIdx.x / TILES, i0 = (blockIdx.x % TILES) * BM;
   const int ty = threadIdx.x >> 4, tx = threadIdx.x & 15;
   const auto* qb = q + (size_t)(bh / H) * T * LQ + (bh % H) * D;
   const auto* kb = k + (size_t)(bh / H) * S * LK + (bh % H) * D;
-  const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
+  const T_m* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
   float m[RM], l[RM];
   #pragma unroll
   for (int a = 0; a < RM; ++a) { m[a] = -INF; l[a] = 0.0f; }
@@ -466,9 +467,9 @@ static __device__ __forceinline__ void attn_pv(float2 (&acc)[RM][CV], const floa
 }
 
 // Attention: o_i = sum_j keep_ij exp(s_ij - lse_i) v_j.
-template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k, typename T_v, typename T_out>
+template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k, typename T_v, typename T_out, typename T_m>
 static __device__ void attn_fwd(const T_q* __restrict__ q, const T_k* __restrict__ k,
-    const T_v* __restrict__ v, const float* __restrict__ lse, const float* __restrict__ mask,
+    const T_v* __restrict__ v, const float* __restrict__ lse, const T_m* __restrict__ mask,
     T_out* __restrict__ out, float scale, u32 thr, float keep, u32 salt, u32 step) {
   constexpr int BM = 16 * RM, BN = 16 * RN, CV = (DV + 15) / 16, TILES = (T + BM - 1) / BM;
   // The V tile is staged VC keys at a time where the score chunks were.
@@ -486,7 +487,7 @@ static __device__ void attn_fwd(const T_q* __restrict__ q, const T_k* __restrict
   const auto* vb = v + (size_t)(bh / H) * S * LV + (bh % H) * DV;
   // The output's rows: [B, T, H DV], head-major columns.
   auto* ob = out + (size_t)(bh / H) * T * (H * DV) + (bh % H) * DV;
-  const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
+  const T_m* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
   float lr[RM];
   float2 acc[RM][CV];
   #pragma unroll
@@ -530,9 +531,9 @@ static __device__ void attn_fwd(const T_q* __restrict__ q, const T_k* __restrict
 // row's running max m and (per lane) sum l of exp(s - m), the output rescaled by
 // exp(m_old - m_new); at the end o = acc / l and lse = m + log l, both 0 for a row with no
 // unmasked key. Dropout scales the output's weights, not l (it does not change lse).
-template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k, typename T_v, typename T_out>
+template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k, typename T_v, typename T_out, typename T_m>
 static __device__ void attn_fwd_lse(const T_q* __restrict__ q, const T_k* __restrict__ k,
-    const T_v* __restrict__ v, float* __restrict__ lse, const float* __restrict__ mask,
+    const T_v* __restrict__ v, float* __restrict__ lse, const T_m* __restrict__ mask,
     T_out* __restrict__ out, float scale, u32 thr, float keep, u32 salt, u32 step) {
   constexpr int BM = 16 * RM, BN = 16 * RN, CV = (DV + 15) / 16, TILES = (T + BM - 1) / BM;
   constexpr int VC = DV > 64 ? 16 : (BN < 32 ? BN : 32);
@@ -549,7 +550,7 @@ static __device__ void attn_fwd_lse(const T_q* __restrict__ q, const T_k* __rest
   const auto* vb = v + (size_t)(bh / H) * S * LV + (bh % H) * DV;
   // The output's rows: [B, T, H DV], head-major columns.
   auto* ob = out + (size_t)(bh / H) * T * (H * DV) + (bh % H) * DV;
-  const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
+  const T_m* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
   float m[RM], l[RM];
   float2 acc[RM][CV];
   #pragma unroll
@@ -646,10 +647,10 @@ static __device__ __forceinline__ float2 attn_grad(float cr, float ci, float dp,
 }
 
 // AttentionGrad w.r.t. q: dq_i = sum_j g_ij k_j.
-template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k, typename T_v, typename T_o, typename T_dout, typename T_dq>
+template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, typename T_q, typename T_k, typename T_v, typename T_o, typename T_dout, typename T_dq, typename T_m>
 static __device__ void attn_dq(const T_q* __restrict__ q, const T_k* __restrict__ k,
     const T_v* __restrict__ v, const T_o* __restrict__ o, const T_dout* __restrict__ dout,
-    const float* __restrict__ lse, const float* __restrict__ mask, T_dq* __restrict__ dq,
+    const float* __restrict__ lse, const T_m* __restrict__ mask, T_dq* __restrict__ dq,
     float scale, u32 thr, float keep, u32 salt, u32 step) {
   constexpr int BM = 16 * RM, BN = 16 * RN, CD = (D + 15) / 16, TILES = (T + BM - 1) / BM;
   // The K tile is staged KC keys at a time where the score chunks were.
@@ -671,7 +672,7 @@ static __device__ void attn_dq(const T_q* __restrict__ q, const T_k* __restrict_
   const size_t orow = (size_t)(bh / H) * T * (H * DV) + (bh % H) * DV;
   const auto* dob = dout + orow;
   auto* dqb = dq + (size_t)(bh / H) * T * (H * D) + (bh % H) * D;
-  const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
+  const T_m* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
   attn_rows<T, DV, H * DV, BM, 256>(o + orow, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
   float2 acc[RM][CD];
   #pragma unroll
@@ -744,10 +745,10 @@ static __device__ void attn_dq(const T_q* __restrict__ q, const T_k* __restrict_
 // keys; each thread accumulates two neighbouring ones (their p~ and g load as one 8-byte word:
 // rows of BN + 2), 512 / BN threads per key pair; the queries' rows are staged RC at a time
 // where the score chunks were.
-template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, int RC, typename T_q, typename T_k, typename T_v, typename T_o, typename T_dout, typename T_dkv>
+template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int ABS, int CAUSAL, int MASK, int DROP, int RM, int RN, int RC, typename T_q, typename T_k, typename T_v, typename T_o, typename T_dout, typename T_dkv, typename T_m>
 static __device__ void attn_dkv(const T_q* __restrict__ q, const T_k* __restrict__ k,
     const T_v* __restrict__ v, const T_o* __restrict__ o, const T_dout* __restrict__ dout,
-    const float* __restrict__ lse, const float* __restrict__ mask, T_dkv* __restrict__ dkv,
+    const float* __restrict__ lse, const T_m* __restrict__ mask, T_dkv* __restrict__ dkv,
     float scale, u32 thr, float keep, u32 salt, u32 step) {
   constexpr int BM = 16 * RM, BN = 16 * RN, TILES = (S + BN - 1) / BN, L = 512 / BN, BP = BN + 2;
   using ColsK = AttnCols<D, L, D % 2 == 0>;
@@ -770,7 +771,7 @@ static __device__ void attn_dkv(const T_q* __restrict__ q, const T_k* __restrict
   const auto* vb = v + (size_t)(bh / H) * S * LV + (bh % H) * DV;
   const auto* ob = o + (size_t)(bh / H) * T * (H * DV) + (bh % H) * DV;
   const auto* dob = dout + (size_t)(bh / H) * T * (H * DV) + (bh % H) * DV;
-  const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
+  const T_m* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
   float2 dk[2][CK], dv[2][CV];
   #pragma unroll
   for (int u = 0; u < 2; ++u) {

@@ -177,9 +177,9 @@ static __device__ __forceinline__ void attn_tc_pv(float (&acc)[KS][4], const flo
 
 // Attention: o_i = sum_j keep_ij exp(s_ij - lse_i) v_j; with LSE_OUT, lse_i computed in the same
 // pass (online softmax: running max and sum per row, the output rescaled) and written.
-template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int CAUSAL, int MASK, int DROP, int LSE_OUT, typename T_q, typename T_k, typename T_v, typename T_out>
+template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int CAUSAL, int MASK, int DROP, int LSE_OUT, typename T_q, typename T_k, typename T_v, typename T_out, typename T_m>
 static __device__ void attn_tc_fwd(const T_q* __restrict__ q, const T_k* __restrict__ k,
-    const T_v* __restrict__ v, float* __restrict__ lse, const float* __restrict__ mask,
+    const T_v* __restrict__ v, float* __restrict__ lse, const T_m* __restrict__ mask,
     T_out* __restrict__ out, float scale, u32 thr, float keep, u32 salt, u32 step) {
   using WK = AttnTcW<D>;
   using WV = AttnTcW<DV>;
@@ -193,7 +193,7 @@ static __device__ void attn_tc_fwd(const T_q* __restrict__ q, const T_k* __restr
   const auto* vb = v + (size_t)(bh / H) * S * LV + (bh % H) * DV;
   // The output's rows: [B, T, H DV], head-major columns.
   auto* ob = out + (size_t)(bh / H) * T * (H * DV) + (bh % H) * DV;
-  const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
+  const T_m* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
   // The warp's query fragments stay in registers (staged once where the keys go).
   u32 qa[WK::KS][4];
   attn_tc_stage<BM, T, D, LQ>(ks, qb, i0);
@@ -285,10 +285,10 @@ static __device__ void attn_tc_fwd(const T_q* __restrict__ q, const T_k* __restr
 }
 
 // AttentionGrad w.r.t. q: dq_i = sum_j g_ij k_j, g_ij = scale p_ij (keep_ij dP_ij - delta_i).
-template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int CAUSAL, int MASK, int DROP, typename T_q, typename T_k, typename T_v, typename T_o, typename T_dout, typename T_dq>
+template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int CAUSAL, int MASK, int DROP, typename T_q, typename T_k, typename T_v, typename T_o, typename T_dout, typename T_dq, typename T_m>
 static __device__ void attn_tc_dq(const T_q* __restrict__ q, const T_k* __restrict__ k,
     const T_v* __restrict__ v, const T_o* __restrict__ o, const T_dout* __restrict__ dout,
-    const float* __restrict__ lse, const float* __restrict__ mask, T_dq* __restrict__ dq,
+    const float* __restrict__ lse, const T_m* __restrict__ mask, T_dq* __restrict__ dq,
     float scale, u32 thr, float keep, u32 salt, u32 step) {
   using WK = AttnTcW<D>;
   using WV = AttnTcW<DV>;
@@ -308,7 +308,7 @@ static __device__ void attn_tc_dq(const T_q* __restrict__ q, const T_k* __restri
   const size_t orow = (size_t)(bh / H) * T * (H * DV) + (bh % H) * DV;
   const auto* dob = dout + orow;
   auto* dqb = dq + (size_t)(bh / H) * T * (H * D) + (bh % H) * D;
-  const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
+  const T_m* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
   attn_rows<T, DV, H * DV, BM, 128>(o + orow, dob, lse + (size_t)bh * T, i0, delta_s, lse_s);
   attn_tc_stage<BM, T, D, LQ>(ks, qb, i0);
   attn_tc_stage<BM, T, DV, H * DV>(dos, dob, i0);
@@ -375,10 +375,10 @@ static __device__ void attn_tc_dq(const T_q* __restrict__ q, const T_k* __restri
 // j of out [B, S, H D + H DV] (every head's dk, then every head's dv). A block owns 64 keys (16 per warp, their K and V staged
 // once) and runs over the query tiles 32 at a time; the scores are formed transposed (keys as
 // rows), so p~ and g are already the A fragments of the accumulations.
-template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int CAUSAL, int MASK, int DROP, typename T_q, typename T_k, typename T_v, typename T_o, typename T_dout, typename T_dkv>
+template <int H, int T, int S, int D, int DV, int LQ, int LK, int LV, int CAUSAL, int MASK, int DROP, typename T_q, typename T_k, typename T_v, typename T_o, typename T_dout, typename T_dkv, typename T_m>
 static __device__ void attn_tc_dkv(const T_q* __restrict__ q, const T_k* __restrict__ k,
     const T_v* __restrict__ v, const T_o* __restrict__ o, const T_dout* __restrict__ dout,
-    const float* __restrict__ lse, const float* __restrict__ mask, T_dkv* __restrict__ dkv,
+    const float* __restrict__ lse, const T_m* __restrict__ mask, T_dkv* __restrict__ dkv,
     float scale, u32 thr, float keep, u32 salt, u32 step) {
   using WK = AttnTcW<D>;
   using WV = AttnTcW<DV>;
@@ -396,7 +396,7 @@ static __device__ void attn_tc_dkv(const T_q* __restrict__ q, const T_k* __restr
   const auto* vb = v + (size_t)(bh / H) * S * LV + (bh % H) * DV;
   const auto* ob = o + (size_t)(bh / H) * T * (H * DV) + (bh % H) * DV;
   const auto* dob = dout + (size_t)(bh / H) * T * (H * DV) + (bh % H) * DV;
-  const float* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
+  const T_m* mrow = MASK ? mask + (size_t)(bh / H) * S : mask;
   attn_tc_stage<BN, S, D, LK>(ks, kb, j0);
   attn_tc_stage<BN, S, DV, LV>(vs, vb, j0);
   const int keys[2] = {j0 + 16 * warp + g, j0 + 16 * warp + g + 8};
