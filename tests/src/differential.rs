@@ -398,8 +398,9 @@ fn overflow_to_reference(got: &mut Tensor, want: &Tensor, max: f64) -> usize {
     n
 }
 
-/// `t` with every element replaced by its magnitude (same dtype).
-fn magnitude(t: &Tensor) -> Tensor {
+/// `t` with every element replaced by its magnitude (same dtype; complex values as their
+/// modulus): a contraction replayed on these gives `Σ|a||b|` per output element.
+pub fn magnitude(t: &Tensor) -> Tensor {
     match &t.data {
         TensorData::Real(v) => Tensor::real(&t.shape, v.iter().map(|x| x.abs()).collect()),
         TensorData::Complex(v) => {

@@ -85,7 +85,10 @@ static inline u32 tf32(float x) {
 // b1 = B[t + 4][g]), C 16 x 8 (c0, c1 = C[g][2t, 2t + 1], c2, c3 = C[g + 8][..]), g = lane / 4,
 // t = lane % 4; products and sums in f32.
 static u32 mma_a[1024][4], mma_b[1024][2];
-static inline void mma_tf32(float* d, const u32* a, const u32* b) {
+// One warp's m16n8kK product from the registers its lanes hold (exchanged through mma_a and
+// mma_b): A(w0, r, k) and B(w0, k, n) read an operand element of the warp at lane w0.
+template <unsigned K, typename FA, typename FB>
+static inline void mma_exchange(float* d, const u32* a, const u32* b, FA A, FB B) {
   const unsigned me = threadIdx.x, w0 = me & ~31u, lane = me & 31u, g = lane >> 2, t = lane & 3u;
   for (int i = 0; i < 4; ++i) mma_a[me][i] = a[i];
   mma_b[me][0] = b[0];
@@ -94,14 +97,15 @@ static inline void mma_tf32(float* d, const u32* a, const u32* b) {
   for (int c = 0; c < 4; ++c) {
     const unsigned r = g + (c >= 2 ? 8u : 0u), n = 2u * t + (c & 1u);
     float acc = d[c];
-    for (unsigned k = 0; k < 8; ++k) {
-      const float x = __uint_as_float(mma_a[w0 + (r % 8u) * 4u + k % 4u][(r >= 8u ? 1 : 0) + (k >= 4u ? 2 : 0)]);
-      const float y = __uint_as_float(mma_b[w0 + n * 4u + k % 4u][k >= 4u ? 1 : 0]);
-      acc = fmaf(x, y, acc);
-    }
+    for (unsigned k = 0; k < K; ++k) acc = fmaf(A(w0, r, k), B(w0, k, n), acc);
     d[c] = acc;
   }
   __syncthreads();
+}
+static inline void mma_tf32(float* d, const u32* a, const u32* b) {
+  mma_exchange<8>(d, a, b,
+    [](unsigned w0, unsigned r, unsigned k) { return __uint_as_float(mma_a[w0 + (r % 8u) * 4u + k % 4u][(r >= 8u) + 2 * (k >= 4u)]); },
+    [](unsigned w0, unsigned k, unsigned n) { return __uint_as_float(mma_b[w0 + n * 4u + k % 4u][k >= 4u]); });
 }
 // 16-bit formats: cvt.rn (to nearest even) to bf16 and IEEE half, and back.
 static inline unsigned short bf16_bits(float x) {
@@ -149,23 +153,11 @@ static inline float half_word(u32 r, int hi) {
 }
 template <bool BF>
 static inline void mma_16(float* d, const u32* a, const u32* b) {
-  const unsigned me = threadIdx.x, w0 = me & ~31u, lane = me & 31u, g = lane >> 2, t = lane & 3u;
-  for (int i = 0; i < 4; ++i) mma_a[me][i] = a[i];
-  mma_b[me][0] = b[0];
-  mma_b[me][1] = b[1];
-  __syncthreads();
-  for (int c = 0; c < 4; ++c) {
-    const unsigned r = g + (c >= 2 ? 8u : 0u), n = 2u * t + (c & 1u);
-    float acc = d[c];
-    for (unsigned k = 0; k < 16; ++k) {
-      const unsigned kk = k % 8u, hi = k % 2u;
-      const float x = half_word<BF>(mma_a[w0 + (r % 8u) * 4u + kk / 2u][(r >= 8u ? 1 : 0) + (k >= 8u ? 2 : 0)], hi);
-      const float y = half_word<BF>(mma_b[w0 + n * 4u + kk / 2u][k >= 8u ? 1 : 0], hi);
-      acc = fmaf(x, y, acc);
-    }
-    d[c] = acc;
-  }
-  __syncthreads();
+  mma_exchange<16>(d, a, b,
+    [](unsigned w0, unsigned r, unsigned k) {
+      return half_word<BF>(mma_a[w0 + (r % 8u) * 4u + (k % 8u) / 2u][(r >= 8u) + 2 * (k >= 8u)], k % 2u);
+    },
+    [](unsigned w0, unsigned k, unsigned n) { return half_word<BF>(mma_b[w0 + n * 4u + (k % 8u) / 2u][k >= 8u], k % 2u); });
 }
 static inline void mma_bf16(float* d, const u32* a, const u32* b) { mma_16<true>(d, a, b); }
 static inline void mma_f16(float* d, const u32* a, const u32* b) { mma_16<false>(d, a, b); }

@@ -21,10 +21,9 @@ use cvc_compiler::passes::fusion::GroupKind;
 use cvc_compiler::passes::pipeline::{compile, Options};
 use cvc_compiler::passes::Program;
 use cvc_compiler::target::{CudaTarget, KernelConfig};
-use cvc_tests::differential::random_leaves;
+use cvc_tests::differential::{magnitude, random_leaves};
 use cvc_tests::hostcuda::{flat, rounded_as, run_group, HostLaunch, HostSource};
 use cvc_tests::seed::seed_for;
-use num_complex::Complex64;
 use std::collections::HashMap;
 
 /// Every gather form, trained so that each layer has its weight and input gradients too; the
@@ -59,18 +58,6 @@ type Replayed = HashMap<Value, Tensor>;
 const TF32_UNIT_ROUNDOFF: f64 = 1.0 / 2048.0;
 /// bfloat16's unit roundoff: 7 stored mantissa bits.
 const BF16_UNIT_ROUNDOFF: f64 = 1.0 / 256.0;
-
-/// `|x|` elementwise (complex values as their modulus): the replay of a contraction on these
-/// gives `Σ|a||b|` per output element.
-fn magnitude(t: &Tensor) -> Tensor {
-    match &t.data {
-        TensorData::Real(v) => Tensor::real(&t.shape, v.iter().map(|x| x.abs()).collect()),
-        TensorData::Complex(v) => {
-            Tensor::complex(&t.shape, v.iter().map(|z| Complex64::new(z.norm(), 0.0)).collect())
-        }
-        TensorData::Int(v) => Tensor::int(&t.shape, v.clone()),
-    }
-}
 
 /// The network's training step, its activations stored as `precision` stores them.
 fn program(precision: Precision) -> Program {
