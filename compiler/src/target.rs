@@ -219,6 +219,40 @@ pub struct KernelConfig {
     pub tc_tap_table: bool,
     /// How the runtime issues a step's kernels and memsets.
     pub launch: LaunchMode,
+    /// The tensor-core instruction of the TF32 GEMM: Hopper's warpgroup `wgmma` reading its
+    /// operands from shared memory (default, on compute capability 9.0), or `mma.sync` per warp.
+    pub tc_mma: TcMma,
+    /// Under [`TcMma::Wgmma`]: whether a tile's products stay in flight while the next tile is
+    /// waited for and its products issued (`wgmma.wait_group 1`; the copies then run
+    /// `tc_stages − 2` tiles ahead, where at least 3 stages fit), or are waited for before the
+    /// next tile's barrier (`wait_group 0`, `tc_stages − 1` ahead).
+    pub wgmma_inflight: bool,
+}
+
+/// Which tensor-core instruction the TF32 implicit GEMM (`compiler/src/back/cuda/gemm.rs`)
+/// multiplies with, where its operands are stored in 32 bits. Measured side by side on an
+/// H200 (bench/RESULTS.md, 2026-12-05): the ViT's tf32 step 82.5 ms with `Sync`, 75.1 with
+/// `Wgmma` (0.910×); the seed network's 14.10 and 12.85 ms (0.911×).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TcMma {
+    /// `mma.sync.m16n8k8` per warp, on fragments each thread loads from shared memory and
+    /// rounds to TF32 (`cvt.rna`); staged, tiled and gathered as [`TcStaging`], [`TcTile`]
+    /// and [`KernelConfig::tc_tap_table`] say. The form of every device before compute
+    /// capability 9.0 and of the 16-bit products.
+    Sync,
+    /// `wgmma.mma_async.m64nNk8` per warpgroup of 128 threads (compute capability 9.0: the
+    /// module is compiled for `sm_90a`): the tensor cores read both operands from shared
+    /// memory through matrix descriptors, so no thread loads or converts a fragment. The
+    /// operands are copied raw (`cp.async`, a ring of [`KernelConfig::tc_stages`] K tiles) into
+    /// K-major planes of 8 × 4 "core matrices" and read as TF32 by the tensor cores, which use
+    /// their upper 19 bits: operands are truncated, not rounded (twice the unit roundoff of
+    /// `Sync`'s rounding). Complex products are four real ones on re / im planes, conjugation
+    /// by the instruction's operand negation. The block tile is 64 or 128 rows (one or two
+    /// warpgroups) by 128 columns (by 64 under `tctile=64` or `64w4`, or where N ≤ 64);
+    /// `wgwait=1` keeps a tile's products in flight ([`KernelConfig::wgmma_inflight`]). Other
+    /// precisions, 16-bit operands and devices other than compute capability 9.0 keep `Sync`.
+    #[default]
+    Wgmma,
 }
 
 /// How the CUDA runtime issues a training step's launch list (`runtime/src/cuda`).
@@ -362,6 +396,8 @@ impl Default for KernelConfig {
             tc_stages: 3,
             tc_tap_table: false,
             launch: LaunchMode::default(),
+            tc_mma: TcMma::default(),
+            wgmma_inflight: false,
         }
     }
 }
@@ -371,7 +407,7 @@ pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|ge
                                     fill=BLOCKS, bk=16|32, ck=CHANNELS, grid=BLOCKS, index=auto|64, yz=BLOCKS, \
                                     tc=plain|prefetch|async, tctile=auto|64|128|64w4, tc16=native|tf32, frag=ldmatrix|lds, \
                                     cmul=4m|3m, ftile=64|128, attn=tc|fma, tcblocks=BLOCKS, \
-                                    tcstages=2..8, tctaps=index|table, launch=graph|stream";
+                                    tcstages=2..8, tctaps=index|table, launch=graph|stream, mma=sync|wgmma, wgwait=0|1";
 
 impl KernelConfig {
     /// Reads a kernel spec: comma-separated `key=value` pairs over the defaults, e.g.
@@ -404,7 +440,11 @@ impl KernelConfig {
     ///   ([`KernelConfig::tc_stages`]);
     /// - `tctaps`: `index` (default) or `table`, how the tensor-core GEMM gathers convolution
     ///   patches ([`KernelConfig::tc_tap_table`]);
-    /// - `launch`: `graph` (default) or `stream`, how the runtime issues a step ([`LaunchMode`]).
+    /// - `launch`: `graph` (default) or `stream`, how the runtime issues a step ([`LaunchMode`]);
+    /// - `mma`: `wgmma` (default; on compute capability 9.0) or `sync`, the TF32 GEMM's
+    ///   tensor-core instruction ([`TcMma`]);
+    /// - `wgwait`: `0` (default) or `1`, the `wgmma` products kept in flight across a tile
+    ///   ([`KernelConfig::wgmma_inflight`]).
     ///
     /// ```
     /// use cvc_compiler::target::{ConvKernel, KernelConfig};
@@ -522,6 +562,20 @@ impl KernelConfig {
                         _ => return Err(bad()),
                     }
                 }
+                "wgwait" => {
+                    k.wgmma_inflight = match value {
+                        "0" => false,
+                        "1" => true,
+                        _ => return Err(bad()),
+                    }
+                }
+                "mma" => {
+                    k.tc_mma = match value {
+                        "sync" => TcMma::Sync,
+                        "wgmma" => TcMma::Wgmma,
+                        _ => return Err(bad()),
+                    }
+                }
                 _ => return Err(format!("unknown kernel choice `{key}` (keys: {KERNEL_SPEC_KEYS})")),
             }
         }
@@ -542,6 +596,8 @@ impl KernelConfig {
             "ftile" => "64 or 128",
             "attn" => "tc or fma",
             "launch" => "graph or stream",
+            "mma" => "sync or wgmma",
+            "wgwait" => "0 or 1",
             "tctaps" => "index or table",
             "tcstages" => "a number from 2 to 8",
             _ => "a positive number",
@@ -698,6 +754,18 @@ impl fmt::Display for KernelConfig {
                 }
                 .into(),
             );
+        }
+        if self.tc_mma != d.tc_mma {
+            parts.push(
+                match self.tc_mma {
+                    TcMma::Sync => "mma=sync",
+                    TcMma::Wgmma => "mma=wgmma",
+                }
+                .into(),
+            );
+        }
+        if self.wgmma_inflight {
+            parts.push("wgwait=1".into());
         }
         if parts.is_empty() {
             f.write_str("default")

@@ -7,9 +7,11 @@
 //! under a small emulation of a CUDA block: one host thread per CUDA thread, which meet at a
 //! barrier for `__syncthreads`; `__shared__` arrays as statics and dynamic shared memory as one
 //! buffer (blocks run one after another); warp shuffles, `mma.sync` products (TF32 m16n8k8,
-//! bf16 and f16 m16n8k16) and `ldmatrix` through a shared exchange, the format conversions by
-//! bit arithmetic (16-bit storage included); `cp.async` as a plain copy (a
-//! valid schedule of an asynchronous copy that the kernel waits for); atomics as
+//! bf16 and f16 m16n8k16) and `ldmatrix` through a shared exchange, `wgmma` (TF32 m64n64k8
+//! and m64n128k8 from shared-memory descriptors) per thread, the format conversions by
+//! bit arithmetic (16-bit storage included); `cp.async` copies and `wgmma` products run as
+//! late as the kernel's waits allow (a valid schedule of asynchronous work, and the one
+//! that exposes a buffer refilled too early); atomics as
 //! `std::atomic_ref`. A shuffle or `mma` must be reached by every thread of the block, as a
 //! barrier must; a kernel that breaks that hangs, and the host program gives up after a
 //! minute. The hardware's own `mma` accumulation order is the one thing this cannot show.
@@ -171,17 +173,78 @@ static inline void ldsm4(u32* r, const unsigned short* p) {
   for (unsigned i = 0; i < 4; ++i) r[i] = ld_u32(ldsm_rows[w0 + 8u * i + lane / 4u] + 2u * (lane % 4u));
   __syncthreads();
 }
-// cp.async with zero fill, done at once: the kernel waits for it before it reads.
-static inline void cp_async4(float* dst, const float* src, bool ok) { *dst = ok ? *src : 0.0f; }
-static inline void cp_async8(float2* dst, const float* src, bool ok) {
-  *dst = ok ? make_float2(src[0], src[1]) : make_float2(0.0f, 0.0f);
+// Warpgroup products are done as late as their waits allow: each thread queues them in groups
+// (the open one, closed by a commit) and runs a group only when a wait no longer lets it be
+// pending. Asynchronous copies land as late as that too in the blocks of odd index (a kernel
+// that reads a tile before waiting for its copies reads stale data there) and at once in the
+// others (one that refills a buffer which products still in flight read overwrites it there).
+// Either way a wrong schedule computes wrong values here, as it may on the device.
+#include <deque>
+#include <functional>
+struct AsyncQueue {
+  std::vector<std::function<void()>> open;
+  std::deque<std::vector<std::function<void()>>> groups;
+  void commit() { groups.push_back(std::move(open)); open.clear(); }
+  void wait(size_t pending) {
+    while (groups.size() > pending) {
+      for (auto& f : groups.front()) f();
+      groups.pop_front();
+    }
+  }
+};
+thread_local AsyncQueue cp_queue, wgmma_queue;
+static inline bool copies_land_late() { return (blockIdx.x + blockIdx.y + blockIdx.z) % 2u == 1u; }
+static inline void cp_async4(float* dst, const float* src, bool ok) {
+  auto copy = [=] { *dst = ok ? *src : 0.0f; };
+  if (copies_land_late()) cp_queue.open.push_back(copy); else copy();
 }
-static inline void cp_async_commit() {}
-template <int N> static inline void cp_async_wait() {}
+static inline void cp_async8(float2* dst, const float* src, bool ok) {
+  auto copy = [=] { *dst = ok ? make_float2(src[0], src[1]) : make_float2(0.0f, 0.0f); };
+  if (copies_land_late()) cp_queue.open.push_back(copy); else copy();
+}
+static inline void cp_async_commit() { cp_queue.commit(); }
+template <int N> static inline void cp_async_wait() { cp_queue.wait(N); }
 static inline void atomic_acc(float* p, float v) { atomicAdd(p, v); }
 static inline void atomic_acc(float2* p, float2 v) { atomicAdd(&p->x, v.x); atomicAdd(&p->y, v.y); }
 // The block's dynamic shared memory (`extern __shared__` on the device).
 static unsigned char* dynamic_shared;
+// wgmma (sm_90a), as the PTX ISA defines it for K-major operands without swizzling: a
+// descriptor holds the operand's start in shared memory (here an offset into the block's
+// dynamic shared memory), the byte distance between core matrices (8 rows of 16 bytes)
+// adjacent along K (bits 16-29) and along the rows (bits 32-45), each >> 4. Each thread
+// computes its own accumulator elements, when a wait makes the product's group complete
+// (above); the tensor cores read an f32 operand as TF32 by its upper 19 bits.
+static inline u64 wgmma_desc(const float* p, u32 lbo, u32 sbo) {
+  const u32 off = (u32)((const unsigned char*)p - dynamic_shared);
+  return (u64)((off & 0x3ffffu) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32);
+}
+static inline void wgmma_fence() {}
+static inline void wgmma_commit() { wgmma_queue.commit(); }
+template <int N> static inline void wgmma_wait() { wgmma_queue.wait(N); }
+static inline void fence_async_shared() {}
+static inline float wgmma_element(u64 desc, unsigned r, unsigned k) {
+  const size_t start = (size_t)(desc & 0x3fffu) << 4, lbo = (size_t)((desc >> 16) & 0x3fffu) << 4,
+               sbo = (size_t)((desc >> 32) & 0x3fffu) << 4;
+  u32 b;
+  memcpy(&b, dynamic_shared + start + (r / 8u) * sbo + (k / 4u) * lbo + (r % 8u) * 16u + (k % 4u) * 4u, 4);
+  return __uint_as_float(b & 0xffffe000u);
+}
+// m64nNk8: thread t of warp w of the warpgroup holds D rows 16w + t/4 (+8), columns
+// 8i + 2(t%4) (+1) in d[4i .. 4i + 3]; A is 64 x 8 (rows m), B 8 x N stored as N rows n of K.
+template <int N, int SA, int SB> static inline void wgmma_now(float* d, u64 a, u64 b) {
+  const unsigned t = threadIdx.x % 128u, w = t / 32u, lane = t % 32u;
+  for (unsigned i = 0; i < N / 8; ++i)
+    for (unsigned q = 0; q < 4; ++q) {
+      const unsigned r = 16u * w + lane / 4u + (q >= 2 ? 8u : 0u), n = 8u * i + 2u * (lane % 4u) + (q & 1u);
+      float acc = d[4 * i + q];
+      for (unsigned k = 0; k < 8; ++k)
+        acc = fmaf((float)SA * wgmma_element(a, r, k), (float)SB * wgmma_element(b, n, k), acc);
+      d[4 * i + q] = acc;
+    }
+}
+template <int N, int SA, int SB> static inline void wgmma_tf32(float* d, u64 a, u64 b) {
+  wgmma_queue.open.push_back([=] { wgmma_now<N, SA, SB>(d, a, b); });
+}
 "#;
 
 /// `main(arena, kernel, gx, gy, gz, threads, shared)`: runs the grid's blocks of `threads`

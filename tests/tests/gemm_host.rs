@@ -39,7 +39,7 @@ model Contractions {
           |> conv2d(8, kernel = 3, pad = 2, dilation = 2, groups = 2, bias = false)
           |> conv2d(6, kernel = 1, bias = false)
           |> conv_transpose2d(4, kernel = 3, stride = 2, pad = 1, output_padding = 1, bias = false)
-          |> flatten |> linear(40) |> crelu |> linear(3) |> abs
+          |> flatten |> linear(72) |> crelu |> linear(3) |> abs
     output y
     loss cross_entropy(y, label)
 }
@@ -50,6 +50,16 @@ train Contractions {
     optimizer = sgd(lr = 1e-3)
 }
 "#;
+
+/// Which tensor-core instruction a launch's kernel multiplies with, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TensorCores {
+    None,
+    /// `mma.sync` (TF32 operands rounded to nearest, or 16-bit ones).
+    Sync,
+    /// `wgmma` (f32 operands truncated to TF32).
+    Wgmma,
+}
 
 /// A replay's values by IR value.
 type Replayed = HashMap<Value, Tensor>;
@@ -72,8 +82,9 @@ fn program(precision: Precision) -> Program {
 }
 
 /// Every contraction launch of the program under each of `specs` at `precision`, run on the
-/// host against the interpreter; returns the launches checked and how many ran tensor cores.
-fn check(precision: Precision, specs: &[&str]) -> (usize, usize) {
+/// host against the interpreter; returns the launches checked, how many ran tensor cores, how
+/// many of those `wgmma`, and how many of those with two warpgroups (a tile of 128 rows).
+fn check(precision: Precision, specs: &[&str]) -> (usize, usize, usize, usize) {
     let program = program(precision);
     let g = &program.graph;
     let batch = program.plan.batch;
@@ -93,13 +104,22 @@ fn check(precision: Precision, specs: &[&str]) -> (usize, usize) {
             let name = format!("v{si}_{}", l.name);
             source.kernel(&module, &l.name, &name);
             let code = &module.kernel_code[at].0;
-            let tensor_cores = ["mma_tf32(", "mma_bf16(", "mma_f16("].iter().any(|m| code.contains(m));
+            let tensor_cores = if code.contains("wgmma_tf32<") {
+                TensorCores::Wgmma
+            } else if ["mma_tf32(", "mma_bf16(", "mma_f16("].iter().any(|m| code.contains(m)) {
+                TensorCores::Sync
+            } else {
+                TensorCores::None
+            };
             let host = HostLaunch { name, grid: l.grid, threads: l.block[0], shared: l.shared_bytes };
             // A split of K over blocks accumulates with atomics into a zeroed output.
             launches.push((spec.to_string(), host, l.group, tensor_cores));
         }
     }
-    let host = source.build(&format!("gemm-{precision:?}"));
+    // (One folder per test: tests of one precision run side by side.)
+    let tag: String =
+        specs.concat().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    let host = source.build(&format!("gemm-{precision:?}-{tag}"));
     let mut rng = SplitMix64::new(seed_for(&format!("gemm_host::{precision:?}")));
     let leaves = random_leaves(g, batch, &mut rng);
     // Every value as its buffer holds it (f32, or the 16-bit format).
@@ -132,9 +152,11 @@ fn check(precision: Precision, specs: &[&str]) -> (usize, usize) {
             // Operand rounding of the products: TF32 (also 16-bit operands under
             // `tc16=tf32`) or the 16-bit format itself; a 16-bit output's own rounding.
             let u = match (*tensor_cores, precision) {
-                (false, _) => 0.0,
-                (true, Precision::Bf16) if !spec.contains("tc16=tf32") => BF16_UNIT_ROUNDOFF,
-                (true, _) => TF32_UNIT_ROUNDOFF,
+                (TensorCores::None, _) => 0.0,
+                // `wgmma` reads f32 operands as TF32 by truncation: twice rounding's unit.
+                (TensorCores::Wgmma, _) => 2.0 * TF32_UNIT_ROUNDOFF,
+                (TensorCores::Sync, Precision::Bf16) if !spec.contains("tc16=tf32") => BF16_UNIT_ROUNDOFF,
+                (TensorCores::Sync, _) => TF32_UNIT_ROUNDOFF,
             };
             let store = match g.storage(o) {
                 Storage::Full => 0.0,
@@ -166,39 +188,58 @@ fn check(precision: Precision, specs: &[&str]) -> (usize, usize) {
             }
         }
     }
-    let tc = launches.iter().filter(|l| l.3).count();
+    let tc = launches.iter().filter(|l| l.3 != TensorCores::None).count();
+    let wgmma = launches.iter().filter(|l| l.3 == TensorCores::Wgmma).count();
+    let two = launches.iter().filter(|l| l.3 == TensorCores::Wgmma && l.1.threads == 256).count();
+    eprintln!("{precision:?}: {wgmma} wgmma launches, {two} of them with two warpgroups");
     eprintln!("{precision:?}: {} contraction launches ({tc} on tensor cores) checked", launches.len());
     assert!(
         failures.is_empty(),
         "host-compiled contraction kernels vs the interpreter:\n{}",
         failures.join("\n")
     );
-    (launches.len(), tc)
+    (launches.len(), tc, wgmma, two)
 }
 
 #[test]
 fn fp32_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
-    let (n, tc) = check(Precision::Fp32, &["", "cmul=3m", "ftile=128", "conv=gemm,wgrad=gemm"]);
+    let (n, tc, ..) = check(Precision::Fp32, &["", "cmul=3m", "ftile=128", "conv=gemm,wgrad=gemm"]);
     assert!(n >= 4 * 12, "{n} launches");
     assert_eq!(tc, 0);
 }
 
 #[test]
 fn tf32_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
-    // The defaults (4-warp tiles, a ring of 3 K tiles), the taps' table, 2 and 4 stages, the
-    // 8-warp and 128-wide tiles, and the register-staged forms.
+    // Per-warp `mma.sync` (`mma=sync`, the form of devices before Hopper): its defaults (4-warp
+    // tiles, a ring of 3 K tiles), the taps' table, 2 and 4 stages, the 8-warp and 128-wide
+    // tiles, and the register-staged forms.
     let specs = [
-        "",
-        "tctaps=table",
-        "tcstages=2",
-        "tcstages=4",
-        "tctile=64",
-        "tctile=128",
-        "tc=prefetch",
-        "tc=plain",
+        "mma=sync",
+        "mma=sync,tctaps=table",
+        "mma=sync,tcstages=2",
+        "mma=sync,tcstages=4",
+        "mma=sync,tctile=64",
+        "mma=sync,tctile=128",
+        "mma=sync,tc=prefetch",
+        "mma=sync,tc=plain",
     ];
-    let (n, tc) = check(Precision::Tf32, &specs);
+    let (n, tc, wgmma, _) = check(Precision::Tf32, &specs);
     assert!(tc >= specs.len() * 8, "only {tc} of {n} launches ran tensor cores");
+    assert!(tc < n, "the first layer's direct kernels did not run");
+    assert_eq!(wgmma, 0, "wgmma under `mma=sync`");
+}
+
+#[test]
+fn tf32_wgmma_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
+    // Hopper's warpgroup products (the default on compute capability 9.0): the default ring
+    // of 3 K tiles and 128 columns, 64 columns, 2 tiles, the taps' table, the products kept
+    // in flight (3 and 4 tiles); every contraction but the thin first layer's on `wgmma`, the
+    // weight gradient of `linear(72)` on 128-row tiles.
+    let specs = ["", "tctile=64", "tcstages=2", "tctaps=table", "wgwait=1", "wgwait=1,tcstages=4"];
+    let (n, tc, wgmma, two) = check(Precision::Tf32, &specs);
+    assert!(tc >= specs.len() * 8, "only {tc} of {n} launches ran tensor cores");
+    assert_eq!(wgmma, tc, "every tensor-core launch on wgmma");
+    assert!(two >= specs.len(), "the 128-row tiles (two warpgroups) did not run");
     assert!(tc < n, "the first layer's direct kernels did not run");
 }
 
@@ -207,13 +248,13 @@ fn bf16_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
     // Activations stored in bf16; native 16-bit products with ldmatrix or plain fragment
     // loads, and 16-bit operands through TF32 products.
     let specs = ["", "frag=lds", "tc16=tf32"];
-    let (n, tc) = check(Precision::Bf16, &specs);
+    let (n, tc, ..) = check(Precision::Bf16, &specs);
     assert!(tc >= specs.len() * 8 && tc < n, "{tc} of {n} launches ran tensor cores");
 }
 
 #[test]
 fn fp16_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
     // Activations stored as IEEE halves, native f16 products.
-    let (n, tc) = check(Precision::Fp16, &[""]);
+    let (n, tc, ..) = check(Precision::Fp16, &[""]);
     assert!(tc >= 8 && tc < n, "{tc} of {n} launches ran tensor cores");
 }

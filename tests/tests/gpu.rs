@@ -10,7 +10,7 @@ use cvc_compiler::interp::{Session, SplitMix64, Tensor, TensorData};
 use cvc_compiler::ir::{DType, Graph, Mode, Op, Value};
 use cvc_compiler::passes::pipeline::{compile, Options};
 use cvc_compiler::passes::Program;
-use cvc_compiler::target::{CudaTarget, IndexChoice, KernelConfig, TcHalf};
+use cvc_compiler::target::{CudaTarget, IndexChoice, KernelConfig, TcHalf, TcMma};
 use cvc_runtime::backend::{Backend, HostData, HostTensor};
 use cvc_runtime::cuda::CudaBackend;
 use cvc_tests::differential::{check_training_steps, from_host, to_host};
@@ -794,6 +794,9 @@ fn unit_roundoff(p: Precision) -> f64 {
 fn numerics_of(p: Precision, kernels: &KernelConfig) -> cvc_tests::differential::Numerics {
     let operand = match p {
         Precision::Bf16 | Precision::Fp16 if kernels.tc16 == TcHalf::Native => unit_roundoff(p),
+        // `wgmma` (the default on an H200) reads f32 operands as TF32 by truncation: twice
+        // rounding's unit.
+        _ if p.tensor_cores() && kernels.tc_mma == TcMma::Wgmma => 2.0 * unit_roundoff(Precision::Tf32),
         _ if p.tensor_cores() => unit_roundoff(Precision::Tf32),
         _ => 0.0,
     };

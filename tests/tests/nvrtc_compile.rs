@@ -93,13 +93,15 @@ fn compile_new_kernels(
         unit.0.push_str(&chunk);
         unit.1.extend(names);
     }
+    // (`sm_90a` where the module's contractions use `wgmma`.)
+    let arch = module.arch.as_str();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(units.len().max(1));
     let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
         let units = &units;
         let jobs: Vec<_> = (0..threads)
             .map(|t| {
                 scope.spawn(move || {
-                    units.iter().skip(t).step_by(threads).try_for_each(|u| check_unit(what, u, out))
+                    units.iter().skip(t).step_by(threads).try_for_each(|u| check_unit(what, u, out, arch))
                 })
             })
             .collect();
@@ -114,11 +116,15 @@ fn compile_new_kernels(
 }
 
 /// Compiles one unit to `out` and checks that every kernel it names is in the result.
-fn check_unit(what: &str, (source, names): &(String, Vec<String>), out: Output) -> Result<(), String> {
+fn check_unit(
+    what: &str,
+    (source, names): &(String, Vec<String>),
+    out: Output,
+    arch: &str,
+) -> Result<(), String> {
     match out {
         Output::Cubin => {
-            let cubin =
-                cvc_runtime::cuda::compile_cubin(source, "sm_90").map_err(|e| format!("{what}: {e}"))?;
+            let cubin = cvc_runtime::cuda::compile_cubin(source, arch).map_err(|e| format!("{what}: {e}"))?;
             if !cubin.starts_with(b"\x7fELF") {
                 return Err(format!("{what}: NVRTC's cubin is not an ELF image"));
             }
@@ -130,7 +136,7 @@ fn check_unit(what: &str, (source, names): &(String, Vec<String>), out: Output) 
             }
         }
         Output::Ptx => {
-            let ptx = cvc_runtime::cuda::compile_ptx(source, "sm_90").map_err(|e| format!("{what}: {e}"))?;
+            let ptx = cvc_runtime::cuda::compile_ptx(source, arch).map_err(|e| format!("{what}: {e}"))?;
             for k in names {
                 if !ptx.contains(&format!(".entry {k}(")) {
                     return Err(format!("{what}: {k} missing from the PTX"));
@@ -360,7 +366,7 @@ fn batched_matmul_kernels_compile_with_nvrtc() {
         for needle in ["g * 35u + m * 7u + k", "const ix q = k / ", "[g * "] {
             assert!(module.source.contains(needle), "{precision:?}: no `{needle}` in the source");
         }
-        let cubin = cvc_runtime::cuda::compile_cubin(&module.source, "sm_90")
+        let cubin = cvc_runtime::cuda::compile_cubin(&module.source, &module.arch)
             .unwrap_or_else(|e| panic!("{precision:?}: {e}"));
         assert!(cubin.starts_with(b"\x7fELF"), "{precision:?}: NVRTC's cubin is not an ELF image");
     }
@@ -641,20 +647,28 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
         // (`index=64` changes every kernel: the 64-bit code of every kernel compiles in
         // `every_model_at_a_huge_batch_generates_64_bit_kernels_that_compile`.)
         ("yz=2", Some),
-        // Tensor-core GEMM choices: TF32 and 16-bit code only (fp32 kernels unchanged). The
-        // wide tiles with the default `async` staging combine code these cover.
-        // (`Ac`: a complex operand's interleaved plane under the default `async` staging.)
-        ("tc=plain", SomeOf(" Ar[| Ac[")),
-        ("tc=prefetch", SomeOf(" Ar[| Ac[")),
-        ("tc=prefetch,tctile=128", SomeOf(" Ar[| Ac[")),
+        // Tensor-core GEMM choices: TF32 and 16-bit code only (fp32 kernels unchanged). TF32
+        // contractions default to `wgmma` (planes in dynamic shared memory, `gemm_smem`); the
+        // `mma.sync` forms (`mma=sync`: `Ac`, a complex operand's interleaved plane under the
+        // default `async` staging, or the `Ar` planes) are the 16-bit precisions' too.
+        ("mma=sync", SomeOf(" Ar[| Ac[| gemm_smem[")),
+        ("mma=sync,tc=plain", SomeOf(" Ar[| Ac[| gemm_smem[")),
+        ("mma=sync,tc=prefetch", SomeOf(" Ar[| Ac[| gemm_smem[")),
+        ("mma=sync,tc=prefetch,tctile=128", SomeOf(" Ar[| Ac[| gemm_smem[")),
         // (3 blocks per SM is the default of the 4-warp TF32 tile.)
-        ("tcblocks=2", SomeOf(" Ar[| Ac[")),
-        // (`tctile=64w4` is the TF32 default; its 16-bit form compiles in
+        ("mma=sync,tcblocks=2", SomeOf(" Ar[| Ac[| gemm_smem[")),
+        // (`tctile=64w4` is the `mma.sync` TF32 default; its 16-bit form compiles in
         // `half_precision_kernels_compile_with_nvrtc_for_sm90`.)
-        ("tctile=64", SomeOf(" Ar[| Ac[")),
-        ("tcstages=2", SomeOf(" Ar[| Ac[")),
-        ("tcstages=4", SomeOf(" Ar[| Ac[")),
-        ("tctaps=table", SomeOf(" Ar[| Ac[")),
+        ("mma=sync,tctile=64", SomeOf(" Ar[| Ac[| gemm_smem[")),
+        ("mma=sync,tcstages=2", SomeOf(" Ar[| Ac[| gemm_smem[")),
+        ("mma=sync,tctaps=table", SomeOf(" Ar[| Ac[| gemm_smem[")),
+        // `wgmma` choices (compiled for `sm_90a`, the module's `arch`; the defaults to a cubin
+        // in `wgmma_kernels_compile_to_a_cubin_for_sm90a`).
+        ("tctile=64", SomeOf(" Ar[| Ac[| gemm_smem[")),
+        ("tcstages=2", SomeOf(" Ar[| Ac[| gemm_smem[")),
+        ("tcstages=4", SomeOf(" Ar[| Ac[| gemm_smem[")),
+        ("tctaps=table", SomeOf(" Ar[| Ac[| gemm_smem[")),
+        ("wgwait=1,tcstages=4", SomeOf(" Ar[| Ac[| gemm_smem[")),
     ];
     // Kernels that differ from the default module, by architecture, each kind once.
     let mut changed_kernels: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
@@ -716,7 +730,8 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
                     f.source != t.source,
                     "{file}: tf32 changes exactly the files with contractions"
                 );
-                assert_eq!(contracts, t.source.contains("mma_tf32(c"), "{file}: tensor-core kernels");
+                let tensor_cores = t.source.contains("mma_tf32(c") || t.source.contains("wgmma_tf32<");
+                assert_eq!(contracts, tensor_cores, "{file}: tensor-core kernels");
                 // Direct kernels only where fp32 has them too (first layers too thin for tensor
                 // cores: conv.rs `too_shallow_for_tensor_cores`).
                 for a in [" Ws[", " Ds["] {
@@ -734,7 +749,7 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
                     thin_layers_seen = true;
                 }
                 any |= contracts;
-                collect_changed("tf32", file, &f.source, &t.source, "sm_90".into());
+                collect_changed("tf32", file, &f.source, &t.source, t.arch.clone());
             }
             assert!(any, "no file has a contraction");
             assert!(thin_layers_seen, "seed_cnn.cvnn is not among the files");
@@ -775,7 +790,7 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
                     Some => {}
                     LaunchesOnly => assert!(!changed, "{what}, {file}: the source changed"),
                 }
-                collect_changed(&what, file, &base.source, &m.source, target.device.arch());
+                collect_changed(&what, file, &base.source, &m.source, m.arch.clone());
             }
             // The fp32 GEMM's kernel choices do not apply to TF32 numerics, nor the tensor-core
             // GEMM's to fp32; the direct kernels' apply at TF32 to the few layers too thin for
@@ -784,7 +799,8 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
                 && ["bk=", "cmul=", "ftile="].iter().any(|k| what.starts_with(k));
             let thin_only = precision == Precision::Tf32
                 && ["conv=", "ck=", "wgrad="].iter().any(|k| what.starts_with(k));
-            let tc_only = precision == Precision::Fp32 && what.starts_with("tc");
+            let tc_only =
+                precision == Precision::Fp32 && ["tc", "mma=", "wgwait="].iter().any(|k| what.starts_with(k));
             match expect {
                 LaunchesOnly => assert!(launches_changed, "{what}: no launch list changed"),
                 _ if fp32_only => {
@@ -837,6 +853,49 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
     }
     assert!(compiled > 0);
     eprintln!("{compiled} changed kernels compiled");
+}
+
+/// The TF32 contractions of the seed network and of every batched-matmul form on Hopper's
+/// warpgroup products (the H200's default, `mma=wgmma`), a module for `sm_90a` (where alone
+/// `wgmma` exists) that ptxas accepts; the same choice on an A100 keeps `mma.sync` and `sm_80`.
+#[test]
+fn wgmma_kernels_compile_to_a_cubin_for_sm90a() {
+    let nvrtc = nvrtc_or_skip();
+    let wgmma = KernelConfig::parse("mma=wgmma").expect("a spec");
+    let seed =
+        cvnn_files().into_iter().find(|p| p.ends_with("examples/seed_cnn.cvnn")).expect("the seed network");
+    let src = std::fs::read_to_string(&seed).expect("read");
+    let checked = check_source("seed_cnn.cvnn", &src, Mode::Train).unwrap_or_else(|d| panic!("{d:?}"));
+    let opts = Options { batch: 64, optimizer: checked.train.optimizer.clone(), ..Options::default() };
+    let programs = [
+        ("seed_cnn", compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{e}"))),
+        ("matmul forms", cvc_tests::matmul_forms::program(3).expect("compiles")),
+    ];
+    for (name, program) in &programs {
+        let target = CudaTarget::h200().with_precision(Precision::Tf32).with_kernels(wgmma.clone());
+        let m = cuda::generate(program, &target).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(m.arch, "sm_90a", "{name}");
+        let launches = m.kernel_code.iter().filter(|(c, _)| c.contains("wgmma_tf32<")).count();
+        assert!(launches > 0 && !m.source.contains("mma_tf32(c"), "{name}: every TF32 GEMM on wgmma");
+        let a100 = cvc_compiler::target::CudaDevice {
+            compute_capability: (8, 0),
+            ..cvc_compiler::target::CudaDevice::h200()
+        };
+        let old = cuda::generate(program, &CudaTarget { device: a100, ..target.clone() })
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(old.arch, "sm_80", "{name}");
+        assert!(!old.source.contains("wgmma_tf32<") && old.source.contains("mma_tf32(c"), "{name}");
+        if !nvrtc {
+            continue;
+        }
+        let cubin =
+            cvc_runtime::cuda::compile_cubin(&m.source, &m.arch).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for k in &m.kernels {
+            let needle = format!("{k}\0");
+            assert!(cubin.windows(needle.len()).any(|w| w == needle.as_bytes()), "{name}: {k} missing");
+        }
+        eprintln!("{name}: {launches} wgmma kernels, {} bytes of sm_90a cubin", cubin.len());
+    }
 }
 
 /// TF32 tensor cores (`mma.sync` on TF32) need compute capability 8.0: an older target is an

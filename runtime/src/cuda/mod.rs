@@ -455,7 +455,8 @@ impl CudaBackend {
         let target = CudaTarget { device, kernels: kernels.clone(), precision };
         backend.generated = cuda::generate(program, &target)
             .map_err(|e| RuntimeError(format!("CUDA code generation: {e}")))?;
-        backend.load_module(&target.device.arch())?;
+        let arch = backend.generated.arch.clone();
+        backend.load_module(&arch)?;
         backend.allocate_arena(program)?;
         let groups: Vec<Option<usize>> = backend
             .generated
@@ -515,6 +516,7 @@ impl CudaBackend {
                 steps: Vec::new(),
                 kernels: Vec::new(),
                 scratch: (0, 0),
+                arch: String::new(),
             },
             target: CudaTarget::default(),
             staging: Vec::new(),

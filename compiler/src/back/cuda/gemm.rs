@@ -752,6 +752,19 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
         Precision::Fp16 if kc.tc16 == TcHalf::Native => Some(Half::F16),
         _ => None,
     };
+    let full = ctx.g.node(v).inputs.iter().all(|&x| !ctx.storage(x).is_half());
+    let complex_out = gm.tc == DType::C64;
+    let complex_in = gm.ta == DType::C64 || gm.tb == DType::C64;
+    if kc.tc_mma == TcMma::Wgmma
+        && half.is_none()
+        && full
+        && complex_out == complex_in
+        && ctx.target.device.compute_capability == (9, 0)
+    {
+        if let Some(k) = emit_wgmma(ctx, gm, v, name)? {
+            return Ok(k);
+        }
+    }
     // K tile depth: two MMA steps per tile, or one 16-deep step where K is no deeper.
     let bk = if half.is_some() && gm.k > BK { 2 * BK } else { BK };
     // (block tile, warps along M, MMA tiles of 16 × 8 per warp along M and N, warps)
@@ -787,7 +800,6 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
     };
     let stage_bytes = planes(bm, ca) + planes(bn, cb);
     let node = ctx.g.node(v);
-    let full = node.inputs.iter().all(|&x| !ctx.storage(x).is_half());
     // How an operand is stored: that of the input whose buffer it reads.
     let stored = |load: &Load| {
         node.inputs
@@ -1031,6 +1043,203 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
         shared: dynamic,
         index,
     })
+}
+
+/// Bytes of an 8 × 4 "core matrix" of TF32 elements, the unit of `wgmma`'s shared-memory
+/// operands: 8 rows of 16 contiguous bytes.
+const CORE_BYTES: usize = 128;
+
+/// The TF32 GEMM on Hopper's warpgroup instruction ([`TcMma::Wgmma`]): one or two warpgroups
+/// (128 threads each) per block, each computing 64 rows of the block's `64·w × N` tile (N = 128,
+/// or 64 under `tctile=64 | 64w4`, where the GEMM is no wider, and where two K tiles of 128
+/// would not fit the device's shared memory) by `wgmma.mma_async.m64nNk8`,
+/// whose operands the tensor cores read from shared memory through
+/// descriptors. The K tiles (16 deep) are copied by `cp.async` into a ring of
+/// `KernelConfig::tc_stages` buffers of dynamic shared memory, each operand as K-major planes
+/// (re and im apart for a complex one) of core matrices: element `(x, k)` of a plane at float
+/// `(x / 8)·128 + (k / 4)·32 + (x % 8)·4 + k % 4`, so the core matrices adjacent along K are
+/// 128 bytes apart (the descriptor's leading offset) and those along the rows 512 (its stride
+/// offset). Per tile: wait for its copies, make them visible to the async proxy, one barrier;
+/// the products of its two 8-deep steps are issued, then the copies of the tile `stages − 1`
+/// ahead into the buffer the previous tile used, then the products are waited for. Under
+/// `wgwait=1` they are not: the copies go `stages − 2` tiles ahead into the buffer of the tile
+/// two back, and each tile waits only for the products of the one before it. `None` where not
+/// even two K tiles of 64 columns fit (the `mma.sync` kernels then run the contraction).
+///
+/// The copies move raw f32 elements: the tensor cores read their upper 19 bits as TF32
+/// (truncation), and a conjugated operand's imaginary plane is negated by the instruction's
+/// operand scale. A complex product is four real ones (`re += ar·br − ai·bi`,
+/// `im += ar·bi + ai·br`), a mixed one two.
+fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Option<Kernel>> {
+    let kc = &ctx.target.kernels;
+    let warpgroups = if gm.m > 64 { 2 } else { 1 };
+    // 128 columns unless a narrower tile is asked for (measured: the ViT's tf32 step 80.0 ms
+    // with 64, 75.1 with 128; the seed network's 13.9 and 12.8 ms).
+    let narrow = matches!(kc.tc_tile, TcTile::Narrow | TcTile::FourWarps);
+    let (bm, bk) = (64 * warpgroups, BK);
+    let parts = |complex: bool| if complex { 2 } else { 1 };
+    let (ca, cb) = (gm.ta == DType::C64, gm.tb == DType::C64);
+    let table_bytes = gm.taps.as_ref().map_or(0, |t| 8 * t.taps);
+    let optin = ctx.target.device.shared_per_block_optin;
+    // Bytes of one K tile of both operands with `bn` columns.
+    let stage_of = |bn: usize| 4 * bk * (parts(ca) * bm + parts(cb) * bn);
+    let fits = |bn: usize| 2 * stage_of(bn) + table_bytes <= optin;
+    // The narrower tile where two stages of the wide one do not fit the device; the `mma.sync`
+    // kernels (which can stage one tile in static shared memory) where neither does.
+    let bn = match (narrow || gm.n <= 64, fits(128), fits(64)) {
+        (false, true, _) => 128,
+        (_, _, true) => 64,
+        _ => return Ok(None),
+    };
+    let threads = 128 * warpgroups;
+    let gx = gm.n.div_ceil(bn);
+    let gy = gm.m.div_ceil(bm);
+    let tiles = gx * gy * gm.groups;
+    let (splits, chunk) = split_k(ctx, gm, v, tiles, bk);
+    let grid = Grid::new(ctx, [gx, gy, gm.groups * splits], &kernel_name(ctx, v))?;
+    let index = indexing(ctx, gm, v, [bm, bn, bk], splits * chunk);
+    // Floats of a plane of `x` rows, and the descriptor's offsets (bytes).
+    let plane = |x: usize| x * bk;
+    let (lbo, sbo) = (CORE_BYTES, bk / 4 * CORE_BYTES);
+    let stage_floats = parts(ca) * plane(bm) + parts(cb) * plane(bn);
+    let stage_bytes = 4 * stage_floats;
+    let stages =
+        (2..=kc.tc_stages.max(2)).rev().find(|&n| n * stage_bytes + table_bytes <= optin).unwrap_or(2);
+    // With a tile's products in flight the buffer refilled is the one two tiles back.
+    let inflight = kc.wgmma_inflight && stages >= 3;
+    let ahead = if inflight { stages - 2 } else { stages - 1 };
+    let mut c = String::new();
+    let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {name}(char* A) {{");
+    c.push_str(index.typedef());
+    let _ =
+        writeln!(c, "  const u32 tid = threadIdx.x, lane = tid & 31u, wg = tid >> 7, wl = (tid >> 5) & 3u;");
+    c.push_str(&block_coords(&grid, gm.groups, bm, bn));
+    if let Some(t) = &gm.taps {
+        c.push_str(&t.fill(threads));
+    }
+    let _ = writeln!(c, "  const ix kb = split * {chunk}u, ke = min(kb + (ix){chunk}u, (ix){}u);", gm.k);
+    c.push_str("  extern __shared__ __align__(16) unsigned char gemm_smem[];\n");
+    c.push_str("  float* const sm = reinterpret_cast<float*>(gemm_smem);\n");
+    // The float offset of element (x, k) in a plane of core matrices.
+    c.push_str(
+        "  auto CM = [](u32 x, u32 k) -> u32 { return (x >> 3) * 128u + (k >> 2) * 32u + (x & 7u) * 4u + (k & 3u); };\n",
+    );
+    let _ = writeln!(c, "  auto IA = [&](ix m, ix k) -> ix {{\n      {}\n  }};", gm.load_a.index());
+    let _ = writeln!(c, "  auto IB = [&](ix k, ix n) -> ix {{\n      {}\n  }};", gm.load_b.index());
+    let _ = writeln!(c, "  float cr[{}] = {{}};", bn / 2);
+    if ca || cb {
+        let _ = writeln!(c, "  float ci[{}] = {{}};", bn / 2);
+    }
+    // The planes of stage `s`: A's re (and im), then B's.
+    let mut at = 0;
+    let mut plane_at = |name: &str, x: usize, complex: bool, c: &mut String| {
+        for part in if complex { ["r", "i"].as_slice() } else { ["r"].as_slice() } {
+            let _ = writeln!(
+                c,
+                "  auto P{name}{part} = [&](u32 s) -> float* {{ return sm + s * {stage_floats}u + {at}u; }};"
+            );
+            at += plane(x);
+        }
+    };
+    plane_at("A", bm, ca, &mut c);
+    plane_at("B", bn, cb, &mut c);
+    let mut fetch = String::new();
+    for (op, ext, bx, k_fast, len, cx, load) in
+        [("A", gm.m, bm, gm.a_k_fast, "m", ca, &gm.load_a), ("B", gm.n, bn, gm.b_k_fast, "n", cb, &gm.load_b)]
+    {
+        let per = bk * bx / threads;
+        let (kk, xx) = if k_fast {
+            (format!("e % {bk}u"), format!("e / {bk}u"))
+        } else {
+            (format!("e / {bx}u"), format!("e % {bx}u"))
+        };
+        let args = if op == "A" { "x, k" } else { "k, x" };
+        let copy = if cx {
+            format!("cp_async4(P{op}r(s) + o, src, ok);\n      cp_async4(P{op}i(s) + o, src + 1, ok);")
+        } else {
+            format!("cp_async4(P{op}r(s) + o, src, ok);")
+        };
+        let _ = write!(
+            fetch,
+            "    #pragma unroll\n    for (u32 r = 0; r < {per}u; ++r) {{\n      const u32 e = tid + r * {threads}u, kk = {kk}, xx = {xx}, o = CM(xx, kk);\n      \
+             const ix k = k0 + kk, x = {len}0 + xx;\n      const ix at = (x < {ext}u && k < ke) ? I{op}({args}) : {NOIDX};\n      \
+             const bool ok = at != {NOIDX};\n      const float* src = (const float*)({ptr} + (ok ? at : 0));\n      {copy}\n    }}\n",
+            ptr = load.ptr,
+        );
+    }
+    // The products of stage `s`: per 8-deep step, (accumulator, A plane, B plane, operand signs).
+    let sign = |conj: bool| if conj { -1 } else { 1 };
+    let (sa, sb) = (sign(gm.load_a.conj), sign(gm.load_b.conj));
+    let prods: Vec<(&str, &str, &str, i32, i32)> = match (ca, cb) {
+        (true, true) => vec![
+            ("cr", "Ar", "Br", 1, 1),
+            ("cr", "Ai", "Bi", -sa * sb, 1),
+            ("ci", "Ar", "Bi", 1, sb),
+            ("ci", "Ai", "Br", sa, 1),
+        ],
+        (true, false) => vec![("cr", "Ar", "Br", 1, 1), ("ci", "Ai", "Br", sa, 1)],
+        (false, true) => vec![("cr", "Ar", "Br", 1, 1), ("ci", "Ar", "Bi", 1, sb)],
+        (false, false) => vec![("cr", "Ar", "Br", 1, 1)],
+    };
+    let mut products = String::new();
+    let _ = writeln!(products, "    #pragma unroll\n    for (u32 j = 0; j < {}u; ++j) {{", bk / 8);
+    for (acc, a, b, s_a, s_b) in &prods {
+        // A warpgroup's 64 rows start 8 core-matrix rows into A's plane per warpgroup; each
+        // 8-deep step two core matrices along K.
+        let _ = writeln!(
+            products,
+            "      wgmma_tf32<{bn}, {s_a}, {s_b}>({acc}, wgmma_desc(P{a}(s) + wg * {}u + j * 64u, {lbo}u, {sbo}u), wgmma_desc(P{b}(s) + j * 64u, {lbo}u, {sbo}u));",
+            8 * sbo / 4
+        );
+    }
+    products.push_str("    }\n");
+    let _ = writeln!(
+        c,
+        "  #pragma unroll\n  for (u32 p = 0; p < {ahead}u; ++p) {{\n    const ix k0 = kb + p * {bk}u; const u32 s = p;\n    if (k0 < ke) {{\n{fetch}    }}\n    cp_async_commit();\n  }}"
+    );
+    let _ = writeln!(c, "  u32 s = 0, sf = {ahead}u;\n  for (ix k0 = kb; k0 < ke; k0 += {bk}u) {{");
+    let _ = writeln!(
+        c,
+        "    cp_async_wait<{}>();\n    fence_async_shared();\n    __syncthreads();\n    wgmma_fence();",
+        ahead - 1
+    );
+    c.push_str(&products);
+    c.push_str("    wgmma_commit();\n");
+    let _ = writeln!(
+        c,
+        "    if (k0 + {a}u < ke) {{\n      const ix k0f = k0 + {a}u; const u32 sn = sf;\n      {{\n        const ix k0 = k0f; const u32 s = sn;\n{fetch}      }}\n    }}\n    cp_async_commit();",
+        a = ahead * bk
+    );
+    let _ = writeln!(
+        c,
+        "    wgmma_wait<{}>();\n    s = s + 1u == {stages}u ? 0u : s + 1u;\n    sf = sf + 1u == {stages}u ? 0u : sf + 1u;\n  }}",
+        usize::from(inflight)
+    );
+    if inflight {
+        c.push_str("  wgmma_wait<0>();\n");
+    }
+    let val = if ca || cb { "make_float2(cr[4 * i + q], ci[4 * i + q])" } else { "cr[4 * i + q]" };
+    let store =
+        if splits > 1 { format!("atomic_acc(&{}, {val});", gm.out) } else { format!("{} = {val};", gm.out) };
+    let _ = writeln!(
+        c,
+        "  #pragma unroll\n  for (int i = 0; i < {}; ++i)\n    #pragma unroll\n    for (int q = 0; q < 4; ++q) {{\n      \
+         const ix m = m0 + wg * 64u + wl * 16u + (lane >> 2) + (q >= 2 ? 8u : 0u), n = n0 + i * 8u + 2u * (lane & 3u) + (q & 1);\n      \
+         if (m < {}u && n < {}u) {store}\n    }}\n}}",
+        bn / 8,
+        gm.m,
+        gm.n
+    );
+    let zero = if splits > 1 { vec![(ctx.offset(v)?, ctx.bytes(v))] } else { Vec::new() };
+    Ok(Some(Kernel {
+        code: c,
+        grid: grid.launch,
+        block: [threads as u32, 1, 1],
+        zero,
+        scratch: 0,
+        shared: stages * stage_bytes,
+        index,
+    }))
 }
 
 /// The tensor-core products of one K tile of stage `s`: per 8-deep slice, each warp's A

@@ -93,7 +93,7 @@ use crate::passes::fusion::{GroupKind, KernelGroup};
 use crate::passes::memplan::ArenaPlan;
 use crate::passes::Program;
 use crate::target::{
-    ComplexProducts, CudaTarget, FmaTile, IndexChoice, TcFragments, TcHalf, TcStaging, TcTile,
+    ComplexProducts, CudaTarget, FmaTile, IndexChoice, TcFragments, TcHalf, TcMma, TcStaging, TcTile,
 };
 use std::fmt::Write;
 
@@ -149,6 +149,10 @@ pub struct CudaModule {
     /// reductions split over blocks, and their counters. The runtime allocates it with the
     /// arena (one allocation) and zeroes it once.
     pub scratch: (usize, usize),
+    /// The architecture NVRTC compiles the module for: the device's (`sm_90`), or its
+    /// architecture-specific variant (`sm_90a`) where a kernel uses `wgmma`
+    /// ([`crate::target::TcMma::Wgmma`]), which exists only there.
+    pub arch: String,
 }
 
 /// One translation unit of a module: the prelude, the template libraries its kernels use,
@@ -314,12 +318,20 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
         }));
         kernels.push(name);
     }
+    // `wgmma` is an instruction of the architecture-specific target only (ptxas rejects it for
+    // `sm_90`); such a module runs on compute capability 9.0 alone, which is what it was made for.
+    let arch = if kernel_code.iter().any(|(code, _)| code.contains("wgmma_tf32")) {
+        format!("{}a", target.device.arch())
+    } else {
+        target.device.arch()
+    };
     Ok(CudaModule {
         source,
         kernel_code,
         steps,
         kernels,
         scratch: (scratch_start, scratch_end - scratch_start),
+        arch,
     })
 }
 
@@ -749,6 +761,34 @@ static __device__ __forceinline__ void cp_async8(float2* dst, const float* src, 
 }
 static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> static __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" :: "n"(N) : "memory"); }
+// Warpgroup products of Hopper (sm_90a only; gemm.rs, `TcMma::Wgmma`). The descriptor of a
+// K-major operand in shared memory without swizzling: its start address, and the byte
+// distances between 8-row, 16-byte "core matrices" adjacent along K (lbo) and along M or N
+// (sbo), each in units of 16 bytes.
+static __device__ __forceinline__ u64 wgmma_desc(const float* p, u32 lbo, u32 sbo) {
+  return (u64)((((u32)__cvta_generic_to_shared(p)) & 0x3ffffu) >> 4) | ((u64)(lbo >> 4) << 16) | ((u64)(sbo >> 4) << 32);
+}
+static __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+static __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> static __device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
+// Makes this thread's writes to shared memory (st.shared, completed cp.async) visible to the
+// tensor cores' reads, which go through the async proxy.
+static __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// d (the warpgroup's 64 x N f32 tile, N = 64 or 128: thread t of warp w holds rows 16w + t/4
+// (+8), columns 8i + 2(t%4) (+1) in d[4i .. 4i + 3]) += (SA·A) (64 x 8) · (SB·B) (8 x N), A and
+// B read as TF32 through their descriptors, SA and SB = ±1.
+template <int N, int SA, int SB> static __device__ __forceinline__ void wgmma_tf32(float* d, u64 a, u64 b) {
+  if constexpr (N == 64) {
+    asm volatile("{\n wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, 1, %34, %35;\n}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "n"(SA), "n"(SB) : "memory");
+  } else {
+    static_assert(N == 128, "wgmma_tf32: N is 64 or 128");
+    asm volatile("{\n wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, 1, %66, %67;\n}"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b), "n"(SA), "n"(SB) : "memory");
+  }
+}
 // 16-bit storage (precision = bf16 | fp16, ir/storage.rs): an element widens to f32 when read
 // and rounds to nearest even when written, so kernels index these like float / float2 arrays.
 struct __align__(2) bf16s {
