@@ -576,6 +576,18 @@ fn block_coords(grid: &Grid, groups: usize, bm: usize, bn: usize) -> String {
     )
 }
 
+/// The tensor-core kernels' block prologue: the block's coordinates ([`block_coords`]), the
+/// taps' table filled by `threads` threads where the gather has one, and the block's K range
+/// `[kb, ke)` of its split (`chunk` deep).
+fn tile_origin(grid: &Grid, gm: &Gemm, [bm, bn]: [usize; 2], threads: usize, chunk: usize) -> String {
+    let mut c = block_coords(grid, gm.groups, bm, bn);
+    if let Some(t) = &gm.taps {
+        c.push_str(&t.fill(threads));
+    }
+    let _ = writeln!(c, "  const ix kb = split * {chunk}u, ke = min(kb + (ix){chunk}u, (ix){}u);", gm.k);
+    c
+}
+
 /// Checks that a contraction's shared-memory tiles fit the target device.
 fn shared_fits(ctx: &Ctx, v: Value, bytes: usize) -> CompileResult<()> {
     let max = ctx.target.device.shared_per_block;
@@ -848,11 +860,7 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
     let _ = writeln!(c, "  const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;");
     let _ =
         writeln!(c, "  const u32 wmi = warp % {wm}u, wni = warp / {wm}u, gr = lane >> 2, gc = lane & 3u;");
-    c.push_str(&block_coords(&grid, gm.groups, bm, bn));
-    if let Some(t) = &gm.taps {
-        c.push_str(&t.fill(threads));
-    }
-    let _ = writeln!(c, "  const ix kb = split * {chunk}u, ke = min(kb + (ix){chunk}u, (ix){}u);", gm.k);
+    c.push_str(&tile_origin(&grid, gm, [bm, bn], threads, chunk));
     // Bytes of dynamic shared memory (asynchronous staging): the planes one after another.
     let mut dynamic = 0;
     if asynchronous {
@@ -1113,11 +1121,7 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     c.push_str(index.typedef());
     let _ =
         writeln!(c, "  const u32 tid = threadIdx.x, lane = tid & 31u, wg = tid >> 7, wl = (tid >> 5) & 3u;");
-    c.push_str(&block_coords(&grid, gm.groups, bm, bn));
-    if let Some(t) = &gm.taps {
-        c.push_str(&t.fill(threads));
-    }
-    let _ = writeln!(c, "  const ix kb = split * {chunk}u, ke = min(kb + (ix){chunk}u, (ix){}u);", gm.k);
+    c.push_str(&tile_origin(&grid, gm, [bm, bn], threads, chunk));
     c.push_str("  extern __shared__ __align__(16) unsigned char gemm_smem[];\n");
     c.push_str("  float* const sm = reinterpret_cast<float*>(gemm_smem);\n");
     // The float offset of element (x, k) in a plane of core matrices.
