@@ -214,8 +214,9 @@ pub struct KernelConfig {
     /// gradient's, the forward convolutions unchanged; its bf16 kernels stop spilling) or
     /// computes each element's tap from its index (`tctaps=index`, default). Compiled by NVRTC
     /// in the tests, and its gathers compiled for the host read what the index gathers read
-    /// (`tests/tests/gather_host.rs`); not yet run on a GPU (bench/GPU-NOTES.md, 2026-12-04
-    /// sixth session), so not the default.
+    /// (`tests/tests/gather_host.rs`). Measured on an H100 (bench/RESULTS.md, 2026-12-05 third
+    /// session): the seed network's tf32 step 13.11 ms with it against 12.59 without (the
+    /// `wgmma` kernels), its bf16 step 11.29 against 11.50; so not the default.
     pub tc_tap_table: bool,
     /// How the runtime issues a step's kernels and memsets.
     pub launch: LaunchMode,
@@ -248,7 +249,9 @@ pub enum TcMma {
     /// their upper 19 bits: operands are truncated, not rounded (twice the unit roundoff of
     /// `Sync`'s rounding). Complex products are four real ones on re / im planes, conjugation
     /// by the instruction's operand negation. The block tile is 64 or 128 rows (one or two
-    /// warpgroups) by 128 columns (by 64 under `tctile=64` or `64w4`, or where N ≤ 64);
+    /// warpgroups; the rows are the GEMM's n where m < 64 ≤ n) by 128, 96, 64 or 32 columns,
+    /// the width whose tiles copy the fewest elements (at most 64 under `tctile=64` or `64w4`;
+    /// 128 under `tctile=128`, 64 where N ≤ 64);
     /// `wgwait=1` keeps a tile's products in flight ([`KernelConfig::wgmma_inflight`]). Other
     /// precisions, 16-bit operands and devices other than compute capability 9.0 keep `Sync`.
     #[default]

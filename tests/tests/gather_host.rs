@@ -92,8 +92,12 @@ fn gathers(source: &str) -> Vec<Gather> {
     out
 }
 
+/// The module's CUDA source with the kernel choices `spec`, on `mma.sync`: its kernels gather
+/// through one lambda per operand (`IB`), where the `wgmma` kernels inline the same
+/// declarations per element (they are run under an emulated `wgmma` by `gemm_host.rs`).
 fn module(program: &cvc_compiler::passes::Program, spec: &str) -> String {
-    let kernels = KernelConfig::parse(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+    let spec = format!("mma=sync,{spec}");
+    let kernels = KernelConfig::parse(&spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
     let target = CudaTarget::h200().with_precision(Precision::Tf32).with_kernels(kernels);
     cuda::generate(program, &target).unwrap_or_else(|e| panic!("{spec}: {e}")).source
 }

@@ -37,9 +37,9 @@ model Contractions {
           |> conv2d(8, kernel = 3, pad = 1, bias = false)
           |> conv2d(8, kernel = (3, 5), pad = (1, 2), stride = (2, 1), bias = false)
           |> conv2d(8, kernel = 3, pad = 2, dilation = 2, groups = 2, bias = false)
-          |> conv2d(6, kernel = 1, bias = false)
+          WIDE|> conv2d(6, kernel = 1, bias = false)
           |> conv_transpose2d(4, kernel = 3, stride = 2, pad = 1, output_padding = 1, bias = false)
-          |> flatten |> linear(72) |> crelu |> linear(3) |> abs
+          |> flatten |> linear(72) |> crelu |> linear(96) |> crelu |> linear(3) |> abs
     output y
     loss cross_entropy(y, label)
 }
@@ -71,7 +71,14 @@ const BF16_UNIT_ROUNDOFF: f64 = 1.0 / 256.0;
 
 /// The network's training step, its activations stored as `precision` stores them.
 fn program(precision: Precision) -> Program {
-    let checked = check_source("contractions.cvnn", SOURCE, Mode::Train).unwrap_or_else(|d| panic!("{d:?}"));
+    // At 32 bits, a 64-channel layer too (its weight gradient: 64 rows by 72 columns, which
+    // `wgmma` tiles 96 wide); its sums would pass fp16's range.
+    let wide = match precision {
+        Precision::Bf16 | Precision::Fp16 => "",
+        _ => "|> conv2d(64, kernel = 3, pad = 1, bias = false) ",
+    };
+    let source = SOURCE.replace("WIDE", wide);
+    let checked = check_source("contractions.cvnn", &source, Mode::Train).unwrap_or_else(|d| panic!("{d:?}"));
     let opts = Options {
         batch: 3,
         optimizer: checked.train.optimizer.clone(),
@@ -241,6 +248,14 @@ fn tf32_wgmma_contraction_kernels_compiled_for_the_host_match_the_interpreter() 
     assert_eq!(wgmma, tc, "every tensor-core launch on wgmma");
     assert!(two >= specs.len(), "the 128-row tiles (two warpgroups) did not run");
     assert!(tc < n, "the first layer's direct kernels did not run");
+    // Products with m < 64 ≤ n take n as the instruction's rows, and the narrowest ones 32
+    // columns: `check` ran every contraction of the module, these included.
+    let target = CudaTarget::h200().with_precision(Precision::Tf32);
+    let module = cuda::generate(&program(Precision::Tf32), &target).unwrap_or_else(|e| panic!("{e}"));
+    let has = |s: &str| module.kernel_code.iter().any(|(code, _)| code.contains(s));
+    assert!(has("const ix n0 = "), "no contraction with n as the instruction's rows");
+    assert!(has("wgmma_tf32<32, "), "no contraction with 32-column tiles");
+    assert!(has("wgmma_tf32<96, "), "no contraction with 96-column tiles");
 }
 
 #[test]

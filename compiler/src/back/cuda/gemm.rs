@@ -107,6 +107,12 @@ fn conj_if(c: bool, x: String) -> String {
 /// that returned early for padding put every load in its own branch, and each load waited
 /// for its data before the next one was issued: bench/GPU-NOTES.md).
 struct Load {
+    /// Declarations that read only `k`: the tensor-core kernels compute them once for the
+    /// elements of a tile that share a `k`.
+    pre_k: String,
+    /// Declarations that read only the operand's other index (`m` of A, `n` of B), likewise.
+    pre_x: String,
+    /// Declarations that read both (after the two above).
     pre: String,
     guard: String,
     ptr: String,
@@ -120,16 +126,29 @@ const NOIDX: &str = "(ix)~(ix)0";
 impl Load {
     /// An element read without padding.
     fn plain(ptr: &str, idx: String, conj: bool) -> Load {
-        Load { pre: String::new(), guard: String::new(), ptr: ptr.to_string(), idx, conj }
+        Load {
+            pre_k: String::new(),
+            pre_x: String::new(),
+            pre: String::new(),
+            guard: String::new(),
+            ptr: ptr.to_string(),
+            idx,
+            conj,
+        }
+    }
+
+    /// Every declaration, in order.
+    fn pre_all(&self) -> String {
+        format!("{}{}{}", self.pre_k, self.pre_x, self.pre)
     }
 
     /// The body of a lambda returning the element's index into `ptr`, or [`NOIDX`] for
     /// padding; the conjugation is left to the caller.
     fn index(&self) -> String {
         if self.guard.is_empty() {
-            format!("{}return {};", self.pre, self.idx)
+            format!("{}return {};", self.pre_all(), self.idx)
         } else {
-            format!("{}return ({}) ? (ix)({}) : {NOIDX};", self.pre, self.guard, self.idx)
+            format!("{}return ({}) ? (ix)({}) : {NOIDX};", self.pre_all(), self.guard, self.idx)
         }
     }
 
@@ -140,9 +159,9 @@ impl Load {
     fn value(&self, zero: &str) -> String {
         let ld = conj_if(self.conj, format!("{}[{}]", self.ptr, self.idx));
         if self.guard.is_empty() {
-            format!("{}return {ld};", self.pre)
+            format!("{}return {ld};", self.pre_all())
         } else {
-            format!("{}if (!({})) return {zero};\n      return {ld};", self.pre, self.guard)
+            format!("{}if (!({})) return {zero};\n      return {ld};", self.pre_all(), self.guard)
         }
     }
 
@@ -246,12 +265,13 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
             };
             let load_b = if taps.is_some() {
                 Load {
-                    pre: format!(
-                        "const int2 tp = taps[k];\n      \
-                         const ix b = n / {hw}u, q = n % {hw}u, y = q / {w}u, x = q % {w}u;\n      \
-                         const int oy = (int)y + (tp.y >> 16), ox = (int)x + (int)(short)(tp.y & 0xffff);\n      ",
-                        hw = h * w,
+                    pre_k: "const int2 tp = taps[k];\n      ".into(),
+                    pre_x: format!(
+                        "const ix b = n / {hw}u, q = n % {hw}u, y = q / {w}u, x = q % {w}u;\n      ",
+                        hw = h * w
                     ),
+                    pre: "const int oy = (int)y + (tp.y >> 16), ox = (int)x + (int)(short)(tp.y & 0xffff);\n      "
+                        .into(),
                     guard: format!("(u32)oy < {ho}u && (u32)ox < {wo}u"),
                     ptr: p0.clone(),
                     idx: format!("(b * {o}u + g * {og}u) * {}u + y * {wo}u + x + (ix)tp.x", ho * wo),
@@ -259,12 +279,16 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                 }
             } else {
                 Load {
+                    pre_k: format!(
+                        "const ix oc = k / {khw}u, r = k % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      "
+                    ),
+                    pre_x: format!(
+                        "const ix b = n / {hw}u, q = n % {hw}u, y = q / {w}u, x = q % {w}u;\n      ",
+                        hw = h * w
+                    ),
                     pre: format!(
-                        "const ix oc = k / {khw}u, r = k % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
-                         const ix b = n / {hw}u, q = n % {hw}u, y = q / {w}u, x = q % {w}u;\n      \
-                         const int sy = (int)(y + {pd0}u) - (int)(i * {d0}u), sx = (int)(x + {pd1}u) - (int)(j * {d1}u);\n      \
+                        "const int sy = (int)(y + {pd0}u) - (int)(i * {d0}u), sx = (int)(x + {pd1}u) - (int)(j * {d1}u);\n      \
                          const int oy = sy / {s0}, ox = sx / {s1};\n      ",
-                        hw = h * w,
                         s0 = geom.stride[0],
                         s1 = geom.stride[1],
                         d0 = geom.dilation[0],
@@ -291,11 +315,8 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                 tb: t0,
                 tc,
                 load_a: Load {
-                    pre: format!("const ix oc = k / {khw}u, r = k % {khw}u;\n      "),
-                    guard: String::new(),
-                    ptr: p1.clone(),
-                    idx: format!("((g * {og}u + oc) * {cg}u + m) * {khw}u + r"),
-                    conj: conj[1],
+                    pre_k: format!("const ix oc = k / {khw}u, r = k % {khw}u;\n      "),
+                    ..Load::plain(&p1, format!("((g * {og}u + oc) * {cg}u + m) * {khw}u + r"), conj[1])
                 },
                 load_b,
                 out: format!("{out}[((n / {hw}u) * {c}u + g * {cg}u + m) * {hw}u + n % {hw}u]", hw = h * w),
@@ -427,10 +448,10 @@ impl MatMulShape {
             let split = format!("const ix q = k / {k}u, r = k % {k}u;\n      ");
             (
                 Load {
-                    pre: split.clone(),
+                    pre_k: split.clone(),
                     ..Load::plain(p0, format!("{}{}", at(sa, "q"), a_idx("r")), conj[0])
                 },
-                Load { pre: split, ..Load::plain(p1, format!("{}{}", at(sb, "q"), b_idx("r")), conj[1]) },
+                Load { pre_k: split, ..Load::plain(p1, format!("{}{}", at(sb, "q"), b_idx("r")), conj[1]) },
                 format!("{out}[m * {n}u + n]"),
                 1,
                 k * batch,
@@ -498,49 +519,47 @@ fn patch_gather(ctx: &Ctx, p: &Patch) -> (Load, Option<TapTable>) {
             dx: (geom.dilation[1] as i64, -(geom.pad[1] as i64)),
         },
     );
+    let of_pixel = format!(
+        "const ix b = {pixel} / {hwo}u, q = {pixel} % {hwo}u, oh = q / {wo}u, ow = q % {wo}u;\n      ",
+        hwo = ho * wo,
+    );
+    // The declarations of the tap and of the pixel, each with the GEMM index it reads.
+    let split = |of_tap: String, both: String, guard: String, idx: String| {
+        let (pre_k, pre_x) = if tap == "k" { (of_tap, of_pixel.clone()) } else { (of_pixel.clone(), of_tap) };
+        Load { pre_k, pre_x, pre: both, guard, ptr: x.to_string(), idx, conj }
+    };
     if table.is_some() {
-        let pre = format!(
-            "const int2 tp = taps[{tap}];\n      \
-             const ix b = {pixel} / {hwo}u, q = {pixel} % {hwo}u, oh = q / {wo}u, ow = q % {wo}u;\n      \
-             const int y = (int)(oh * {s0}u) + (tp.y >> 16), x = (int)(ow * {s1}u) + (int)(short)(tp.y & 0xffff);\n      ",
-            hwo = ho * wo,
-            s0 = geom.stride[0],
-            s1 = geom.stride[1],
-        );
-        let load = Load {
-            pre,
-            guard: format!("(u32)y < {h}u && (u32)x < {w}u"),
-            ptr: x.to_string(),
-            idx: format!(
+        let load = split(
+            format!("const int2 tp = taps[{tap}];\n      "),
+            format!(
+                "const int y = (int)(oh * {s0}u) + (tp.y >> 16), x = (int)(ow * {s1}u) + (int)(short)(tp.y & 0xffff);\n      ",
+                s0 = geom.stride[0],
+                s1 = geom.stride[1],
+            ),
+            format!("(u32)y < {h}u && (u32)x < {w}u"),
+            format!(
                 "(b * {c}u + g * {cg}u) * {hw}u + oh * {rs}u + ow * {s1}u + (ix)tp.x",
                 hw = h * w,
                 rs = geom.stride[0] * w,
                 s1 = geom.stride[1],
             ),
-            conj,
-        };
+        );
         return (load, table);
     }
-    let pre = format!(
-        "const ix ci = {tap} / {khw}u, r = {tap} % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      \
-         const ix b = {pixel} / {hwo}u, q = {pixel} % {hwo}u, oh = q / {wo}u, ow = q % {wo}u;\n      \
-         const int y = (int)(oh * {s0}u + i * {d0}u) - {pd0}, x = (int)(ow * {s1}u + j * {d1}u) - {pd1};\n      ",
-        khw = kh * kw,
-        hwo = ho * wo,
-        s0 = geom.stride[0],
-        s1 = geom.stride[1],
-        d0 = geom.dilation[0],
-        d1 = geom.dilation[1],
-        pd0 = geom.pad[0],
-        pd1 = geom.pad[1],
+    let load = split(
+        format!("const ix ci = {tap} / {khw}u, r = {tap} % {khw}u, i = r / {kw}u, j = r % {kw}u;\n      ", khw = kh * kw),
+        format!(
+            "const int y = (int)(oh * {s0}u + i * {d0}u) - {pd0}, x = (int)(ow * {s1}u + j * {d1}u) - {pd1};\n      ",
+            s0 = geom.stride[0],
+            s1 = geom.stride[1],
+            d0 = geom.dilation[0],
+            d1 = geom.dilation[1],
+            pd0 = geom.pad[0],
+            pd1 = geom.pad[1],
+        ),
+        format!("y >= 0 && y < {h} && x >= 0 && x < {w}"),
+        format!("((b * {c}u + g * {cg}u + ci) * {h}u + (u32)y) * {w}u + (u32)x"),
     );
-    let load = Load {
-        pre,
-        guard: format!("y >= 0 && y < {h} && x >= 0 && x < {w}"),
-        ptr: x.to_string(),
-        idx: format!("((b * {c}u + g * {cg}u + ci) * {h}u + (u32)y) * {w}u + (u32)x"),
-        conj,
-    };
     (load, None)
 }
 
@@ -570,17 +589,22 @@ fn kernel_name(ctx: &Ctx, v: Value) -> String {
 /// The block coordinates of a contraction's grid as C declarations: `g` (the channel group),
 /// `split` (of K), and the tile origins `m0`, `n0`.
 fn block_coords(grid: &Grid, groups: usize, bm: usize, bn: usize) -> String {
+    block_origin(grid, groups, [bm, bn], ["m0", "n0"])
+}
+
+/// [`block_coords`] with the tile origins named: `rows` for the grid's y, `cols` for its x.
+fn block_origin(grid: &Grid, groups: usize, [bm, bn]: [usize; 2], [rows, cols]: [&str; 2]) -> String {
     let [x, y, z] = &grid.coords;
     format!(
-        "  const ix g = {z} % {groups}u, split = {z} / {groups}u;\n  const ix m0 = {y} * {bm}u, n0 = {x} * {bn}u;\n"
+        "  const ix g = {z} % {groups}u, split = {z} / {groups}u;\n  const ix {rows} = {y} * {bm}u, {cols} = {x} * {bn}u;\n"
     )
 }
 
-/// The tensor-core kernels' block prologue: the block's coordinates ([`block_coords`]), the
-/// taps' table filled by `threads` threads where the gather has one, and the block's K range
-/// `[kb, ke)` of its split (`chunk` deep).
-fn tile_origin(grid: &Grid, gm: &Gemm, [bm, bn]: [usize; 2], threads: usize, chunk: usize) -> String {
-    let mut c = block_coords(grid, gm.groups, bm, bn);
+/// The tensor-core kernels' block prologue: the block's coordinates ([`block_coords`]; with
+/// `swap`, block rows walk n and block columns m), the taps' table filled by `threads` threads
+/// where the gather has one, and the block's K range `[kb, ke)` of its split (`chunk` deep).
+fn tile_origin(grid: &Grid, gm: &Gemm, tile: [usize; 2], threads: usize, chunk: usize, swap: bool) -> String {
+    let mut c = block_origin(grid, gm.groups, tile, if swap { ["n0", "m0"] } else { ["m0", "n0"] });
     if let Some(t) = &gm.taps {
         c.push_str(&t.fill(threads));
     }
@@ -860,7 +884,7 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
     let _ = writeln!(c, "  const u32 tid = threadIdx.x, lane = tid & 31u, warp = tid >> 5;");
     let _ =
         writeln!(c, "  const u32 wmi = warp % {wm}u, wni = warp / {wm}u, gr = lane >> 2, gc = lane & 3u;");
-    c.push_str(&tile_origin(&grid, gm, [bm, bn], threads, chunk));
+    c.push_str(&tile_origin(&grid, gm, [bm, bn], threads, chunk, false));
     // Bytes of dynamic shared memory (asynchronous staging): the planes one after another.
     let mut dynamic = 0;
     if asynchronous {
@@ -1058,11 +1082,12 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
 const CORE_BYTES: usize = 128;
 
 /// The TF32 GEMM on Hopper's warpgroup instruction ([`TcMma::Wgmma`]): one or two warpgroups
-/// (128 threads each) per block, each computing 64 rows of the block's `64·w × N` tile (N = 128,
-/// or 64 under `tctile=64 | 64w4`, where the GEMM is no wider, and where two K tiles of 128
-/// would not fit the device's shared memory) by `wgmma.mma_async.m64nNk8`,
-/// whose operands the tensor cores read from shared memory through
-/// descriptors. The K tiles (16 deep) are copied by `cp.async` into a ring of
+/// (128 threads each) per block, each computing 64 rows of the block's `64·w × N` tile by
+/// `wgmma.mma_async.m64nNk8`, whose operands the tensor cores read from shared memory through
+/// descriptors. The instruction's rows are the GEMM's m, or its n where m < 64 ≤ n; N is 128,
+/// 96, 64 or 32, the width whose tiles copy the fewest elements (64 or 32 under `tctile=64 |
+/// 64w4`, 128 under `tctile=128`, narrower where two K tiles would not fit the device's shared
+/// memory). The K tiles (16 deep) are copied by `cp.async` into a ring of
 /// `KernelConfig::tc_stages` buffers of dynamic shared memory, each operand as K-major planes
 /// (re and im apart for a complex one) of core matrices: element `(x, k)` of a plane at float
 /// `(x / 8)·128 + (k / 4)·32 + (x % 8)·4 + k % 4`, so the core matrices adjacent along K are
@@ -1080,13 +1105,23 @@ const CORE_BYTES: usize = 128;
 /// `im += ar·bi + ai·br`), a mixed one two.
 fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Option<Kernel>> {
     let kc = &ctx.target.kernels;
-    let warpgroups = if gm.m > 64 { 2 } else { 1 };
-    // 128 columns unless a narrower tile is asked for (measured: the ViT's tf32 step 80.0 ms
+    // The instruction's rows (64 per warpgroup) are the GEMM's m, or its n where m < 64 ≤ n:
+    // 64-row tiles of such a product leave the tensor cores idle for the rows past m (the seed
+    // network's conv2 input gradient: m = 32 channels, n = a million pixels).
+    let swap = gm.m < 64 && gm.n >= 64;
+    let rows = if swap { gm.n } else { gm.m };
+    let cols = if swap { gm.m } else { gm.n };
+    // The operands by role: (GEMM extent, name of its index, its tile origin, k fast, complex, load).
+    let a_op = (gm.m, "m", "m0", gm.a_k_fast, gm.ta == DType::C64, &gm.load_a);
+    let b_op = (gm.n, "n", "n0", gm.b_k_fast, gm.tb == DType::C64, &gm.load_b);
+    let (row_op, col_op) = if swap { (b_op, a_op) } else { (a_op, b_op) };
+    let warpgroups = if rows > 64 { 2 } else { 1 };
+    // 64 columns at most under `tctile=64` or `64w4` (measured: the ViT's tf32 step 80.0 ms
     // with 64, 75.1 with 128; the seed network's 13.9 and 12.8 ms).
     let narrow = matches!(kc.tc_tile, TcTile::Narrow | TcTile::FourWarps);
     let (bm, bk) = (64 * warpgroups, BK);
     let parts = |complex: bool| if complex { 2 } else { 1 };
-    let (ca, cb) = (gm.ta == DType::C64, gm.tb == DType::C64);
+    let (ca, cb) = (row_op.4, col_op.4);
     let table_bytes = gm.taps.as_ref().map_or(0, |t| 8 * t.taps);
     let optin = ctx.target.device.shared_per_block_optin;
     // Bytes of one K tile of both operands with `bn` columns.
@@ -1094,18 +1129,44 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     let fits = |bn: usize| 2 * stage_of(bn) + table_bytes <= optin;
     // The narrower tile where two stages of the wide one do not fit the device; the `mma.sync`
     // kernels (which can stage one tile in static shared memory) where neither does.
-    let bn = match (narrow || gm.n <= 64, fits(128), fits(64)) {
-        (false, true, _) => 128,
-        (_, _, true) => 64,
-        _ => return Ok(None),
-    };
     let threads = 128 * warpgroups;
-    let gx = gm.n.div_ceil(bn);
-    let gy = gm.m.div_ceil(bm);
+    // Of the widths that fit and divide among the threads (see the fetch below), the one
+    // whose tiles copy the fewest elements per K step along a block row, tiles · (bm + bn),
+    // the widest of those: the copies' instructions bound these kernels more than the
+    // products do (bench/RESULTS.md, 2026-12-05 third session). So 288 columns at 64 rows
+    // (the seed network's conv2 weight gradient) take three tiles of 96, not three of 128
+    // (1.60 → 1.39 ms on an H100), and 32 columns one tile of 32; while 192 columns at 128
+    // rows stay two tiles of 128, not three of 64 (a first form of this choice that padded
+    // least took those, and the ViT's tf32 step went from 80.8 to 82.5 ms; it is 80.5 now).
+    let col_k_fast = col_op.3;
+    let divides = |bn: usize| {
+        let step = if col_k_fast { threads / bk } else { threads / bn.min(threads) };
+        let whole = if col_k_fast { bn.is_multiple_of(step) } else { threads.is_multiple_of(bn) };
+        whole && step.is_power_of_two()
+    };
+    // `tctile=128` keeps 128 columns (64 where there are no more), as before the other widths.
+    let wide = kc.tc_tile == TcTile::Wide;
+    let widths: &[usize] = match (narrow, wide) {
+        (true, _) => &[64, 32],
+        (false, true) if cols <= 64 => &[64],
+        (false, true) => &[128, 64],
+        (false, false) => &[128, 96, 64, 32],
+    };
+    let usable = widths.iter().copied().filter(|&bn| fits(bn) && divides(bn));
+    let chosen = if wide {
+        usable.max()
+    } else {
+        usable.min_by_key(|&bn| (cols.div_ceil(bn) * (bm + bn), std::cmp::Reverse(bn)))
+    };
+    let Some(bn) = chosen else {
+        return Ok(None);
+    };
+    let gx = cols.div_ceil(bn);
+    let gy = rows.div_ceil(bm);
     let tiles = gx * gy * gm.groups;
     let (splits, chunk) = split_k(ctx, gm, v, tiles, bk);
     let grid = Grid::new(ctx, [gx, gy, gm.groups * splits], &kernel_name(ctx, v))?;
-    let index = indexing(ctx, gm, v, [bm, bn, bk], splits * chunk);
+    let index = indexing(ctx, gm, v, if swap { [bn, bm, bk] } else { [bm, bn, bk] }, splits * chunk);
     // Floats of a plane of `x` rows, and the descriptor's offsets (bytes).
     let plane = |x: usize| x * bk;
     let (lbo, sbo) = (CORE_BYTES, bk / 4 * CORE_BYTES);
@@ -1121,15 +1182,13 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     c.push_str(index.typedef());
     let _ =
         writeln!(c, "  const u32 tid = threadIdx.x, lane = tid & 31u, wg = tid >> 7, wl = (tid >> 5) & 3u;");
-    c.push_str(&tile_origin(&grid, gm, [bm, bn], threads, chunk));
+    c.push_str(&tile_origin(&grid, gm, [bm, bn], threads, chunk, swap));
     c.push_str("  extern __shared__ __align__(16) unsigned char gemm_smem[];\n");
     c.push_str("  float* const sm = reinterpret_cast<float*>(gemm_smem);\n");
     // The float offset of element (x, k) in a plane of core matrices.
     c.push_str(
         "  auto CM = [](u32 x, u32 k) -> u32 { return (x >> 3) * 128u + (k >> 2) * 32u + (x & 7u) * 4u + (k & 3u); };\n",
     );
-    let _ = writeln!(c, "  auto IA = [&](ix m, ix k) -> ix {{\n      {}\n  }};", gm.load_a.index());
-    let _ = writeln!(c, "  auto IB = [&](ix k, ix n) -> ix {{\n      {}\n  }};", gm.load_b.index());
     let _ = writeln!(c, "  float cr[{}] = {{}};", bn / 2);
     if ca || cb {
         let _ = writeln!(c, "  float ci[{}] = {{}};", bn / 2);
@@ -1147,33 +1206,97 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     };
     plane_at("A", bm, ca, &mut c);
     plane_at("B", bn, cb, &mut c);
+    // Each thread copies `per` elements of an operand's [bx × bk] tile, all at one value of
+    // one index: with `k_fast` at k = kq (tid % bk) and rows xq + r·step (xq = tid / bk, step =
+    // threads / bk); else at row xq (tid % bx) and k = kq + r·step (kq = tid / bx, step =
+    // threads / bx). With `step` a power of two, kq or xq < step fills the low bits that
+    // r·step leaves clear, so the element's place in the planes is the thread's `CM(xq, kq)`
+    // plus a constant; and what depends on the shared index alone is computed once per tile,
+    // not per element: the per-element index arithmetic was most of the K loop's instructions
+    // (the seed network's conv2 input gradient: 858 per 8 `wgmma`, offline SASS).
     let mut fetch = String::new();
-    for (op, ext, bx, k_fast, len, cx, load) in
-        [("A", gm.m, bm, gm.a_k_fast, "m", ca, &gm.load_a), ("B", gm.n, bn, gm.b_k_fast, "n", cb, &gm.load_b)]
-    {
+    for (op, (ext, len, x0, k_fast, cx, load), bx) in [("A", row_op, bm), ("B", col_op, bn)] {
         let per = bk * bx / threads;
-        let (kk, xx) = if k_fast {
-            (format!("e % {bk}u"), format!("e / {bk}u"))
+        let step = if k_fast { threads / bk } else { threads / bx };
+        let span = if k_fast { bx } else { bk };
+        if !step.is_power_of_two() || threads % (if k_fast { bk } else { bx }) != 0 || per * step != span {
+            return Err(internal!("a {bx} × {bk} wgmma tile does not divide among {threads} threads"));
+        }
+        let (kq, xq) = if k_fast {
+            (format!("tid % {bk}u"), format!("tid / {bk}u"))
         } else {
-            (format!("e / {bx}u"), format!("e % {bx}u"))
+            (format!("tid / {bx}u"), format!("tid % {bx}u"))
         };
-        let args = if op == "A" { "x, k" } else { "k, x" };
-        let copy = if cx {
-            format!("cp_async4(P{op}r(s) + o, src, ok);\n      cp_async4(P{op}i(s) + o, src + 1, ok);")
+        let _ = writeln!(c, "  const u32 {op}k = {kq}, {op}x = {xq}, {op}o = CM({op}x, {op}k);");
+        // The plane offset of element r relative to the thread's.
+        let offset = |r: usize| {
+            let d = r * step;
+            if k_fast {
+                (d >> 3) * 128 + (d & 7) * 4
+            } else {
+                (d >> 2) * 32 + (d & 3)
+            }
+        };
+        let copy = |r: usize| {
+            let at = format!("{op}o + {}u", offset(r));
+            if cx {
+                format!("cp_async4(P{op}r(s) + {at}, src, ok);\n        cp_async4(P{op}i(s) + {at}, src + 1, ok);")
+            } else {
+                format!("cp_async4(P{op}r(s) + {at}, src, ok);")
+            }
+        };
+        let guard = if load.guard.is_empty() { String::new() } else { format!(" && ({})", load.guard) };
+        let element = |inside: &str, r: usize| {
+            format!(
+                "{{\n        {varying}{pre}const bool ok = {inside}{guard};\n        \
+                 const float* src = (const float*)({ptr} + (ok ? (ix)({idx}) : (ix)0));\n        {copy}\n      }}\n      ",
+                varying = if k_fast {
+                    format!(
+                        "const ix xf = {x0} + {op}x + {}u, {len} = xf < {ext}u ? xf : (ix){}u;\n        {}",
+                        r * step,
+                        ext - 1,
+                        load.pre_x.replace("\n      ", "\n        ")
+                    )
+                } else {
+                    format!(
+                        "const ix kf = k0 + {op}k + {}u, k = kf < ke ? kf : ke - 1u;\n        {}",
+                        r * step,
+                        load.pre_k.replace("\n      ", "\n        ")
+                    )
+                },
+                pre = load.pre.replace("\n      ", "\n        "),
+                ptr = load.ptr,
+                idx = load.idx,
+                copy = copy(r),
+            )
+        };
+        fetch.push_str("    {\n");
+        if k_fast {
+            let _ = write!(
+                fetch,
+                "      const ix kf = k0 + {op}k, k = kf < ke ? kf : ke - 1u;\n      const bool kin = kf < ke;\n      {}",
+                load.pre_k
+            );
+            for r in 0..per {
+                fetch.push_str(&element(&format!("kin && xf < {ext}u"), r));
+            }
         } else {
-            format!("cp_async4(P{op}r(s) + o, src, ok);")
-        };
-        let _ = write!(
-            fetch,
-            "    #pragma unroll\n    for (u32 r = 0; r < {per}u; ++r) {{\n      const u32 e = tid + r * {threads}u, kk = {kk}, xx = {xx}, o = CM(xx, kk);\n      \
-             const ix k = k0 + kk, x = {len}0 + xx;\n      const ix at = (x < {ext}u && k < ke) ? I{op}({args}) : {NOIDX};\n      \
-             const bool ok = at != {NOIDX};\n      const float* src = (const float*)({ptr} + (ok ? at : 0));\n      {copy}\n    }}\n",
-            ptr = load.ptr,
-        );
+            let _ = write!(
+                fetch,
+                "      const ix xf = {x0} + {op}x, {len} = xf < {ext}u ? xf : (ix){}u;\n      const bool xin = xf < {ext}u;\n      {}",
+                ext - 1,
+                load.pre_x
+            );
+            for r in 0..per {
+                fetch.push_str(&element("xin && kf < ke", r));
+            }
+        }
+        fetch.truncate(fetch.trim_end().len());
+        fetch.push_str("\n    }\n");
     }
     // The products of stage `s`: per 8-deep step, (accumulator, A plane, B plane, operand signs).
     let sign = |conj: bool| if conj { -1 } else { 1 };
-    let (sa, sb) = (sign(gm.load_a.conj), sign(gm.load_b.conj));
+    let (sa, sb) = (sign(row_op.5.conj), sign(col_op.5.conj));
     let prods: Vec<(&str, &str, &str, i32, i32)> = match (ca, cb) {
         (true, true) => vec![
             ("cr", "Ar", "Br", 1, 1),
@@ -1228,11 +1351,13 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     let _ = writeln!(
         c,
         "  #pragma unroll\n  for (int i = 0; i < {}; ++i)\n    #pragma unroll\n    for (int q = 0; q < 4; ++q) {{\n      \
-         const ix m = m0 + wg * 64u + wl * 16u + (lane >> 2) + (q >= 2 ? 8u : 0u), n = n0 + i * 8u + 2u * (lane & 3u) + (q & 1);\n      \
+         const ix {row} = {row}0 + wg * 64u + wl * 16u + (lane >> 2) + (q >= 2 ? 8u : 0u), {col} = {col}0 + i * 8u + 2u * (lane & 3u) + (q & 1);\n      \
          if (m < {}u && n < {}u) {store}\n    }}\n}}",
         bn / 8,
         gm.m,
-        gm.n
+        gm.n,
+        row = row_op.1,
+        col = col_op.1,
     );
     let zero = if splits > 1 { vec![(ctx.offset(v)?, ctx.bytes(v))] } else { Vec::new() };
     Ok(Some(Kernel {
