@@ -1138,12 +1138,7 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     // (1.60 → 1.39 ms on an H100), and 32 columns one tile of 32; while 192 columns at 128
     // rows stay two tiles of 128, not three of 64 (a first form of this choice that padded
     // least took those, and the ViT's tf32 step went from 80.8 to 82.5 ms; it is 80.5 now).
-    let col_k_fast = col_op.3;
-    let divides = |bn: usize| {
-        let step = if col_k_fast { threads / bk } else { threads / bn.min(threads) };
-        let whole = if col_k_fast { bn.is_multiple_of(step) } else { threads.is_multiple_of(bn) };
-        whole && step.is_power_of_two()
-    };
+    let divides = |bn: usize| fetch_step(col_op.3, bn, threads).is_some();
     // `tctile=128` keeps 128 columns (64 where there are no more), as before the other widths.
     let wide = kc.tc_tile == TcTile::Wide;
     let widths: &[usize] = match (narrow, wide) {
@@ -1217,11 +1212,8 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     let mut fetch = String::new();
     for (op, (ext, len, x0, k_fast, cx, load), bx) in [("A", row_op, bm), ("B", col_op, bn)] {
         let per = bk * bx / threads;
-        let step = if k_fast { threads / bk } else { threads / bx };
-        let span = if k_fast { bx } else { bk };
-        if !step.is_power_of_two() || threads % (if k_fast { bk } else { bx }) != 0 || per * step != span {
-            return Err(internal!("a {bx} × {bk} wgmma tile does not divide among {threads} threads"));
-        }
+        let step = fetch_step(k_fast, bx, threads)
+            .ok_or_else(|| internal!("a {bx} × {bk} wgmma tile does not divide among {threads} threads"))?;
         let (kq, xq) = if k_fast {
             (format!("tid % {bk}u"), format!("tid / {bk}u"))
         } else {
@@ -1369,6 +1361,21 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
         shared: stages * stage_bytes,
         index,
     }))
+}
+
+/// How far apart the elements one thread copies of a `wgmma` operand tile of `bx` rows × [`BK`]
+/// lie, for `threads` threads (see `emit_wgmma`'s fetch): along the rows (`k_fast`: each thread
+/// at one k) or along K (each at one row). `None` where the tile does not divide among the
+/// threads so, or the step is not a power of two (the planes' offsets would not be constants).
+fn fetch_step(k_fast: bool, bx: usize, threads: usize) -> Option<usize> {
+    let (step, whole) = if k_fast {
+        let step = threads / BK;
+        (step, threads.is_multiple_of(BK) && step > 0 && bx.is_multiple_of(step))
+    } else {
+        let step = threads / bx.min(threads);
+        (step, threads.is_multiple_of(bx) && BK.is_multiple_of(step))
+    };
+    (whole && step.is_power_of_two()).then_some(step)
 }
 
 /// The tensor-core products of one K tile of stage `s`: per 8-deep slice, each warp's A
