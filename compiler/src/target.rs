@@ -207,17 +207,8 @@ pub struct KernelConfig {
     /// staging ([`TcStaging::Async`]): `N − 1` tiles are copied while one is multiplied
     /// (fewer where the device's shared memory does not hold `N`; at least 2).
     pub tc_stages: usize,
-    /// Whether the tensor-core GEMM gathers convolution patches through a table of the taps
-    /// in shared memory (`tctaps=table`: one shared load per element instead of four divisions
-    /// by constants; offline SASS of the seed network's TF32 kernels: 753 instead of 790
-    /// instructions per 64 `mma` in a weight gradient's loop, 928 instead of 998 in an input
-    /// gradient's, the forward convolutions unchanged; its bf16 kernels stop spilling) or
-    /// computes each element's tap from its index (`tctaps=index`, default). Compiled by NVRTC
-    /// in the tests, and its gathers compiled for the host read what the index gathers read
-    /// (`tests/tests/gather_host.rs`). Measured on an H100 (bench/RESULTS.md, 2026-12-05 third
-    /// session): the seed network's tf32 step 13.11 ms with it against 12.59 without (the
-    /// `wgmma` kernels), its bf16 step 11.29 against 11.50; so not the default.
-    pub tc_tap_table: bool,
+    /// How the tensor-core GEMM gathers convolution patches ([`TapGather`]).
+    pub tc_taps: TapGather,
     /// How the runtime issues a step's kernels and memsets.
     pub launch: LaunchMode,
     /// The tensor-core instruction of the TF32 GEMM: Hopper's warpgroup `wgmma` reading its
@@ -228,6 +219,40 @@ pub struct KernelConfig {
     /// `tc_stages − 2` tiles ahead, where at least 3 stages fit), or are waited for before the
     /// next tile's barrier (`wait_group 0`, `tc_stages − 1` ahead).
     pub wgmma_inflight: bool,
+    /// Under [`TcMma::Wgmma`]: warpgroups of their own that copy the K tiles (`wgprod=N`, 1 to
+    /// 3; 0, the default: every warpgroup copies and multiplies). The warpgroups that multiply
+    /// then hold only their accumulators, and the copies' index arithmetic runs beside the
+    /// products instead of between them; copier `p` fills the tiles `p, p + N, …`. Copiers
+    /// and multipliers hand the ring's buffers to each other through `mbarrier`s (a buffer's
+    /// copies landed: `cp.async.mbarrier.arrive`; its products done: `mbarrier.arrive`)
+    /// instead of block barriers; where the block's threads would get fewer registers than the
+    /// multipliers need, the copiers give theirs up (`setmaxnreg`). Offline SASS of the seed
+    /// network's tf32 kernels in bench/GPU-NOTES.md; not yet measured on a device, so not the
+    /// default.
+    pub wgmma_producers: usize,
+}
+
+/// How the tensor-core GEMM (`compiler/src/back/cuda/gemm.rs`) finds a convolution patch's
+/// element for a tap (input channel, kernel row, kernel column) and a pixel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TapGather {
+    /// `tctaps=index`: the tap from its index (four divisions by constants per element).
+    #[default]
+    Index,
+    /// `tctaps=table`: a table of the taps in shared memory, filled once per block: one shared
+    /// load per element instead of the divisions, then the row and column bounds tests
+    /// (offline SASS of the seed network's TF32 `mma.sync` kernels: 753 instead of 790
+    /// instructions per 64 `mma` in a weight gradient's loop, 928 instead of 998 in an input
+    /// gradient's; its bf16 kernels stop spilling). Measured on an H100 (bench/RESULTS.md,
+    /// 2026-12-05 third session): the seed network's tf32 step 13.11 ms with it against 12.59
+    /// without (the `wgmma` kernels), its bf16 step 11.29 against 11.50.
+    Table,
+    /// `tctaps=mask`: the table holds each tap's offset and its place in the kernel window;
+    /// each thread computes once, for its pixel, a mask of the window's taps that fall inside
+    /// the image (stride-1 transposed and all forward convolutions of at most 32 taps per
+    /// window; the others, weight gradients included, as `Index`). An element is then a shared load, a bit test and an
+    /// add. Offline SASS in bench/GPU-NOTES.md; not yet measured on a device.
+    Mask,
 }
 
 /// Which tensor-core instruction the TF32 implicit GEMM (`compiler/src/back/cuda/gemm.rs`)
@@ -238,7 +263,7 @@ pub struct KernelConfig {
 pub enum TcMma {
     /// `mma.sync.m16n8k8` per warp, on fragments each thread loads from shared memory and
     /// rounds to TF32 (`cvt.rna`); staged, tiled and gathered as [`TcStaging`], [`TcTile`]
-    /// and [`KernelConfig::tc_tap_table`] say. The form of every device before compute
+    /// and [`KernelConfig::tc_taps`] say. The form of every device before compute
     /// capability 9.0 and of the 16-bit products.
     Sync,
     /// `wgmma.mma_async.m64nNk8` per warpgroup of 128 threads (compute capability 9.0: the
@@ -397,10 +422,11 @@ impl Default for KernelConfig {
             attn: AttnKernel::default(),
             tc_min_blocks: None,
             tc_stages: 3,
-            tc_tap_table: false,
+            tc_taps: TapGather::Index,
             launch: LaunchMode::default(),
             tc_mma: TcMma::default(),
             wgmma_inflight: false,
+            wgmma_producers: 0,
         }
     }
 }
@@ -410,7 +436,7 @@ pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|ge
                                     fill=BLOCKS, bk=16|32, ck=CHANNELS, grid=BLOCKS, index=auto|64, yz=BLOCKS, \
                                     tc=plain|prefetch|async, tctile=auto|64|128|64w4, tc16=native|tf32, frag=ldmatrix|lds, \
                                     cmul=4m|3m, ftile=64|128, attn=tc|fma, tcblocks=BLOCKS, \
-                                    tcstages=2..8, tctaps=index|table, launch=graph|stream, mma=sync|wgmma, wgwait=0|1";
+                                    tcstages=2..8, tctaps=index|table|mask, launch=graph|stream, mma=sync|wgmma, wgwait=0|1, wgprod=0..3";
 
 impl KernelConfig {
     /// Reads a kernel spec: comma-separated `key=value` pairs over the defaults, e.g.
@@ -441,13 +467,15 @@ impl KernelConfig {
     ///   ([`KernelConfig::tc_min_blocks`]);
     /// - `tcstages`: 2 to 8, the K tiles of the tensor-core GEMM's asynchronous staging
     ///   ([`KernelConfig::tc_stages`]);
-    /// - `tctaps`: `index` (default) or `table`, how the tensor-core GEMM gathers convolution
-    ///   patches ([`KernelConfig::tc_tap_table`]);
+    /// - `tctaps`: `index` (default), `table` or `mask`, how the tensor-core GEMM gathers
+    ///   convolution patches ([`TapGather`]);
     /// - `launch`: `graph` (default) or `stream`, how the runtime issues a step ([`LaunchMode`]);
     /// - `mma`: `wgmma` (default; on compute capability 9.0) or `sync`, the TF32 GEMM's
     ///   tensor-core instruction ([`TcMma`]);
     /// - `wgwait`: `0` (default) or `1`, the `wgmma` products kept in flight across a tile
-    ///   ([`KernelConfig::wgmma_inflight`]).
+    ///   ([`KernelConfig::wgmma_inflight`]);
+    /// - `wgprod`: `0` (default) to `3`, the warpgroups of the `wgmma` GEMM that only copy
+    ///   ([`KernelConfig::wgmma_producers`]).
     ///
     /// ```
     /// use cvc_compiler::target::{ConvKernel, KernelConfig};
@@ -551,9 +579,10 @@ impl KernelConfig {
                 }
                 "tcblocks" => k.tc_min_blocks = Some(count()?),
                 "tctaps" => {
-                    k.tc_tap_table = match value {
-                        "table" => true,
-                        "index" => false,
+                    k.tc_taps = match value {
+                        "index" => TapGather::Index,
+                        "table" => TapGather::Table,
+                        "mask" => TapGather::Mask,
                         _ => return Err(bad()),
                     }
                 }
@@ -572,6 +601,7 @@ impl KernelConfig {
                         _ => return Err(bad()),
                     }
                 }
+                "wgprod" => k.wgmma_producers = value.parse().ok().filter(|n| *n <= 3).ok_or_else(bad)?,
                 "mma" => {
                     k.tc_mma = match value {
                         "sync" => TcMma::Sync,
@@ -601,7 +631,8 @@ impl KernelConfig {
             "launch" => "graph or stream",
             "mma" => "sync or wgmma",
             "wgwait" => "0 or 1",
-            "tctaps" => "index or table",
+            "wgprod" => "a number from 0 to 3",
+            "tctaps" => "index, table or mask",
             "tcstages" => "a number from 2 to 8",
             _ => "a positive number",
         }
@@ -743,8 +774,15 @@ impl fmt::Display for KernelConfig {
         if let Some(n) = self.tc_min_blocks {
             parts.push(format!("tcblocks={n}"));
         }
-        if self.tc_tap_table != d.tc_tap_table {
-            parts.push(if self.tc_tap_table { "tctaps=table" } else { "tctaps=index" }.into());
+        if self.tc_taps != d.tc_taps {
+            parts.push(
+                match self.tc_taps {
+                    TapGather::Index => "tctaps=index",
+                    TapGather::Table => "tctaps=table",
+                    TapGather::Mask => "tctaps=mask",
+                }
+                .into(),
+            );
         }
         if self.tc_stages != d.tc_stages {
             parts.push(format!("tcstages={}", self.tc_stages));
@@ -769,6 +807,9 @@ impl fmt::Display for KernelConfig {
         }
         if self.wgmma_inflight {
             parts.push("wgwait=1".into());
+        }
+        if self.wgmma_producers != d.wgmma_producers {
+            parts.push(format!("wgprod={}", self.wgmma_producers));
         }
         if parts.is_empty() {
             f.write_str("default")

@@ -12,7 +12,7 @@
 //! bit arithmetic (16-bit storage included); `cp.async` copies and `wgmma` products run as
 //! late as the kernel's waits allow (a valid schedule of asynchronous work, and the one
 //! that exposes a buffer refilled too early); atomics as
-//! `std::atomic_ref`. A shuffle or `mma` must be reached by every thread of the block, as a
+//! `std::atomic_ref`, `mbarrier`s as atomic words that waiting threads sleep on. A shuffle or `mma` must be reached by every thread of the block, as a
 //! barrier must; a kernel that breaks that hangs, and the host program gives up after a
 //! minute. The hardware's own `mma` accumulation order is the one thing this cannot show.
 
@@ -222,6 +222,33 @@ static inline void wgmma_fence() {}
 static inline void wgmma_commit() { wgmma_queue.commit(); }
 template <int N> static inline void wgmma_wait() { wgmma_queue.wait(N); }
 static inline void fence_async_shared() {}
+// mbarrier: the pending arrivals in bits 0-19, the count in bits 20-39, the phase's parity in
+// bit 40. An arrival made by `cp.async.mbarrier.arrive` lands this thread's copies first (the
+// latest they may land), then arrives.
+static inline void mbar_init(u64* b, u32 count) { std::atomic_ref<u64>(*b).store((u64)count | (u64)count << 20); }
+static inline void mbar_arrive(u64* b) {
+  std::atomic_ref<u64> a(*b);
+  u64 v = a.load();
+  for (;;) {
+    const u64 pending = v & 0xfffffu, count = (v >> 20) & 0xfffffu, phase = (v >> 40) & 1u;
+    const u64 next = pending > 1 ? v - 1 : (count | count << 20 | (phase ^ 1u) << 40);
+    if (a.compare_exchange_weak(v, next)) {
+      if (pending == 1) a.notify_all();
+      return;
+    }
+  }
+}
+static inline void cp_async_mbar_arrive(u64* b) {
+  cp_queue.commit();
+  cp_queue.wait(0);
+  mbar_arrive(b);
+}
+template <int N> static inline void setmaxnreg_dec() {}
+template <int N> static inline void setmaxnreg_inc() {}
+static inline void mbar_wait(u64* b, u32 parity) {
+  std::atomic_ref<u64> a(*b);
+  for (u64 v = a.load(); ((v >> 40) & 1u) == parity; v = a.load()) a.wait(v);
+}
 static inline float wgmma_element(u64 desc, unsigned r, unsigned k) {
   const size_t start = (size_t)(desc & 0x3fffu) << 4, lbo = (size_t)((desc >> 16) & 0x3fffu) << 4,
                sbo = (size_t)((desc >> 32) & 0x3fffu) << 4;

@@ -223,6 +223,7 @@ fn tf32_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
     let specs = [
         "mma=sync",
         "mma=sync,tctaps=table",
+        "mma=sync,tctaps=mask",
         "mma=sync,tcstages=2",
         "mma=sync,tcstages=4",
         "mma=sync,tctile=64",
@@ -239,10 +240,12 @@ fn tf32_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
 #[test]
 fn tf32_wgmma_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
     // Hopper's warpgroup products (the default on compute capability 9.0): the default ring
-    // of 3 K tiles and 128 columns, 64 columns, 2 tiles, the taps' table, the products kept
-    // in flight (3 and 4 tiles); every contraction but the thin first layer's on `wgmma`, the
+    // of 3 K tiles and 128 columns, 64 columns, 2 tiles, the taps' table and its window masks
+    // (whose padding past K the layers of 36, 72 and 120 taps read), the products kept in
+    // flight (3 and 4 tiles); every contraction but the thin first layer's on `wgmma`, the
     // weight gradient of `linear(72)` on 128-row tiles.
-    let specs = ["", "tctile=64", "tcstages=2", "tctaps=table", "wgwait=1", "wgwait=1,tcstages=4"];
+    let specs =
+        ["", "tctile=64", "tcstages=2", "tctaps=table", "tctaps=mask", "wgwait=1", "wgwait=1,tcstages=4"];
     let (n, tc, wgmma, two) = check(Precision::Tf32, &specs);
     assert!(tc >= specs.len() * 8, "only {tc} of {n} launches ran tensor cores");
     assert_eq!(wgmma, tc, "every tensor-core launch on wgmma");
@@ -256,6 +259,43 @@ fn tf32_wgmma_contraction_kernels_compiled_for_the_host_match_the_interpreter() 
     assert!(has("const ix n0 = "), "no contraction with n as the instruction's rows");
     assert!(has("wgmma_tf32<32, "), "no contraction with 32-column tiles");
     assert!(has("wgmma_tf32<96, "), "no contraction with 96-column tiles");
+}
+
+#[test]
+fn tf32_wgmma_kernels_with_copying_warpgroups_match_the_interpreter() {
+    // `wgprod=N`: N warpgroups only copy, and hand the ring's buffers to the multiplying ones
+    // through mbarriers. One copier with a ring of 2 tiles (every tile after the first two
+    // waits for its buffer's release), with the default ring and with the taps' table; two
+    // copiers; three with the window masks, which give registers up to the multipliers
+    // (`setmaxnreg`), as two do
+    // beside two multipliers. The host's
+    // copies land at the latest their arrival allows in half the blocks and the products run
+    // at the latest their waits allow, so a buffer released or refilled too early computes
+    // wrong values here.
+    let specs =
+        ["wgprod=1", "wgprod=1,tcstages=2", "wgprod=1,tctaps=table", "wgprod=2", "wgprod=3,tctaps=mask"];
+    let (n, tc, wgmma, _) = check(Precision::Tf32, &specs);
+    assert!(tc >= specs.len() * 8, "only {tc} of {n} launches ran tensor cores");
+    assert_eq!(wgmma, tc, "every tensor-core launch on wgmma");
+    for spec in specs {
+        let kernels = KernelConfig::parse(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let target = CudaTarget::h200().with_precision(Precision::Tf32).with_kernels(kernels);
+        let module = cuda::generate(&program(Precision::Tf32), &target).unwrap_or_else(|e| panic!("{e}"));
+        let wgmma: Vec<&String> =
+            module.kernel_code.iter().map(|(code, _)| code).filter(|c| c.contains("wgmma_tf32<")).collect();
+        assert!(!wgmma.is_empty(), "{spec}: no wgmma kernel");
+        for code in &wgmma {
+            assert!(code.contains("mbar_wait(&empty[s]"), "{spec}: a wgmma kernel without copiers:\n{code}");
+        }
+        // One copier leaves every thread at least the 168 registers a multiplier needs (384
+        // threads); with three, 512 or 640 threads get 128 or fewer.
+        let gives_up = wgmma.iter().any(|c| c.contains("setmaxnreg_dec<"));
+        if spec.starts_with("wgprod=1") {
+            assert!(!gives_up, "{spec}: registers handed over");
+        } else if spec.starts_with("wgprod=3") {
+            assert!(gives_up, "{spec}: no registers handed over");
+        }
+    }
 }
 
 #[test]

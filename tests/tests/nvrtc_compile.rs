@@ -662,13 +662,18 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
         ("mma=sync,tctile=64", SomeOf(" Ar[| Ac[| gemm_smem[")),
         ("mma=sync,tcstages=2", SomeOf(" Ar[| Ac[| gemm_smem[")),
         ("mma=sync,tctaps=table", SomeOf(" Ar[| Ac[| gemm_smem[")),
+        ("mma=sync,tctaps=mask", SomeOf(" Ar[| Ac[| gemm_smem[")),
         // `wgmma` choices (compiled for `sm_90a`, the module's `arch`; the defaults to a cubin
         // in `wgmma_kernels_compile_to_a_cubin_for_sm90a`).
         ("tctile=64", SomeOf(" Ar[| Ac[| gemm_smem[")),
         ("tcstages=2", SomeOf(" Ar[| Ac[| gemm_smem[")),
         ("tcstages=4", SomeOf(" Ar[| Ac[| gemm_smem[")),
         ("tctaps=table", SomeOf(" Ar[| Ac[| gemm_smem[")),
+        ("tctaps=mask", SomeOf(" Ar[| Ac[| gemm_smem[")),
         ("wgwait=1,tcstages=4", SomeOf(" Ar[| Ac[| gemm_smem[")),
+        // Copying warpgroups: one, and three that hand registers over (`setmaxnreg`).
+        ("wgprod=1", SomeOf(" Ar[| Ac[| gemm_smem[")),
+        ("wgprod=3,tctaps=mask", SomeOf(" Ar[| Ac[| gemm_smem[")),
     ];
     // Kernels that differ from the default module, by architecture, each kind once.
     let mut changed_kernels: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
@@ -799,8 +804,8 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
                 && ["bk=", "cmul=", "ftile="].iter().any(|k| what.starts_with(k));
             let thin_only = precision == Precision::Tf32
                 && ["conv=", "ck=", "wgrad="].iter().any(|k| what.starts_with(k));
-            let tc_only =
-                precision == Precision::Fp32 && ["tc", "mma=", "wgwait="].iter().any(|k| what.starts_with(k));
+            let tc_only = precision == Precision::Fp32
+                && ["tc", "mma=", "wgwait=", "wgprod="].iter().any(|k| what.starts_with(k));
             match expect {
                 LaunchesOnly => assert!(launches_changed, "{what}: no launch list changed"),
                 _ if fp32_only => {
@@ -895,6 +900,17 @@ fn wgmma_kernels_compile_to_a_cubin_for_sm90a() {
             assert!(cubin.windows(needle.len()).any(|w| w == needle.as_bytes()), "{name}: {k} missing");
         }
         eprintln!("{name}: {launches} wgmma kernels, {} bytes of sm_90a cubin", cubin.len());
+        // With copying warpgroups (mbarriers; `setmaxnreg` under three copiers, which ptxas
+        // accepts only in a kernel whose register budget allows it).
+        for spec in ["wgprod=1", "wgprod=3,tctaps=mask"] {
+            let kernels = KernelConfig::parse(spec).expect("a spec");
+            let target = CudaTarget::h200().with_precision(Precision::Tf32).with_kernels(kernels);
+            let m = cuda::generate(program, &target).unwrap_or_else(|e| panic!("{name} {spec}: {e}"));
+            assert!(m.source.contains("mbar_wait(&empty[s]"), "{name} {spec}: no copiers");
+            let cubin = cvc_runtime::cuda::compile_cubin(&m.source, &m.arch)
+                .unwrap_or_else(|e| panic!("{name} {spec}: {e}"));
+            eprintln!("{name} {spec}: {} bytes of sm_90a cubin", cubin.len());
+        }
     }
 }
 

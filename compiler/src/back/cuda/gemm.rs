@@ -50,7 +50,14 @@ struct Gemm {
 /// `dy = ai·i + by` and `dx = aj·j + bx`. A tensor-core tile's gather of a patch element then
 /// costs a shared load (one address per warp: its threads share the tap) and a bounds test,
 /// instead of four divisions by constants and the index products (bench/GPU-NOTES.md).
+///
+/// Under `tctaps=mask` ([`TapGather::Mask`]) the second field is instead the bit `1 << r` of
+/// the tap's place `r` in the kernel window (`i·kw + j`), and each thread computes for its
+/// pixel, once, the mask of the window's places inside the image ([`TapTable::window_mask`]):
+/// an element is then in the image where its bit is set.
 struct TapTable {
+    /// Whether entries hold the window place, for a mask ([`TapGather::Mask`]).
+    mask: bool,
     taps: usize,
     khw: usize,
     kw: usize,
@@ -75,18 +82,60 @@ impl TapTable {
         let channels = (t.taps / t.khw) as u64;
         let offset = channels * t.plane as u64 + most(dys) * t.row as u64 + most(dxs);
         let fits32 = offset < 1 << 30;
-        let chosen = ctx.precision().tensor_cores() && ctx.target.kernels.tc_tap_table;
-        (chosen && t.taps <= Self::MAX_TAPS && fits16 && fits32).then_some(t)
+        let gather = ctx.target.kernels.tc_taps;
+        let chosen = ctx.precision().tensor_cores() && gather != TapGather::Index;
+        // A window's places are the bits of a 32-bit mask. Where a mask does not apply (the
+        // weight gradient, whose pixel runs along K; windows of more than 32 taps), `mask`
+        // gathers by index.
+        let mask = t.mask && gather == TapGather::Mask && t.khw <= 32;
+        let chosen = chosen && (mask || gather == TapGather::Table);
+        (chosen && t.taps <= Self::MAX_TAPS && fits16 && fits32).then_some(TapTable { mask, ..t })
+    }
+
+    /// The declaration of `vm`, the mask of the kernel window's places that fall inside the
+    /// `h × w` image for the pixel whose window starts at row `y` and column `x` (C
+    /// expressions; place `i·kw + j` reads row `y + dy(i)`, column `x + dx(j)`).
+    fn window_mask(&self, y: &str, x: &str, h: usize, w: usize) -> String {
+        let TapTable { khw, kw, dy: (ai, by), dx: (aj, bx), .. } = *self;
+        let kh = khw / kw;
+        let rows: Vec<String> = (0..kh)
+            .map(|i| {
+                let bits = ((1u64 << kw) - 1) << (i * kw);
+                format!("((u32)((int)({y}) + ({})) < {h}u ? {bits}u : 0u)", ai * i as i64 + by)
+            })
+            .collect();
+        let cols: Vec<String> = (0..kw)
+            .map(|j| {
+                let bits: u64 = (0..kh).map(|i| 1u64 << (i * kw + j)).sum();
+                format!("((u32)((int)({x}) + ({})) < {w}u ? {bits}u : 0u)", aj * j as i64 + bx)
+            })
+            .collect();
+        format!("const u32 vm = ({}) & ({});\n      ", rows.join(" | "), cols.join(" | "))
+    }
+
+    /// Entries of the table: its taps, and under a mask [`BK`] more that read as no place.
+    fn len(&self) -> usize {
+        self.taps + if self.mask { BK } else { 0 }
     }
 
     /// Declarations and the fill loop of the table `taps` (then a barrier), for `threads`.
     fn fill(&self, threads: usize) -> String {
-        let TapTable { taps, khw, kw, plane, row, dy: (ai, by), dx: (aj, bx) } = *self;
+        let TapTable { mask, taps, khw, kw, plane, row, dy: (ai, by), dx: (aj, bx) } = *self;
+        let second = if mask { "(int)(1u << r)" } else { "(int)((u32)dy << 16 | ((u32)dx & 0xffffu))" };
+        // Under a mask, entries past the taps up to a K tile further read as no place.
+        let (len, pad) = if mask {
+            (
+                self.len(),
+                format!("\n  if (threadIdx.x < {BK}u) taps[{taps}u + threadIdx.x] = make_int2(0, 0);"),
+            )
+        } else {
+            (taps, String::new())
+        };
         format!(
-            "  __shared__ int2 taps[{taps}];\n  for (u32 t = threadIdx.x; t < {taps}u; t += {threads}u) {{\n    \
+            "  __shared__ int2 taps[{len}];\n  for (u32 t = threadIdx.x; t < {taps}u; t += {threads}u) {{\n    \
              const int c = (int)(t / {khw}u), r = (int)(t % {khw}u), i = r / {kw}, j = r % {kw};\n    \
              const int dy = i * ({ai}) + ({by}), dx = j * ({aj}) + ({bx});\n    \
-             taps[t] = make_int2(c * {plane} + dy * {row} + dx, (int)((u32)dy << 16 | ((u32)dx & 0xffffu)));\n  }}\n  __syncthreads();\n"
+             taps[t] = make_int2(c * {plane} + dy * {row} + dx, {second});\n  }}{pad}\n  __syncthreads();\n"
         )
     }
 }
@@ -118,6 +167,11 @@ struct Load {
     ptr: String,
     idx: String,
     conj: bool,
+    /// Whether `guard` alone makes an element past K zero, for any `k` below K rounded up to a
+    /// K tile ([`TapTable`]'s padding under `tctaps=mask`): the `wgmma` fetch then neither
+    /// clamps `k` nor tests it, nor tests its row (a row past the operand's extent, clamped to
+    /// its last, only reaches outputs that are not stored).
+    bounded: bool,
 }
 
 /// The index of padding and of elements outside the GEMM's extents (all ones).
@@ -134,6 +188,7 @@ impl Load {
             ptr: ptr.to_string(),
             idx,
             conj,
+            bounded: false,
         }
     }
 
@@ -251,6 +306,7 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                 TapTable::new(
                     ctx,
                     TapTable {
+                        mask: true,
                         taps: og * khw,
                         khw,
                         kw,
@@ -263,7 +319,24 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
             } else {
                 None
             };
-            let load_b = if taps.is_some() {
+            let load_b = if let Some(t) = taps.as_ref().filter(|t| t.mask) {
+                Load {
+                    pre_k: "const int2 tp = taps[k];\n      ".into(),
+                    pre_x: format!(
+                        "const ix b = n / {hw}u, q = n % {hw}u, y = q / {w}u, x = q % {w}u;\n      \
+                         const ix pb = (b * {o}u + g * {og}u) * {hwo}u + y * {wo}u + x;\n      {}",
+                        t.window_mask("y", "x", ho, wo),
+                        hw = h * w,
+                        hwo = ho * wo,
+                    ),
+                    pre: String::new(),
+                    guard: "(vm & (u32)tp.y) != 0u".into(),
+                    ptr: p0.clone(),
+                    idx: "pb + (ix)tp.x".into(),
+                    conj: conj[0],
+                    bounded: true,
+                }
+            } else if taps.is_some() {
                 Load {
                     pre_k: "const int2 tp = taps[k];\n      ".into(),
                     pre_x: format!(
@@ -276,6 +349,7 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                     ptr: p0.clone(),
                     idx: format!("(b * {o}u + g * {og}u) * {}u + y * {wo}u + x + (ix)tp.x", ho * wo),
                     conj: conj[0],
+                    bounded: false,
                 }
             } else {
                 Load {
@@ -304,6 +378,7 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                     ptr: p0.clone(),
                     idx: format!("((b * {o}u + g * {og}u + oc) * {ho}u + (u32)oy) * {wo}u + (u32)ox"),
                     conj: conj[0],
+                    bounded: false,
                 }
             };
             Gemm {
@@ -510,6 +585,8 @@ fn patch_gather(ctx: &Ctx, p: &Patch) -> (Load, Option<TapTable>) {
     let table = TapTable::new(
         ctx,
         TapTable {
+            // (The weight gradient's pixel runs along K: no mask for a thread's row.)
+            mask: tap == "k",
             taps: cg * kh * kw,
             khw: kh * kw,
             kw,
@@ -526,8 +603,30 @@ fn patch_gather(ctx: &Ctx, p: &Patch) -> (Load, Option<TapTable>) {
     // The declarations of the tap and of the pixel, each with the GEMM index it reads.
     let split = |of_tap: String, both: String, guard: String, idx: String| {
         let (pre_k, pre_x) = if tap == "k" { (of_tap, of_pixel.clone()) } else { (of_pixel.clone(), of_tap) };
-        Load { pre_k, pre_x, pre: both, guard, ptr: x.to_string(), idx, conj }
+        Load { pre_k, pre_x, pre: both, guard, ptr: x.to_string(), idx, conj, bounded: false }
     };
+    if let Some(t) = table.as_ref().filter(|t| t.mask) {
+        let (s0, s1) = (geom.stride[0], geom.stride[1]);
+        let pre_x = format!(
+            "const ix b = {pixel} / {hwo}u, q = {pixel} % {hwo}u, oh = q / {wo}u, ow = q % {wo}u;\n      \
+             const ix pb = (b * {c}u + g * {cg}u) * {hw}u + oh * {rs}u + ow * {s1}u;\n      {}",
+            t.window_mask(&format!("oh * {s0}u"), &format!("ow * {s1}u"), h, w),
+            hwo = ho * wo,
+            hw = h * w,
+            rs = s0 * w,
+        );
+        let load = Load {
+            pre_k: format!("const int2 tp = taps[{tap}];\n      "),
+            pre_x,
+            pre: String::new(),
+            guard: "(vm & (u32)tp.y) != 0u".into(),
+            ptr: x.to_string(),
+            idx: "pb + (ix)tp.x".into(),
+            conj,
+            bounded: true,
+        };
+        return (load, table);
+    }
     if table.is_some() {
         let load = split(
             format!("const int2 tp = taps[{tap}];\n      "),
@@ -843,7 +942,7 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
             .find(|&&x| ctx.ptr(x).is_ok_and(|p| p == load.ptr))
             .map_or(Storage::Full, |&x| ctx.storage(x))
     };
-    let table_bytes = gm.taps.as_ref().map_or(0, |t| 8 * t.taps);
+    let table_bytes = gm.taps.as_ref().map_or(0, |t| 8 * t.len());
     // Two stages in static shared memory (`prefetch`), or in the device's opt-in dynamic
     // shared memory (`async`).
     let two = 2 * stage_bytes + table_bytes <= ctx.target.device.shared_per_block;
@@ -1116,20 +1215,28 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     let b_op = (gm.n, "n", "n0", gm.b_k_fast, gm.tb == DType::C64, &gm.load_b);
     let (row_op, col_op) = if swap { (b_op, a_op) } else { (a_op, b_op) };
     let warpgroups = if rows > 64 { 2 } else { 1 };
+    // With `wgprod=N`, N warpgroups after the multiplying ones do all the copies, each a
+    // whole K tile at a time.
+    let producers = kc.wgmma_producers;
+    let spec = producers > 0;
+    let consumers = 128 * warpgroups;
+    let fetchers = if spec { 128 } else { consumers };
     // 64 columns at most under `tctile=64` or `64w4` (measured: the ViT's tf32 step 80.0 ms
     // with 64, 75.1 with 128; the seed network's 13.9 and 12.8 ms).
     let narrow = matches!(kc.tc_tile, TcTile::Narrow | TcTile::FourWarps);
     let (bm, bk) = (64 * warpgroups, BK);
     let parts = |complex: bool| if complex { 2 } else { 1 };
     let (ca, cb) = (row_op.4, col_op.4);
-    let table_bytes = gm.taps.as_ref().map_or(0, |t| 8 * t.taps);
+    let table_bytes = gm.taps.as_ref().map_or(0, |t| 8 * t.len());
     let optin = ctx.target.device.shared_per_block_optin;
     // Bytes of one K tile of both operands with `bn` columns.
     let stage_of = |bn: usize| 4 * bk * (parts(ca) * bm + parts(cb) * bn);
-    let fits = |bn: usize| 2 * stage_of(bn) + table_bytes <= optin;
+    // Each stage of the ring has two mbarriers (8 bytes each) with a copying warpgroup.
+    let bars = if spec { 16 } else { 0 };
+    let fits = |bn: usize| 2 * (stage_of(bn) + bars) + table_bytes <= optin;
     // The narrower tile where two stages of the wide one do not fit the device; the `mma.sync`
     // kernels (which can stage one tile in static shared memory) where neither does.
-    let threads = 128 * warpgroups;
+    let threads = consumers + 128 * producers;
     // Of the widths that fit and divide among the threads (see the fetch below), the one
     // whose tiles copy the fewest elements per K step along a block row, tiles · (bm + bn),
     // the widest of those: the copies' instructions bound these kernels more than the
@@ -1138,7 +1245,7 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     // (1.60 → 1.39 ms on an H100), and 32 columns one tile of 32; while 192 columns at 128
     // rows stay two tiles of 128, not three of 64 (a first form of this choice that padded
     // least took those, and the ViT's tf32 step went from 80.8 to 82.5 ms; it is 80.5 now).
-    let divides = |bn: usize| fetch_step(col_op.3, bn, threads).is_some();
+    let divides = |bn: usize| fetch_step(col_op.3, bn, fetchers).is_some();
     // `tctile=128` keeps 128 columns (64 where there are no more), as before the other widths.
     let wide = kc.tc_tile == TcTile::Wide;
     let widths: &[usize] = match (narrow, wide) {
@@ -1167,13 +1274,25 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     let (lbo, sbo) = (CORE_BYTES, bk / 4 * CORE_BYTES);
     let stage_floats = parts(ca) * plane(bm) + parts(cb) * plane(bn);
     let stage_bytes = 4 * stage_floats;
-    let stages =
-        (2..=kc.tc_stages.max(2)).rev().find(|&n| n * stage_bytes + table_bytes <= optin).unwrap_or(2);
+    // (A tile per copying warpgroup in flight and one being multiplied, where they fit.)
+    let most = if spec { kc.tc_stages.max(producers + 1) } else { kc.tc_stages.max(2) };
+    let stages = (2..=most).rev().find(|&n| n * (stage_bytes + bars) + table_bytes <= optin).unwrap_or(2);
     // With a tile's products in flight the buffer refilled is the one two tiles back.
     let inflight = kc.wgmma_inflight && stages >= 3;
     let ahead = if inflight { stages - 2 } else { stages - 1 };
     let mut c = String::new();
     let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {name}(char* A) {{");
+    // Registers per thread: what the block's size leaves each (a multiple of 8, at most 255),
+    // or, where the multipliers need more (their accumulators and ~40 more), what the copiers
+    // give up for them (`setmaxnreg`).
+    let regs = if spec {
+        let base = (65536 / threads).min(256) / 8 * 8;
+        let need = (bn * parts(ca || cb) / 2 + 40).div_ceil(8) * 8;
+        let spare = |inc: usize| (65536 - consumers * inc) / (128 * producers) / 8 * 8;
+        (need > base && spare(need) >= 24).then(|| (spare(need).min(base), need.min(240)))
+    } else {
+        None
+    };
     c.push_str(index.typedef());
     let _ =
         writeln!(c, "  const u32 tid = threadIdx.x, lane = tid & 31u, wg = tid >> 7, wl = (tid >> 5) & 3u;");
@@ -1184,9 +1303,13 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     c.push_str(
         "  auto CM = [](u32 x, u32 k) -> u32 { return (x >> 3) * 128u + (k >> 2) * 32u + (x & 7u) * 4u + (k & 3u); };\n",
     );
-    let _ = writeln!(c, "  float cr[{}] = {{}};", bn / 2);
+    let mut accumulators = String::new();
+    let _ = writeln!(accumulators, "  float cr[{}] = {{}};", bn / 2);
     if ca || cb {
-        let _ = writeln!(c, "  float ci[{}] = {{}};", bn / 2);
+        let _ = writeln!(accumulators, "  float ci[{}] = {{}};", bn / 2);
+    }
+    if !spec {
+        c.push_str(&accumulators);
     }
     // The planes of stage `s`: A's re (and im), then B's.
     let mut at = 0;
@@ -1209,17 +1332,20 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     // plus a constant; and what depends on the shared index alone is computed once per tile,
     // not per element: the per-element index arithmetic was most of the K loop's instructions
     // (the seed network's conv2 input gradient: 858 per 8 `wgmma`, offline SASS).
+    // The copying threads' own indices (`ft`: the thread among them, with `wgprod=1`).
+    let me = if spec { "ft" } else { "tid" };
+    let mut fetch_decls = String::new();
     let mut fetch = String::new();
     for (op, (ext, len, x0, k_fast, cx, load), bx) in [("A", row_op, bm), ("B", col_op, bn)] {
-        let per = bk * bx / threads;
-        let step = fetch_step(k_fast, bx, threads)
-            .ok_or_else(|| internal!("a {bx} × {bk} wgmma tile does not divide among {threads} threads"))?;
+        let per = bk * bx / fetchers;
+        let step = fetch_step(k_fast, bx, fetchers)
+            .ok_or_else(|| internal!("a {bx} × {bk} wgmma tile does not divide among {fetchers} threads"))?;
         let (kq, xq) = if k_fast {
-            (format!("tid % {bk}u"), format!("tid / {bk}u"))
+            (format!("{me} % {bk}u"), format!("{me} / {bk}u"))
         } else {
-            (format!("tid / {bx}u"), format!("tid % {bx}u"))
+            (format!("{me} / {bx}u"), format!("{me} % {bx}u"))
         };
-        let _ = writeln!(c, "  const u32 {op}k = {kq}, {op}x = {xq}, {op}o = CM({op}x, {op}k);");
+        let _ = writeln!(fetch_decls, "  const u32 {op}k = {kq}, {op}x = {xq}, {op}o = CM({op}x, {op}k);");
         // The plane offset of element r relative to the thread's.
         let offset = |r: usize| {
             let d = r * step;
@@ -1237,25 +1363,60 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
                 format!("cp_async4(P{op}r(s) + {at}, src, ok);")
             }
         };
-        let guard = if load.guard.is_empty() { String::new() } else { format!(" && ({})", load.guard) };
-        let element = |inside: &str, r: usize| {
-            format!(
-                "{{\n        {varying}{pre}const bool ok = {inside}{guard};\n        \
-                 const float* src = (const float*)({ptr} + (ok ? (ix)({idx}) : (ix)0));\n        {copy}\n      }}\n      ",
-                varying = if k_fast {
+        // A bounded load's guard alone zeroes what lies past K, and its rows past the extent
+        // reach no stored output (`Load::bounded`).
+        let bounded = load.bounded && !k_fast;
+        // Tests that the extents make true everywhere are left out: a row extent that is a
+        // multiple of the tile's rows (the tile origin is one), and a K that is a multiple of
+        // the K tile (every split's chunk is too, so no tile passes its split's end).
+        let rows_whole = ext.is_multiple_of(bx);
+        let k_whole = gm.k.is_multiple_of(bk);
+        let ok_of = |tests: &[String]| {
+            let all: Vec<&String> = tests.iter().chain([&load.guard]).filter(|t| !t.is_empty()).collect();
+            if all.is_empty() {
+                "true".to_string()
+            } else {
+                all.iter().map(|t| format!("({t})")).collect::<Vec<_>>().join(" && ")
+            }
+        };
+        let row = |plus: String| {
+            if rows_whole {
+                format!("const ix {len} = {x0} + {op}x{plus};")
+            } else {
+                format!("const ix xf = {x0} + {op}x{plus}, {len} = xf < {ext}u ? xf : (ix){}u;", ext - 1)
+            }
+        };
+        let row_test = if rows_whole { String::new() } else { format!("xf < {ext}u") };
+        let element = |r: usize| {
+            let c = r * step;
+            let (varying, tests) = if k_fast {
+                (
                     format!(
-                        "const ix xf = {x0} + {op}x + {}u, {len} = xf < {ext}u ? xf : (ix){}u;\n        {}",
-                        r * step,
-                        ext - 1,
+                        "{}\n        {}",
+                        row(format!(" + {c}u")),
                         load.pre_x.replace("\n      ", "\n        ")
-                    )
-                } else {
-                    format!(
-                        "const ix kf = k0 + {op}k + {}u, k = kf < ke ? kf : ke - 1u;\n        {}",
-                        r * step,
-                        load.pre_k.replace("\n      ", "\n        ")
-                    )
-                },
+                    ),
+                    vec![if k_whole { String::new() } else { "kin".to_string() }, row_test.clone()],
+                )
+            } else if bounded {
+                // (Signed: the table's address folds the constant.)
+                let k = format!("const int k = (int)(k0 + {op}k) + {c};");
+                (format!("{k}\n        {}", load.pre_k.replace("\n      ", "\n        ")), Vec::new())
+            } else if k_whole {
+                let k = format!("const ix k = k0 + {op}k + {c}u;");
+                (
+                    format!("{k}\n        {}", load.pre_k.replace("\n      ", "\n        ")),
+                    vec![row_test.clone()],
+                )
+            } else {
+                let k = format!("const ix kf = k0 + {op}k + {c}u, k = kf < ke ? kf : ke - 1u;");
+                let tests = vec![row_test.clone(), "kf < ke".to_string()];
+                (format!("{k}\n        {}", load.pre_k.replace("\n      ", "\n        ")), tests)
+            };
+            let ok = if bounded { format!("({})", load.guard) } else { ok_of(&tests) };
+            format!(
+                "{{\n        {varying}{pre}const bool ok = {ok};\n        \
+                 const float* src = (const float*)({ptr} + (ok ? (ix)({idx}) : (ix)0));\n        {copy}\n      }}\n      ",
                 pre = load.pre.replace("\n      ", "\n        "),
                 ptr = load.ptr,
                 idx = load.idx,
@@ -1264,24 +1425,20 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
         };
         fetch.push_str("    {\n");
         if k_fast {
-            let _ = write!(
-                fetch,
-                "      const ix kf = k0 + {op}k, k = kf < ke ? kf : ke - 1u;\n      const bool kin = kf < ke;\n      {}",
-                load.pre_k
-            );
-            for r in 0..per {
-                fetch.push_str(&element(&format!("kin && xf < {ext}u"), r));
+            if k_whole {
+                let _ = write!(fetch, "      const ix k = k0 + {op}k;\n      {}", load.pre_k);
+            } else {
+                let _ = write!(
+                    fetch,
+                    "      const ix kf = k0 + {op}k, k = kf < ke ? kf : ke - 1u;\n      const bool kin = kf < ke;\n      {}",
+                    load.pre_k
+                );
             }
         } else {
-            let _ = write!(
-                fetch,
-                "      const ix xf = {x0} + {op}x, {len} = xf < {ext}u ? xf : (ix){}u;\n      const bool xin = xf < {ext}u;\n      {}",
-                ext - 1,
-                load.pre_x
-            );
-            for r in 0..per {
-                fetch.push_str(&element("xin && kf < ke", r));
-            }
+            let _ = write!(fetch, "      {}\n      {}", row(String::new()), load.pre_x);
+        }
+        for r in 0..per {
+            fetch.push_str(&element(r));
         }
         fetch.truncate(fetch.trim_end().len());
         fetch.push_str("\n    }\n");
@@ -1312,30 +1469,67 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
         );
     }
     products.push_str("    }\n");
-    let _ = writeln!(
-        c,
-        "  #pragma unroll\n  for (u32 p = 0; p < {ahead}u; ++p) {{\n    const ix k0 = kb + p * {bk}u; const u32 s = p;\n    if (k0 < ke) {{\n{fetch}    }}\n    cp_async_commit();\n  }}"
-    );
-    let _ = writeln!(c, "  u32 s = 0, sf = {ahead}u;\n  for (ix k0 = kb; k0 < ke; k0 += {bk}u) {{");
-    let _ = writeln!(
-        c,
-        "    cp_async_wait<{}>();\n    fence_async_shared();\n    __syncthreads();\n    wgmma_fence();",
-        ahead - 1
-    );
-    c.push_str(&products);
-    c.push_str("    wgmma_commit();\n");
-    let _ = writeln!(
-        c,
-        "    if (k0 + {a}u < ke) {{\n      const ix k0f = k0 + {a}u; const u32 sn = sf;\n      {{\n        const ix k0 = k0f; const u32 s = sn;\n{fetch}      }}\n    }}\n    cp_async_commit();",
-        a = ahead * bk
-    );
-    let _ = writeln!(
-        c,
-        "    wgmma_wait<{}>();\n    s = s + 1u == {stages}u ? 0u : s + 1u;\n    sf = sf + 1u == {stages}u ? 0u : sf + 1u;\n  }}",
-        usize::from(inflight)
-    );
-    if inflight {
-        c.push_str("  wgmma_wait<0>();\n");
+    if spec {
+        // Copier `p` fills stage `s = t % stages` with tile `t` (t = p, p + N, …) once the
+        // products of tile `t − stages` have released it (`empty`), and its copies arrive on
+        // `full` as they land; the multiplying warpgroups wait on `full`, issue the tile's
+        // products and, once those of the tile before are done (one group in flight), release
+        // that tile's stage.
+        let (dec, inc) = match regs {
+            Some((dec, inc)) => {
+                (format!("    setmaxnreg_dec<{dec}>();\n"), format!("  setmaxnreg_inc<{inc}>();\n"))
+            }
+            None => (String::new(), String::new()),
+        };
+        let _ = writeln!(
+            c,
+            "  __shared__ __align__(8) u64 full[{stages}], empty[{stages}];\n  \
+             if (tid == 0u) {{\n    for (u32 s = 0; s < {stages}u; ++s) {{ mbar_init(&full[s], {fetchers}u); mbar_init(&empty[s], {consumers}u); }}\n  }}\n  \
+             __syncthreads();\n  const ix tiles = (ke - kb + {}u) / {bk}u;\n  if (wg >= {warpgroups}u) {{\n{dec}    const u32 ft = tid & 127u;\n{}    \
+             for (ix t = wg - {warpgroups}u; t < tiles; t += {producers}u) {{\n      const u32 s = t % {stages}u;\n      \
+             if (t >= {stages}u) mbar_wait(&empty[s], ((t / {stages}u) & 1u) ^ 1u);\n      const ix k0 = kb + t * {bk}u;\n{}      \
+             cp_async_mbar_arrive(&full[s]);\n    }}\n    cp_async_commit();\n    cp_async_wait<0>();\n    return;\n  }}\n{inc}",
+            bk - 1,
+            fetch_decls.replace("\n  ", "\n    ").replacen("  ", "    ", 1),
+            fetch.replace("\n    ", "\n      ").replacen("    ", "      ", 1),
+        );
+        c.push_str(&accumulators);
+        let _ = writeln!(
+            c,
+            "  u32 s = 0, ph = 0, sp = 0;\n  for (ix t = 0; t < tiles; ++t) {{\n    mbar_wait(&full[s], ph);\n    fence_async_shared();\n    wgmma_fence();"
+        );
+        c.push_str(&products);
+        c.push_str(
+            "    wgmma_commit();\n    wgmma_wait<1>();\n    if (t > 0u) mbar_arrive(&empty[sp]);\n    sp = s;\n",
+        );
+        let _ = writeln!(c, "    if (++s == {stages}u) {{ s = 0; ph ^= 1u; }}\n  }}\n  wgmma_wait<0>();");
+    } else {
+        c.push_str(&fetch_decls);
+        let _ = writeln!(
+            c,
+            "  #pragma unroll\n  for (u32 p = 0; p < {ahead}u; ++p) {{\n    const ix k0 = kb + p * {bk}u; const u32 s = p;\n    if (k0 < ke) {{\n{fetch}    }}\n    cp_async_commit();\n  }}"
+        );
+        let _ = writeln!(c, "  u32 s = 0, sf = {ahead}u;\n  for (ix k0 = kb; k0 < ke; k0 += {bk}u) {{");
+        let _ = writeln!(
+            c,
+            "    cp_async_wait<{}>();\n    fence_async_shared();\n    __syncthreads();\n    wgmma_fence();",
+            ahead - 1
+        );
+        c.push_str(&products);
+        c.push_str("    wgmma_commit();\n");
+        let _ = writeln!(
+            c,
+            "    if (k0 + {a}u < ke) {{\n      const ix k0f = k0 + {a}u; const u32 sn = sf;\n      {{\n        const ix k0 = k0f; const u32 s = sn;\n{fetch}      }}\n    }}\n    cp_async_commit();",
+            a = ahead * bk
+        );
+        let _ = writeln!(
+            c,
+            "    wgmma_wait<{}>();\n    s = s + 1u == {stages}u ? 0u : s + 1u;\n    sf = sf + 1u == {stages}u ? 0u : sf + 1u;\n  }}",
+            usize::from(inflight)
+        );
+        if inflight {
+            c.push_str("  wgmma_wait<0>();\n");
+        }
     }
     let val = if ca || cb { "make_float2(cr[4 * i + q], ci[4 * i + q])" } else { "cr[4 * i + q]" };
     let store =

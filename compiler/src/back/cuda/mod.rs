@@ -93,7 +93,8 @@ use crate::passes::fusion::{GroupKind, KernelGroup};
 use crate::passes::memplan::ArenaPlan;
 use crate::passes::Program;
 use crate::target::{
-    ComplexProducts, CudaTarget, FmaTile, IndexChoice, TcFragments, TcHalf, TcMma, TcStaging, TcTile,
+    ComplexProducts, CudaTarget, FmaTile, IndexChoice, TapGather, TcFragments, TcHalf, TcMma, TcStaging,
+    TcTile,
 };
 use std::fmt::Write;
 
@@ -774,6 +775,30 @@ template <int N> static __device__ __forceinline__ void wgmma_wait() { asm volat
 // Makes this thread's writes to shared memory (st.shared, completed cp.async) visible to the
 // tensor cores' reads, which go through the async proxy.
 static __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// Barriers in shared memory between the warpgroups of a `wgmma` GEMM with a copying warpgroup
+// (gemm.rs, `wgprod=1`): one completes a phase when `count` arrivals have come; a wait on
+// `parity` returns once the phase of that parity has completed. `cp_async_mbar_arrive` is the
+// arrival of this thread, made when all its earlier `cp.async` copies have landed.
+static __device__ __forceinline__ void mbar_init(u64* b, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"((u32)__cvta_generic_to_shared(b)), "r"(count) : "memory");
+}
+static __device__ __forceinline__ void mbar_arrive(u64* b) {
+  asm volatile("{\n .reg .b64 st;\n mbarrier.arrive.shared::cta.b64 st, [%0];\n}" :: "r"((u32)__cvta_generic_to_shared(b)) : "memory");
+}
+static __device__ __forceinline__ void cp_async_mbar_arrive(u64* b) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" :: "r"((u32)__cvta_generic_to_shared(b)) : "memory");
+}
+// Registers per thread of the executing warpgroup, down to or up to N (sm_90a), so copying
+// warpgroups leave theirs to the multiplying ones.
+template <int N> static __device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(N)); }
+template <int N> static __device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(N)); }
+static __device__ __forceinline__ void mbar_wait(u64* b, u32 parity) {
+  u32 done;
+  do {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+      : "=r"(done) : "r"((u32)__cvta_generic_to_shared(b)), "r"(parity) : "memory");
+  } while (!done);
+}
 // d (the warpgroup's 64 x N f32 tile, N = 64 or 128: thread t of warp w holds rows 16w + t/4
 // (+8), columns 8i + 2(t%4) (+1) in d[4i .. 4i + 3]) += (SA·A) (64 x 8) · (SB·B) (8 x N), A and
 // B read as TF32 through their descriptors, SA and SB = ±1.

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# For the next device session (written 2026-12-05, fourth session, when no device was lent):
+# the `wgmma` GEMM with copying warpgroups (`wgprod=1..3`, compiler/src/back/cuda/gemm.rs
+# `emit_wgmma`) against the default, on one build (.gpu/gpu), through bench/gpu-wave33.sh.
+#   1. check: every example one step, kernel by kernel against the f64 interpreter, under
+#      wgprod=1 and wgprod=3 (tf32; fixtures too under wgprod=1);
+#   2. bench: seed network (batch 1024) and ViT (batch 128), tf32: default, wgprod=1, 2, 3,
+#      and wgprod=2 with a ring of 4 tiles (medians of 10 steps; the default profiled).
+# Builds nothing; summary in $OUT, a table last.
+cd "$(dirname "$0")/.."
+V="seed_cnn 1024 tf32 wgprod=1|seed_cnn 1024 tf32 wgprod=2|seed_cnn 1024 tf32 wgprod=3|seed_cnn 1024 tf32 wgprod=2,tcstages=4"
+V="$V|vit_sar 128 tf32 wgprod=1|vit_sar 128 tf32 wgprod=2|vit_sar 128 tf32 wgprod=3"
+CVC_WAVE_PARTS="check bench" CVC_WAVE_OLD=0 CVC_WAVE_CHECKS="wgprod=1:tf32:1 wgprod=3:tf32:0" \
+  CVC_WAVE_VARIANTS="${CVC_WAVE34_VARIANTS:-$V}" exec bash bench/gpu-wave33.sh
