@@ -1,25 +1,32 @@
 //! Generated CUDA kernels compiled for the host and run on the CPU, for the tests that check
 //! the CUDA back end's kernels in CI, where there is no GPU (`tests/tests/attention_host.rs`,
-//! `tests/tests/gemm_host.rs`).
+//! `tests/tests/gemm_host.rs`, and whole steps through [`HostCudaBackend`] in
+//! `tests/tests/cuda_host.rs`).
 //!
 //! The kernels' text is taken from a [`CudaModule`] as generated, the module's plain helper
 //! functions with it, and compiled with the host's C++ compiler (`$CXX`, else `c++` or `g++`)
 //! under a small emulation of a CUDA block: one host thread per CUDA thread, which meet at a
 //! barrier for `__syncthreads`; `__shared__` arrays as statics and dynamic shared memory as one
-//! buffer (blocks run one after another); warp shuffles, `mma.sync` products (TF32 m16n8k8,
-//! bf16 and f16 m16n8k16) and `ldmatrix` through a shared exchange, `wgmma` (TF32 m64n64k8
-//! and m64n128k8 from shared-memory descriptors) per thread, the format conversions by
-//! bit arithmetic (16-bit storage included); `cp.async` copies and `wgmma` products run as
-//! late as the kernel's waits allow (a valid schedule of asynchronous work, and the one
-//! that exposes a buffer refilled too early); atomics as
-//! `std::atomic_ref`, `mbarrier`s as atomic words that waiting threads sleep on. A shuffle or `mma` must be reached by every thread of the block, as a
-//! barrier must; a kernel that breaks that hangs, and the host program gives up after a
-//! minute. The hardware's own `mma` accumulation order is the one thing this cannot show.
+//! buffer (blocks run one after another); warp shuffles through an exchange guarded by a
+//! barrier of the warp's threads; `mma.sync` products (TF32 m16n8k8, bf16 and f16 m16n8k16)
+//! and `ldmatrix` through a block-wide exchange, `wgmma` (TF32 m64n64k8 and m64n128k8 from
+//! shared-memory descriptors) per thread, the format conversions by bit arithmetic (16-bit
+//! storage included); `cp.async` copies and `wgmma` products run as late as the kernel's
+//! waits allow (a valid schedule of asynchronous work, and the one that exposes a buffer
+//! refilled too early); atomics as `std::atomic_ref`, `mbarrier`s as atomic words that
+//! waiting threads sleep on. A shuffle must be reached by every thread of its warp, and an
+//! `mma` by every thread of the block, as a barrier must; a kernel that breaks that hangs,
+//! and the host program gives up after a minute. The hardware's own `mma` accumulation order
+//! is the one thing this cannot show.
 
-use cvc_compiler::back::cuda::CudaModule;
+use cvc_compiler::back::cuda::{CudaModule, CudaStep, LIBRARIES};
 use cvc_compiler::interp::{Tensor, TensorData};
+use cvc_compiler::ir::DType;
 use cvc_compiler::ir::{Storage, Value};
 use cvc_compiler::passes::Program;
+use cvc_compiler::target::CudaTarget;
+use cvc_runtime::backend::{narrow_to_half, widen_half_bytes, Backend, HostTensor, RuntimeError};
+use cvc_runtime::numerics::NonFinite;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
@@ -31,6 +38,7 @@ const EMULATION: &str = r#"#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 typedef unsigned int u32;
@@ -52,13 +60,26 @@ static Dim3 blockDim = {1, 1, 1}, gridDim = {1, 1, 1};
 static std::barrier<>* block_barrier;
 static inline void __syncthreads() { block_barrier->arrive_and_wait(); }
 static inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+// Shuffles meet at their warp's barrier (the warp's threads, or the block's last few): the
+// lanes of one warp must all reach a shuffle, as on the device, but other warps need not.
+static std::barrier<>* warp_barriers[32];
+static inline void warp_sync() { warp_barriers[threadIdx.x >> 5]->arrive_and_wait(); }
 static float shuffle_exchange[1024];
 static inline float __shfl_xor_sync(unsigned, float v, int lanes) {
   const unsigned t = threadIdx.x;
   shuffle_exchange[t] = v;
-  __syncthreads();
+  warp_sync();
   const float r = shuffle_exchange[t ^ (unsigned)lanes];
-  __syncthreads();
+  warp_sync();
+  return r;
+}
+template <typename T> static inline T __shfl_down_sync(unsigned, T v, int lanes) {
+  static T exchange[1024];
+  const unsigned t = threadIdx.x;
+  exchange[t] = v;
+  warp_sync();
+  const T r = (t & 31u) + (unsigned)lanes < 32u ? exchange[t + (unsigned)lanes] : v;
+  warp_sync();
   return r;
 }
 static inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
@@ -301,6 +322,11 @@ int main(int argc, char** argv) {
   dynamic_shared = shared.data();
   std::barrier<> bar(nthreads);
   block_barrier = &bar;
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  for (unsigned w = 0; w * 32 < nthreads; ++w) {
+    warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, nthreads - w * 32)));
+    warp_barriers[w] = warps.back().get();
+  }
   std::vector<std::thread> threads;
   for (unsigned t = 0; t < nthreads; ++t)
     threads.emplace_back([=] {
@@ -603,6 +629,128 @@ pub fn run_group(
             Ok((o, got))
         })
         .collect()
+}
+
+/// A CUDA step run on the host: every launch of a [`CudaModule`] (elementwise, reduction,
+/// movement, contraction, attention and recurrence kernels alike) under the emulated block, on
+/// one arena laid out as the plan lays out the device's (the plan's buffers, then the module's
+/// scratch). A [`Backend`], so the differential checks that run on the GPU
+/// (`cvc_tests::differential::check_step_locally`) run the same code in CI.
+pub struct HostCudaBackend {
+    program: Program,
+    module: CudaModule,
+    host: HostProgram,
+    arena: Vec<u8>,
+}
+
+impl HostCudaBackend {
+    /// Generates `program` for `target` and compiles every kernel for the host; `tag` names
+    /// the build folder (tests running side by side need their own).
+    pub fn new(program: &Program, target: &CudaTarget, tag: &str) -> Result<Self, String> {
+        let module = cvc_compiler::back::cuda::generate(program, target).map_err(|e| e.to_string())?;
+        let mut source = HostSource::default();
+        let mut libs: Vec<usize> = module.kernel_code.iter().flat_map(|(_, l)| l.iter().copied()).collect();
+        libs.sort_unstable();
+        libs.dedup();
+        for l in libs {
+            source.library(&module, LIBRARIES[l]);
+        }
+        for name in &module.kernels {
+            source.kernel(&module, name, name);
+        }
+        let host = source.build(tag);
+        let (at, bytes) = module.scratch;
+        let arena = vec![0u8; (at + bytes).max(program.plan.arena_bytes)];
+        Ok(HostCudaBackend { program: program.clone(), module, host, arena })
+    }
+
+    /// The generated module.
+    pub fn module(&self) -> &CudaModule {
+        &self.module
+    }
+
+    fn place(&self, v: Value) -> Result<(DType, Vec<usize>, Storage, usize, usize), RuntimeError> {
+        let g = &self.program.graph;
+        if v.index() >= g.nodes.len() {
+            return Err(RuntimeError(format!("{v} is not a value of this program")));
+        }
+        let slot = self
+            .program
+            .plan
+            .slot(v)
+            .ok_or_else(|| RuntimeError(format!("{v} has no buffer in the plan")))?;
+        let ty = g.ty(v);
+        Ok((ty.dtype, ty.shape.resolve(self.program.plan.batch), g.storage(v), slot.offset, slot.bytes))
+    }
+}
+
+impl Backend for HostCudaBackend {
+    fn name(&self) -> String {
+        "cuda-on-host".into()
+    }
+
+    fn upload(&mut self, v: Value, t: &HostTensor) -> Result<(), RuntimeError> {
+        let (dt, shape, storage, at, room) = self.place(v)?;
+        if dt != t.dtype || shape.iter().product::<usize>() != t.numel() {
+            return Err(RuntimeError(format!(
+                "upload to {v}: expected {dt}{shape:?}, got {}{:?}",
+                t.dtype, t.shape
+            )));
+        }
+        let bytes = match storage {
+            Storage::Full => t.as_bytes().into_owned(),
+            half => narrow_to_half(&t.as_bytes(), half),
+        };
+        if bytes.len() > room {
+            return Err(RuntimeError(format!("upload to {v}: {} bytes into {room}", bytes.len())));
+        }
+        self.arena[at..at + bytes.len()].copy_from_slice(&bytes);
+        Ok(())
+    }
+
+    fn download(&mut self, v: Value) -> Result<HostTensor, RuntimeError> {
+        let (dt, shape, storage, at, room) = self.place(v)?;
+        let n = (shape.iter().product::<usize>() * storage.elem_bytes(dt)).min(room);
+        let mut bytes = self.arena[at..at + n].to_vec();
+        if storage.is_half() && dt != DType::I32 {
+            bytes = widen_half_bytes(&bytes, storage);
+        }
+        Ok(HostTensor::from_bytes(dt, &shape, &bytes))
+    }
+
+    fn step(&mut self) -> Result<(), RuntimeError> {
+        for step in &self.module.steps {
+            match step {
+                CudaStep::Zero { offset, bytes } => self.arena[*offset..offset + bytes].fill(0),
+                CudaStep::Launch(l) => {
+                    let launch = HostLaunch {
+                        name: l.name.clone(),
+                        grid: l.grid,
+                        threads: l.block[0],
+                        shared: l.shared_bytes,
+                    };
+                    self.host.run(&mut self.arena, &launch).map_err(RuntimeError)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn step_checked(&mut self) -> Result<Option<NonFinite>, RuntimeError> {
+        Err(RuntimeError("the host emulation of the CUDA back end has no check mode".into()))
+    }
+
+    fn checked_steps(&self) -> u64 {
+        0
+    }
+
+    fn arena_bytes(&self) -> usize {
+        self.arena.len()
+    }
+
+    fn measured_peak_bytes(&self) -> Option<usize> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -57,7 +57,8 @@ fn owner_guard(shape: &[usize], domain: &[usize], coords: &[String]) -> Option<S
 }
 
 /// Emits the loads of `inputs` and the evaluation of `nodes` at one domain point; returns
-/// the C variable of every value.
+/// the C variable of every value, those of `vars` (values already computed) included.
+#[allow(clippy::too_many_arguments)]
 fn emit_values(
     ctx: &Ctx,
     nodes: &[Value],
@@ -66,8 +67,8 @@ fn emit_values(
     coords: &[String],
     linear: &str,
     out: &mut String,
+    mut vars: HashMap<Value, String>,
 ) -> CompileResult<HashMap<Value, String>> {
-    let mut vars: HashMap<Value, String> = HashMap::new();
     for &v in inputs {
         let name = format!("v{}", v.index());
         let idx = index_in(&ctx.shape(v), domain, coords, linear);
@@ -218,7 +219,8 @@ pub(crate) fn elementwise(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
     let mut code = open_kernel(name, &index);
     grid_stride_open(n, &mut code);
     let coords = emit_coords(&domain, "i", &mut code);
-    let vars = emit_values(ctx, &group.nodes, &group.inputs, &domain, &coords, "i", &mut code)?;
+    let vars =
+        emit_values(ctx, &group.nodes, &group.inputs, &domain, &coords, "i", &mut code, HashMap::new())?;
     for &o in &group.outputs {
         let var = vars.get(&o).ok_or_else(|| format!("{o}: output of a kernel that does not compute it"))?;
         let shape = ctx.shape(o);
@@ -514,6 +516,48 @@ pub(crate) fn reduce(
         "    const ix re_ = {}min(rb + (ix){chunk}u, (ix){r_n}u);",
         if per_block > 1 { format!("o >= {o_n}u ? rb : ") } else { String::new() }
     );
+    // Operands that do not vary along the reduced axes (a batchnorm's per-channel statistics
+    // and affine weights) and what is computed from them alone are read once per output, before
+    // the loop: the seed network's batchnorm backward read eight per-channel values beside each
+    // activation. Past the last output of a group (`per_block` > 1, where the loop has no
+    // trips) they are read at the last output, in bounds.
+    let outer_in: Vec<Value> = inputs
+        .iter()
+        .copied()
+        .filter(|&v| {
+            let sh = ctx.shape(v);
+            let (r, d) = (sh.len(), domain.len());
+            sh != domain && axes.iter().all(|&a| a + r < d || sh[a + r - d] == 1)
+        })
+        .collect();
+    let mut outer_nodes: Vec<Value> = Vec::new();
+    for &v in &prologue {
+        let n = ctx.g.node(v);
+        if n.inputs.iter().all(|i| outer_in.contains(i) || outer_nodes.contains(i)) {
+            outer_nodes.push(v);
+        }
+    }
+    let mut hoisted = HashMap::new();
+    if !outer_in.is_empty() || !outer_nodes.is_empty() {
+        let oh = if per_block > 1 {
+            let _ = writeln!(code, "    const ix oh = min(o, (ix){}u);", o_n - 1);
+            "oh"
+        } else {
+            "o"
+        };
+        let mut hc = Vec::new();
+        for a in 0..domain.len() {
+            if kept.contains(&a) && domain[a] > 1 {
+                let _ = writeln!(code, "    const ix h{a} = ({oh} / {}u) % {}u;", ostr[a], domain[a]);
+                hc.push(format!("h{a}"));
+            } else {
+                hc.push("0u".to_string());
+            }
+        }
+        hoisted = emit_values(ctx, &outer_nodes, &outer_in, &domain, &hc, "0u", &mut code, HashMap::new())?;
+    }
+    let inner_in: Vec<Value> = inputs.iter().copied().filter(|v| !outer_in.contains(v)).collect();
+    let inner_nodes: Vec<Value> = prologue.iter().copied().filter(|v| !outer_nodes.contains(v)).collect();
     // Four points per trip, unrolled so that their loads are in flight at once (no stores
     // inside). Sums add the four in f32 and then the f32 partial to the f64 accumulator: one
     // conversion to f64 per four points instead of one per point (conversions to f64 run at a
@@ -556,7 +600,7 @@ pub(crate) fn reduce(
     }
     let linear = if lin.is_empty() { "0u".to_string() } else { lin.join(" + ") };
     let _ = writeln!(code, "    const ix li = {linear};");
-    let vars = emit_values(ctx, &prologue, &inputs, &domain, &coords, "li", &mut code)?;
+    let vars = emit_values(ctx, &inner_nodes, &inner_in, &domain, &coords, "li", &mut code, hoisted)?;
     for (j, &(red, x, op, _, dt)) in reds.iter().enumerate() {
         let xv =
             vars.get(&x).ok_or_else(|| format!("{red}: its operand {x} is not available in the kernel"))?;

@@ -1,0 +1,87 @@
+//! The CUDA back end's whole training step compiled for the host: every kernel of the step
+//! (elementwise, reductions, movement, contractions, attention) runs under the emulated CUDA
+//! block of `cvc_tests::hostcuda` in launch order on one arena, and each value it stores is
+//! checked against the interpreter replaying its kernel group on the values the kernels read
+//! (`cvc_tests::differential::check_step_locally`, what the GPU tests run on a device). No GPU:
+//! CI runs the generated CUDA code this way.
+//!
+//! The sizes are chosen for the reduction kernels' forms: the seed network at batch 2 sums
+//! 8,192 points per channel (a sum split over blocks, with partials in scratch memory), and a
+//! token model at batch 70 sums 4,480 tokens into each of 6 features (a block serving 8
+//! consecutive outputs, two of them past the last feature). Both read per-channel (or
+//! per-feature) operands once per output, before the loop over the summed points. (Attention
+//! kernels have their own host test, `attention_host.rs`, at sizes the emulation runs quickly.)
+
+use cvc_compiler::config::{Optimizer, OptimizerKind};
+use cvc_compiler::front::check_source;
+use cvc_compiler::interp::SplitMix64;
+use cvc_compiler::ir::Mode;
+use cvc_compiler::passes::pipeline::{compile, Options};
+use cvc_compiler::target::CudaTarget;
+use cvc_runtime::backend::Backend;
+use cvc_tests::differential::{check_step_locally, keep_every_value, random_leaves, to_host};
+use cvc_tests::hostcuda::HostCudaBackend;
+use cvc_tests::seed::seed_for;
+use std::path::Path;
+
+/// Token features through both norms (torchcvnn's and complextorch's per-sample forms).
+const TOKENS: &str = r#"
+model Tokens {
+    input x:     c64[B, 64, 8]
+    input label: class[B] of 3
+    logits = x |> rmsnorm(axes = 1) |> linear(6) |> cgelu |> layernorm(axes = 1) |> linear(6)
+        |> mean(axis = 1) |> linear(3) |> abs
+    output logits
+    loss cross_entropy(logits, label)
+}
+"#;
+
+/// One step of `file` (relative to the repository root) at `batch` on the host-compiled CUDA
+/// kernels, checked kernel group by kernel group; returns the step's kernel code.
+fn check_file(file: &str, batch: usize) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the repository root");
+    let src = std::fs::read_to_string(root.join(file)).expect("a readable .cvnn file");
+    check_source_text(file, &src, batch)
+}
+
+/// [`check_file`] of source text, `file` naming it.
+fn check_source_text(file: &str, src: &str, batch: usize) -> String {
+    let checked = check_source(file, src, Mode::Train).unwrap_or_else(|d| panic!("{file}: {d:?}"));
+    // Plain SGD at lr 1: every parameter's update is its gradient, checked as `new − old`.
+    let sgd =
+        Optimizer { kind: OptimizerKind::Sgd { momentum: 0.0, nesterov: false }, lr: 1.0, weight_decay: 0.0 };
+    let opts = Options { batch, optimizer: sgd, ..Options::default() };
+    let program = keep_every_value(&compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{file}: {e}")));
+    let tag: String = file.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    let mut be =
+        HostCudaBackend::new(&program, &CudaTarget::h200(), &tag).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let mut rng = SplitMix64::new(seed_for(&format!("cuda_host::{file}")));
+    let leaves = random_leaves(&program.graph, batch, &mut rng);
+    for (&v, t) in &leaves {
+        if program.plan.slot(v).is_some() {
+            be.upload(v, &to_host(t)).unwrap_or_else(|e| panic!("{file}: upload: {}", e.0));
+        }
+    }
+    be.step().unwrap_or_else(|e| panic!("{file}: step: {}", e.0));
+    let report = check_step_locally(&program, &mut be, &leaves).unwrap_or_else(|e| panic!("{file}: {e}"));
+    println!("{file} at batch {batch}: {}", report.summary());
+    assert!(report.failures.is_empty(), "{file}:\n{}", report.failures.join("\n"));
+    assert!(report.values > 0, "{file}: nothing was compared");
+    be.module().source.clone()
+}
+
+#[test]
+fn seed_network_step_on_host_compiled_cuda_matches_the_interpreter() {
+    let code = check_file("examples/seed_cnn.cvnn", 2);
+    // Batchnorm's sums over 2 × 64 × 64 points per channel: split over blocks, the
+    // per-channel statistics and weights read before the loop.
+    assert!(code.contains("(ix)blockIdx.y * 4096u"), "a reduction split over blocks");
+    assert!(code.contains("const ix h1 = "), "per-channel operands read once per output");
+}
+
+#[test]
+fn token_model_step_on_host_compiled_cuda_matches_the_interpreter() {
+    let code = check_source_text("tokens.cvnn", TOKENS, 70);
+    // Sums over 70 × 64 tokens into 6 features, in blocks of 8 consecutive features.
+    assert!(code.contains("const ix oh = min(o, (ix)5u);"), "per-feature operands read once per output");
+}
