@@ -10,9 +10,8 @@
 cd "$(dirname "$0")/.."
 # 2026-12-06: the old build's defaults (.gpu-old = f35a1fb, before the fetch dropped its
 # always-true bounds tests) beside the new, and rows for `tctaps=mask` alone and with producers.
-V="seed_cnn 1024 tf32 tctaps=mask|seed_cnn 1024 tf32 wgprod=1|seed_cnn 1024 tf32 wgprod=2|seed_cnn 1024 tf32 wgprod=3"
-V="$V|seed_cnn 1024 tf32 wgprod=1,tctaps=mask|seed_cnn 1024 tf32 wgprod=2,tctaps=mask"
-V="$V|vit_sar 128 tf32 tctaps=mask|vit_sar 128 tf32 wgprod=1|vit_sar 128 tf32 wgprod=2,tctaps=mask"
-CVC_WAVE_PARTS="${CVC_WAVE_PARTS:-check bench}" CVC_WAVE_OLD=${CVC_WAVE_OLD:-1} CVC_WAVE_PROFILE=${CVC_WAVE_PROFILE:-0} \
-  CVC_WAVE_CHECKS="${CVC_WAVE_CHECKS:-wgprod=1:tf32:1 wgprod=3,tctaps=mask:tf32:0 tctaps=mask:tf32:1}" \
+V="seed_cnn 1024 tf32 tctaps=mask|seed_cnn 1024 tf32 wgprod=1|seed_cnn 1024 tf32 wgprod=2"
+V="$V|seed_cnn 1024 tf32 wgprod=1,tctaps=mask|seed_cnn 1024 tf32 wgprod=3,tctaps=mask|vit_sar 128 tf32 tctaps=mask"
+CVC_WAVE_PARTS="${CVC_WAVE_PARTS:-bench check}" CVC_WAVE_OLD=${CVC_WAVE_OLD:-1} CVC_WAVE_PROFILE=${CVC_WAVE_PROFILE:-0} \
+  CVC_WAVE_CHECKS="${CVC_WAVE_CHECKS:-default:tf32,bf16:0 tctaps=mask:tf32:0 wgprod=1:tf32:0}" \
   CVC_WAVE_VARIANTS="${CVC_WAVE34_VARIANTS:-$V}" exec bash bench/gpu-wave33.sh

@@ -313,3 +313,52 @@ fn fp16_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
     let (n, tc, ..) = check(Precision::Fp16, &[""]);
     assert!(tc >= 8 && tc < n, "{tc} of {n} launches ran tensor cores");
 }
+
+/// `setmaxnreg` moves registers within the block's pool, which is what it was launched with:
+/// `threads` × the registers each thread gets under `__launch_bounds__(threads, 1)` (the SM's
+/// 64K over the threads, in multiples of 8; ptxas reports that count for these kernels). An
+/// increase the pool cannot cover never returns on the device, which the host emulation (a
+/// no-op there) cannot show: the seed network under `wgprod=3` hung on an H100 with two
+/// multiplying warpgroups beside three copiers (640 threads), whose split was computed from
+/// the SM's 64K. Checked here by arithmetic on every kernel that hands registers over, at the
+/// batch of the benchmark.
+#[test]
+fn register_handover_fits_the_blocks_pool() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the repository root");
+    let src = std::fs::read_to_string(root.join("examples/seed_cnn.cvnn")).expect("the seed network");
+    let checked = check_source("seed_cnn.cvnn", &src, Mode::Train).unwrap_or_else(|d| panic!("{d:?}"));
+    let opts = Options { batch: 1024, optimizer: checked.train.optimizer.clone(), ..Options::default() };
+    let program = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{e}"));
+    let number = |code: &str, after: &str, until: char| -> Option<usize> {
+        let at = code.find(after)? + after.len();
+        code[at..].split(until).next()?.trim().parse().ok()
+    };
+    let mut handovers = 0;
+    let mut widest = 0;
+    for spec in ["wgprod=2", "wgprod=3", "wgprod=3,tctaps=mask", "wgprod=2,tctile=128"] {
+        let kernels = KernelConfig::parse(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let target = CudaTarget::h200().with_precision(Precision::Tf32).with_kernels(kernels);
+        let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        for (code, _) in &module.kernel_code {
+            let Some(dec) = number(code, "setmaxnreg_dec<", '>') else { continue };
+            let inc = number(code, "setmaxnreg_inc<", '>').expect("an increase beside the decrease");
+            let threads = number(code, "__launch_bounds__(", ',').expect("launch bounds");
+            let multipliers = 128 * number(code, "if (wg >= ", 'u').expect("the copiers' branch");
+            let pool = threads * ((65536 / threads).min(256) / 8 * 8);
+            let used = multipliers * inc + (threads - multipliers) * dec;
+            assert!(
+                used <= pool,
+                "{spec}: {threads} threads, {multipliers} multiplying with {inc} registers, the rest \
+                 copying with {dec}: {used} registers of a pool of {pool}"
+            );
+            assert!(
+                (24..=256).contains(&dec) && inc <= 256 && dec % 8 == 0 && inc % 8 == 0,
+                "{spec}: {dec}, {inc}"
+            );
+            handovers += 1;
+            widest = widest.max(threads);
+        }
+    }
+    assert!(handovers > 0, "no kernel handed registers over");
+    assert_eq!(widest, 640, "no kernel with two multiplying warpgroups beside three copiers");
+}

@@ -1284,12 +1284,18 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {name}(char* A) {{");
     // Registers per thread: what the block's size leaves each (a multiple of 8, at most 255),
     // or, where the multipliers need more (their accumulators and ~40 more), what the copiers
-    // give up for them (`setmaxnreg`).
+    // give up for them (`setmaxnreg`). The block's pool is what it was launched with, `threads`
+    // × `base`, not the SM's 64K: an increase the pool cannot cover waits forever (a first
+    // form that counted 64K hung on the device with 640 threads, 96 registers each).
     let regs = if spec {
         let base = (65536 / threads).min(256) / 8 * 8;
-        let need = (bn * parts(ca || cb) / 2 + 40).div_ceil(8) * 8;
-        let spare = |inc: usize| (65536 - consumers * inc) / (128 * producers) / 8 * 8;
-        (need > base && spare(need) >= 24).then(|| (spare(need).min(base), need.min(240)))
+        let inc = (bn * parts(ca || cb) / 2 + 40).div_ceil(8) * 8;
+        let inc = inc.min(240);
+        let dec = (threads * base)
+            .checked_sub(consumers * inc)
+            .map(|left| left / (128 * producers) / 8 * 8)
+            .unwrap_or(0);
+        (inc > base && dec >= 24).then_some((dec.min(base), inc))
     } else {
         None
     };
