@@ -226,10 +226,15 @@ pub struct KernelConfig {
     /// and multipliers hand the ring's buffers to each other through `mbarrier`s (a buffer's
     /// copies landed: `cp.async.mbarrier.arrive`; its products done: `mbarrier.arrive`)
     /// instead of block barriers; where the block's threads would get fewer registers than the
-    /// multipliers need, the copiers give theirs up (`setmaxnreg`). Offline SASS of the seed
-    /// network's tf32 kernels in bench/GPU-NOTES.md; not yet measured on a device, so not the
-    /// default.
+    /// multipliers need, the copiers give theirs up (`setmaxnreg`). Measured on an H100
+    /// (bench/RESULTS.md, 2026-12-06): 2.6–5% slower than the default on the seed network, so
+    /// not the default.
     pub wgmma_producers: usize,
+    /// Consecutive outputs one block of a long reduction serves where the domain's innermost
+    /// axis is kept (`colout=8|16|32`; a `[B, T, D]` gradient summed over B and T into D
+    /// features): 256 / `colout` threads per output, and a warp reads `32 / (256 / colout)`
+    /// rows of `colout` consecutive elements each.
+    pub column_outputs: usize,
 }
 
 /// How the tensor-core GEMM (`compiler/src/back/cuda/gemm.rs`) finds a convolution patch's
@@ -427,6 +432,7 @@ impl Default for KernelConfig {
             tc_mma: TcMma::default(),
             wgmma_inflight: false,
             wgmma_producers: 0,
+            column_outputs: 8,
         }
     }
 }
@@ -436,7 +442,8 @@ pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|ge
                                     fill=BLOCKS, bk=16|32, ck=CHANNELS, grid=BLOCKS, index=auto|64, yz=BLOCKS, \
                                     tc=plain|prefetch|async, tctile=auto|64|128|64w4, tc16=native|tf32, frag=ldmatrix|lds, \
                                     cmul=4m|3m, ftile=64|128, attn=tc|fma, tcblocks=BLOCKS, \
-                                    tcstages=2..8, tctaps=index|table|mask, launch=graph|stream, mma=sync|wgmma, wgwait=0|1, wgprod=0..3";
+                                    tcstages=2..8, tctaps=index|table|mask, launch=graph|stream, mma=sync|wgmma, wgwait=0|1, wgprod=0..3, \
+                                    colout=8|16|32";
 
 impl KernelConfig {
     /// Reads a kernel spec: comma-separated `key=value` pairs over the defaults, e.g.
@@ -475,7 +482,9 @@ impl KernelConfig {
     /// - `wgwait`: `0` (default) or `1`, the `wgmma` products kept in flight across a tile
     ///   ([`KernelConfig::wgmma_inflight`]);
     /// - `wgprod`: `0` (default) to `3`, the warpgroups of the `wgmma` GEMM that only copy
-    ///   ([`KernelConfig::wgmma_producers`]).
+    ///   ([`KernelConfig::wgmma_producers`]);
+    /// - `colout`: `8` (default), `16` or `32`, the consecutive outputs of a block of a
+    ///   reduction that keeps the innermost axis ([`KernelConfig::column_outputs`]).
     ///
     /// ```
     /// use cvc_compiler::target::{ConvKernel, KernelConfig};
@@ -602,6 +611,10 @@ impl KernelConfig {
                     }
                 }
                 "wgprod" => k.wgmma_producers = value.parse().ok().filter(|n| *n <= 3).ok_or_else(bad)?,
+                "colout" => {
+                    k.column_outputs =
+                        value.parse().ok().filter(|n| [8, 16, 32].contains(n)).ok_or_else(bad)?
+                }
                 "mma" => {
                     k.tc_mma = match value {
                         "sync" => TcMma::Sync,
@@ -632,6 +645,7 @@ impl KernelConfig {
             "mma" => "sync or wgmma",
             "wgwait" => "0 or 1",
             "wgprod" => "a number from 0 to 3",
+            "colout" => "8, 16 or 32",
             "tctaps" => "index, table or mask",
             "tcstages" => "a number from 2 to 8",
             _ => "a positive number",
@@ -810,6 +824,9 @@ impl fmt::Display for KernelConfig {
         }
         if self.wgmma_producers != d.wgmma_producers {
             parts.push(format!("wgprod={}", self.wgmma_producers));
+        }
+        if self.column_outputs != d.column_outputs {
+            parts.push(format!("colout={}", self.column_outputs));
         }
         if parts.is_empty() {
             f.write_str("default")

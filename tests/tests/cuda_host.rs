@@ -17,7 +17,7 @@ use cvc_compiler::front::check_source;
 use cvc_compiler::interp::SplitMix64;
 use cvc_compiler::ir::Mode;
 use cvc_compiler::passes::pipeline::{compile, Options};
-use cvc_compiler::target::CudaTarget;
+use cvc_compiler::target::{CudaTarget, KernelConfig};
 use cvc_runtime::backend::Backend;
 use cvc_tests::differential::{check_step_locally, keep_every_value, random_leaves, to_host};
 use cvc_tests::hostcuda::HostCudaBackend;
@@ -41,20 +41,22 @@ model Tokens {
 fn check_file(file: &str, batch: usize) -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the repository root");
     let src = std::fs::read_to_string(root.join(file)).expect("a readable .cvnn file");
-    check_source_text(file, &src, batch)
+    check_source_text(file, &src, batch, "default")
 }
 
-/// [`check_file`] of source text, `file` naming it.
-fn check_source_text(file: &str, src: &str, batch: usize) -> String {
+/// [`check_file`] of source text, `file` naming it, under the kernel choices `spec`.
+fn check_source_text(file: &str, src: &str, batch: usize, spec: &str) -> String {
     let checked = check_source(file, src, Mode::Train).unwrap_or_else(|d| panic!("{file}: {d:?}"));
     // Plain SGD at lr 1: every parameter's update is its gradient, checked as `new − old`.
     let sgd =
         Optimizer { kind: OptimizerKind::Sgd { momentum: 0.0, nesterov: false }, lr: 1.0, weight_decay: 0.0 };
     let opts = Options { batch, optimizer: sgd, ..Options::default() };
     let program = keep_every_value(&compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{file}: {e}")));
-    let tag: String = file.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
-    let mut be =
-        HostCudaBackend::new(&program, &CudaTarget::h200(), &tag).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let tag: String =
+        format!("{file}-{spec}").chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    let kernels = KernelConfig::parse(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+    let target = CudaTarget::h200().with_kernels(kernels);
+    let mut be = HostCudaBackend::new(&program, &target, &tag).unwrap_or_else(|e| panic!("{file}: {e}"));
     let mut rng = SplitMix64::new(seed_for(&format!("cuda_host::{file}")));
     let leaves = random_leaves(&program.graph, batch, &mut rng);
     for (&v, t) in &leaves {
@@ -64,7 +66,7 @@ fn check_source_text(file: &str, src: &str, batch: usize) -> String {
     }
     be.step().unwrap_or_else(|e| panic!("{file}: step: {}", e.0));
     let report = check_step_locally(&program, &mut be, &leaves).unwrap_or_else(|e| panic!("{file}: {e}"));
-    println!("{file} at batch {batch}: {}", report.summary());
+    println!("{file} at batch {batch}, kernels {spec}: {}", report.summary());
     assert!(report.failures.is_empty(), "{file}:\n{}", report.failures.join("\n"));
     assert!(report.values > 0, "{file}: nothing was compared");
     be.module().source.clone()
@@ -81,7 +83,23 @@ fn seed_network_step_on_host_compiled_cuda_matches_the_interpreter() {
 
 #[test]
 fn token_model_step_on_host_compiled_cuda_matches_the_interpreter() {
-    let code = check_source_text("tokens.cvnn", TOKENS, 70);
-    // Sums over 70 × 64 tokens into 6 features, in blocks of 8 consecutive features.
-    assert!(code.contains("const ix oh = min(o, (ix)5u);"), "per-feature operands read once per output");
+    // Sums over 70 × 64 tokens into 6 features, in blocks of 8 consecutive features (32
+    // threads each: a warp folds four of its threads per feature), and under `colout=16` and
+    // `colout=32` (16 and 8 threads per feature: a warp folds two, or none).
+    for spec in ["default", "colout=16", "colout=32"] {
+        let code = check_source_text("tokens.cvnn", TOKENS, 70, spec);
+        assert!(
+            code.contains("const ix oh = min(o, (ix)5u);"),
+            "{spec}: per-feature operands read once per output"
+        );
+        let per_block = match spec {
+            "default" => 8,
+            s => s["colout=".len()..].parse().expect("a width"),
+        };
+        assert!(
+            code.contains(&format!("const u32 slot = threadIdx.x % {per_block}u")),
+            "{spec}: no block of {per_block} consecutive outputs:\n{}",
+            code.lines().filter(|l| l.contains("slot =")).collect::<Vec<_>>().join("\n")
+        );
+    }
 }

@@ -242,11 +242,6 @@ pub(crate) fn elementwise(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
 /// Points a reduction's thread folds per trip of its loop (a sum's f32 partial covers them).
 const REDUCE_UNROLL: usize = 4;
 
-/// Consecutive outputs that one block of a long reduction serves when the domain's innermost
-/// axis is kept: 32 threads per output, eight outputs of 8 bytes side by side (64 bytes per
-/// row read in one go).
-const COLUMN_OUTPUTS: usize = 8;
-
 /// Accumulator of a reduction: its scalar parts, and the code that folds values into it.
 struct Acc {
     /// `(C type, suffix, initial value)` of each part.
@@ -431,7 +426,7 @@ pub(crate) fn reduce(
     // Lanes per output and splits of the reduced range over blocks: enough blocks for eight
     // per SM (the device's `fill_blocks`), so the loads of many blocks are in flight at once.
     let fill = ctx.target.device.fill_blocks();
-    // A block of 256 threads serves `per_block` outputs: one, or [`COLUMN_OUTPUTS`] consecutive
+    // A block of 256 threads serves `per_block` outputs: one, or `colout` consecutive
     // ones where the domain's innermost axis is kept (a `[B, T, D]` gradient summed over B and
     // T into D features), so that the block's threads read consecutive addresses; with one
     // output per block its 256 lanes read one element every D.
@@ -441,7 +436,7 @@ pub(crate) fn reduce(
     } else if r_n <= 4096 || o_n >= 2048 {
         (32, 1, 1)
     } else {
-        let per_block = if column { COLUMN_OUTPUTS } else { 1 };
+        let per_block = if column { ctx.target.kernels.column_outputs } else { 1 };
         // At least 4096 points per split and lane group (1024 in columns: 32 lanes an output).
         let least = if column { 1024 } else { 4096 };
         let s = if op == ReduceOp::Sum && o_n.div_ceil(per_block) < fill {
@@ -615,9 +610,10 @@ pub(crate) fn reduce(
         let _ = write!(code, "{}", Acc::partial_flush(op, dt, &format!("a{j}"), &format!("p{j}")));
     }
     code.push_str("    }\n");
-    if lanes >= 32 {
+    if lanes >= 32 || (blockwide && per_block < 32) {
         // Warp tree: the first `per_block` threads of each warp end with the warp's
-        // accumulators (of outputs `ob + slot`).
+        // accumulators (of outputs `ob + slot`; with 32 outputs a block, each thread of a warp
+        // serves its own and there is nothing to fold).
         let _ = writeln!(code, "    for (int off = 16; off >= {per_block}; off >>= 1) {{");
         for (j, (acc, r)) in accs.iter().zip(&reds).enumerate() {
             for (t, s, _) in &acc.parts {
