@@ -558,14 +558,10 @@ pub(crate) fn reduce(
     // conversion to f64 per four points instead of one per point (conversions to f64 run at a
     // sixteenth of the FP32 rate on sm_90; the seed network's batchnorm backward folds eight
     // sums per point), at a cost of at most three f32 roundings per four points.
-    let _ = writeln!(code, "    for (ix r4 = rb + lane; r4 < re_; r4 += {}u) {{", REDUCE_UNROLL * lanes);
-    for (j, &(_, _, op, _, dt)) in reds.iter().enumerate() {
-        let _ = write!(code, "{}", Acc::partial_decl(op, dt, &format!("p{j}")));
-    }
-    let _ = writeln!(
-        code,
-        "    #pragma unroll\n    for (u32 u = 0; u < {REDUCE_UNROLL}u; ++u) {{\n    const ix r = r4 + u * {lanes}u;\n    if (r < re_) {{"
-    );
+    // The trips whose points all lie in range run without a test per point; the rest, at most
+    // one trip, tests each (the seed network's batchnorm sums spent 5 of their 56 instructions
+    // a point on the test and its branch, offline SASS).
+    let mut body = String::new();
     let mut coords = Vec::new();
     for a in 0..domain.len() {
         let e = if kept.contains(&a) {
@@ -573,7 +569,7 @@ pub(crate) fn reduce(
         } else {
             format!("(r / {}u) % {}u", rstr[a], domain[a])
         };
-        let _ = writeln!(code, "    const ix c{a} = {e};");
+        let _ = writeln!(body, "    const ix c{a} = {e};");
         coords.push(format!("c{a}"));
     }
     // The linear index from runs of adjacent axes that are all kept or all reduced: one
@@ -594,8 +590,8 @@ pub(crate) fn reduce(
         a = b + 1;
     }
     let linear = if lin.is_empty() { "0u".to_string() } else { lin.join(" + ") };
-    let _ = writeln!(code, "    const ix li = {linear};");
-    let vars = emit_values(ctx, &inner_nodes, &inner_in, &domain, &coords, "li", &mut code, hoisted)?;
+    let _ = writeln!(body, "    const ix li = {linear};");
+    let vars = emit_values(ctx, &inner_nodes, &inner_in, &domain, &coords, "li", &mut body, hoisted)?;
     for (j, &(red, x, op, _, dt)) in reds.iter().enumerate() {
         let xv =
             vars.get(&x).ok_or_else(|| format!("{red}: its operand {x} is not available in the kernel"))?;
@@ -603,12 +599,32 @@ pub(crate) fn reduce(
             Some(f) => f,
             None => Acc::fold(op, dt, &format!("a{j}"), xv, "r"),
         };
-        let _ = writeln!(code, "    {fold}");
+        let _ = writeln!(body, "    {fold}");
     }
-    code.push_str("    }\n    }\n");
-    for (j, &(_, _, op, _, dt)) in reds.iter().enumerate() {
-        let _ = write!(code, "{}", Acc::partial_flush(op, dt, &format!("a{j}"), &format!("p{j}")));
-    }
+    let trip = |code: &mut String, tested: bool| {
+        for (j, &(_, _, op, _, dt)) in reds.iter().enumerate() {
+            let _ = write!(code, "{}", Acc::partial_decl(op, dt, &format!("p{j}")));
+        }
+        let _ = writeln!(
+            code,
+            "    #pragma unroll\n    for (u32 u = 0; u < {REDUCE_UNROLL}u; ++u) {{\n    const ix r = r4 + u * {lanes}u;\n    {}{{",
+            if tested { "if (r < re_) " } else { "" }
+        );
+        code.push_str(&body);
+        code.push_str("    }\n    }\n");
+        for (j, &(_, _, op, _, dt)) in reds.iter().enumerate() {
+            let _ = write!(code, "{}", Acc::partial_flush(op, dt, &format!("a{j}"), &format!("p{j}")));
+        }
+    };
+    let _ = writeln!(
+        code,
+        "    ix r4 = rb + lane;\n    for (; r4 + {}u < re_; r4 += {}u) {{",
+        (REDUCE_UNROLL - 1) * lanes,
+        REDUCE_UNROLL * lanes
+    );
+    trip(&mut code, false);
+    code.push_str("    }\n    if (r4 < re_) {\n");
+    trip(&mut code, true);
     code.push_str("    }\n");
     if lanes >= 32 || (blockwide && per_block < 32) {
         // Warp tree: the first `per_block` threads of each warp end with the warp's
