@@ -46,7 +46,7 @@ for what in ${*:-tests bench}; do
         set -- $run
         tag=$(echo "$4" | tr '=,' '__')
         prof=none
-        [ "$4" = default ] && [ "${CVC_TC_PROFILE:-1}" = 1 ] && prof=$3
+        { [ "$4" = default ] || [ "${CVC_TC_PROFILE_ALL:-0}" = 1 ]; } && [ "${CVC_TC_PROFILE:-1}" = 1 ] && prof=$3
         CVC_KERNELS=$4 CVC_BENCH_FILE=examples/$1.cvnn CVC_BENCH_BATCH=$2 CVC_BENCH_PRECISIONS=$3 \
           CVC_BENCH_PROFILE=$([ $prof = none ] || echo $prof) CVC_BENCH_STEPS=10 timeout 120 \
           "$GPU" bench_seed_cnn --ignored --nocapture --test-threads=1 >"$O/b.out" 2>"$O/bench-$1-$3-$tag$TAG.err"

@@ -235,6 +235,25 @@ pub struct KernelConfig {
     /// features): 256 / `colout` threads per output, and a warp reads `32 / (256 / colout)`
     /// rows of `colout` consecutive elements each.
     pub column_outputs: usize,
+    /// How contractions multiply at `precision = fp32` ([`Fp32Products`]).
+    pub fp32_products: Fp32Products,
+}
+
+/// How the CUDA back end's contractions multiply at `precision = fp32`
+/// (`compiler/src/back/cuda/gemm.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fp32Products {
+    /// `fp32=fma`: f32 fused multiply-adds on the CUDA cores, each product rounded once.
+    #[default]
+    Fma,
+    /// `fp32=3xtf32`: on TF32 tensor cores (compute capability 8.0 and newer; FMA elsewhere),
+    /// each f32 operand split into a TF32 part and the TF32 rounding of its remainder, `x = h +
+    /// l` to about 21 bits, and a product formed as `h·h' + h·l' + l·h'` with f32
+    /// accumulation (the split-precision emulation of an f32 GEMM that CUTLASS names 3xTF32):
+    /// the dropped `l·l'` is below 2⁻²² of the product, against 2⁻¹¹ for one TF32 product.
+    /// The contractions take the tensor-core kernels of `precision = tf32` with three times
+    /// their products; the fused attention and everything else stay as at `fma`.
+    Tf32x3,
 }
 
 /// How the tensor-core GEMM (`compiler/src/back/cuda/gemm.rs`) finds a convolution patch's
@@ -433,6 +452,7 @@ impl Default for KernelConfig {
             wgmma_inflight: false,
             wgmma_producers: 0,
             column_outputs: 8,
+            fp32_products: Fp32Products::Fma,
         }
     }
 }
@@ -443,7 +463,7 @@ pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|ge
                                     tc=plain|prefetch|async, tctile=auto|64|128|64w4, tc16=native|tf32, frag=ldmatrix|lds, \
                                     cmul=4m|3m, ftile=64|128, attn=tc|fma, tcblocks=BLOCKS, \
                                     tcstages=2..8, tctaps=index|table|mask, launch=graph|stream, mma=sync|wgmma, wgwait=0|1, wgprod=0..3, \
-                                    colout=8|16|32";
+                                    colout=8|16|32, fp32=fma|3xtf32";
 
 impl KernelConfig {
     /// Reads a kernel spec: comma-separated `key=value` pairs over the defaults, e.g.
@@ -484,7 +504,9 @@ impl KernelConfig {
     /// - `wgprod`: `0` (default) to `3`, the warpgroups of the `wgmma` GEMM that only copy
     ///   ([`KernelConfig::wgmma_producers`]);
     /// - `colout`: `8` (default), `16` or `32`, the consecutive outputs of a block of a
-    ///   reduction that keeps the innermost axis ([`KernelConfig::column_outputs`]).
+    ///   reduction that keeps the innermost axis ([`KernelConfig::column_outputs`]);
+    /// - `fp32`: `fma` (default) or `3xtf32`, the contractions' products at `precision = fp32`
+    ///   ([`Fp32Products`]).
     ///
     /// ```
     /// use cvc_compiler::target::{ConvKernel, KernelConfig};
@@ -615,6 +637,13 @@ impl KernelConfig {
                     k.column_outputs =
                         value.parse().ok().filter(|n| [8, 16, 32].contains(n)).ok_or_else(bad)?
                 }
+                "fp32" => {
+                    k.fp32_products = match value {
+                        "fma" => Fp32Products::Fma,
+                        "3xtf32" => Fp32Products::Tf32x3,
+                        _ => return Err(bad()),
+                    }
+                }
                 "mma" => {
                     k.tc_mma = match value {
                         "sync" => TcMma::Sync,
@@ -646,6 +675,7 @@ impl KernelConfig {
             "wgwait" => "0 or 1",
             "wgprod" => "a number from 0 to 3",
             "colout" => "8, 16 or 32",
+            "fp32" => "fma or 3xtf32",
             "tctaps" => "index, table or mask",
             "tcstages" => "a number from 2 to 8",
             _ => "a positive number",
@@ -827,6 +857,9 @@ impl fmt::Display for KernelConfig {
         }
         if self.column_outputs != d.column_outputs {
             parts.push(format!("colout={}", self.column_outputs));
+        }
+        if self.fp32_products == Fp32Products::Tf32x3 {
+            parts.push("fp32=3xtf32".into());
         }
         if parts.is_empty() {
             f.write_str("default")

@@ -103,6 +103,7 @@ static inline u32 tf32(float x) {
   if ((b & 0x7f800000u) != 0x7f800000u) b = (b + 0x1000u) & 0xffffe000u;
   return b;
 }
+static inline u32 tf32_lo(float x, u32 hi) { return tf32(x - __uint_as_float(hi)); }
 // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 of each warp: A 16 x 8 (a0 = A[g][t],
 // a1 = A[g + 8][t], a2 = A[g][t + 4], a3 = A[g + 8][t + 4]), B 8 x 8 (b0 = B[t][g],
 // b1 = B[t + 4][g]), C 16 x 8 (c0, c1 = C[g][2t, 2t + 1], c2, c3 = C[g + 8][..]), g = lane / 4,

@@ -66,6 +66,11 @@ type Replayed = HashMap<Value, Tensor>;
 
 /// TF32's (and IEEE half's) unit roundoff: 10 stored mantissa bits, rounded to nearest.
 const TF32_UNIT_ROUNDOFF: f64 = 1.0 / 2048.0;
+/// The operand error of a product of split TF32 operands (`fp32=3xtf32`): each operand is
+/// `h + l` with `h` rounded to TF32 (`|l| ≤ 2⁻¹¹|x|`) and `l` rounded to TF32 (`2⁻²²|x|`); the
+/// dropped `l·l'` and the two rounded low parts leave at most `3·2⁻²²|a||b|`, within
+/// `2·u·|a||b|` for this `u`.
+const SPLIT_TF32_UNIT: f64 = 1.0 / (1u64 << 21) as f64;
 /// bfloat16's unit roundoff: 7 stored mantissa bits.
 const BF16_UNIT_ROUNDOFF: f64 = 1.0 / 256.0;
 
@@ -119,8 +124,10 @@ fn check(precision: Precision, specs: &[&str]) -> (usize, usize, usize, usize) {
                 TensorCores::None
             };
             let host = HostLaunch { name, grid: l.grid, threads: l.block[0], shared: l.shared_bytes };
+            // Split TF32 operands (`fp32=3xtf32`): the split's bound, not TF32's.
+            let split = code.contains("tf32_lo(");
             // A split of K over blocks accumulates with atomics into a zeroed output.
-            launches.push((spec.to_string(), host, l.group, tensor_cores));
+            launches.push((spec.to_string(), host, l.group, tensor_cores, split));
         }
     }
     // (One folder per test: tests of one precision run side by side.)
@@ -139,7 +146,7 @@ fn check(precision: Precision, specs: &[&str]) -> (usize, usize, usize, usize) {
     let mut failures = Vec::new();
     // Per group: the interpreter's outputs, and Σ|a||b| per output element.
     let mut cache: HashMap<usize, (Replayed, Replayed)> = HashMap::new();
-    for (spec, launch, gi, tensor_cores) in &launches {
+    for (spec, launch, gi, tensor_cores, split) in &launches {
         let group = &program.groups[*gi];
         let (want, mag) = cache.entry(*gi).or_insert_with(|| {
             let operands: HashMap<Value, Tensor> =
@@ -160,6 +167,7 @@ fn check(precision: Precision, specs: &[&str]) -> (usize, usize, usize, usize) {
             // `tc16=tf32`) or the 16-bit format itself; a 16-bit output's own rounding.
             let u = match (*tensor_cores, precision) {
                 (TensorCores::None, _) => 0.0,
+                _ if *split => SPLIT_TF32_UNIT,
                 // `wgmma` reads f32 operands as TF32 by truncation: twice rounding's unit.
                 (TensorCores::Wgmma, _) => 2.0 * TF32_UNIT_ROUNDOFF,
                 (TensorCores::Sync, Precision::Bf16) if !spec.contains("tc16=tf32") => BF16_UNIT_ROUNDOFF,
@@ -196,6 +204,10 @@ fn check(precision: Precision, specs: &[&str]) -> (usize, usize, usize, usize) {
         }
     }
     let tc = launches.iter().filter(|l| l.3 != TensorCores::None).count();
+    let split = launches.iter().filter(|l| l.4).count();
+    // At fp32 the tensor cores run only on split operands; elsewhere never split.
+    let want_split = if precision == Precision::Fp32 { tc } else { 0 };
+    assert_eq!(split, want_split, "launches with split TF32 operands at {precision:?}");
     let wgmma = launches.iter().filter(|l| l.3 == TensorCores::Wgmma).count();
     let two = launches.iter().filter(|l| l.3 == TensorCores::Wgmma && l.1.threads == 256).count();
     eprintln!("{precision:?}: {wgmma} wgmma launches, {two} of them with two warpgroups");
@@ -213,6 +225,25 @@ fn fp32_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
     let (n, tc, ..) = check(Precision::Fp32, &["", "cmul=3m", "ftile=128", "conv=gemm,wgrad=gemm"]);
     assert!(n >= 4 * 12, "{n} launches");
     assert_eq!(tc, 0);
+}
+
+#[test]
+fn fp32_split_tf32_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
+    // `fp32=3xtf32`: the tensor-core kernels on split operands, held to the split's bound (a
+    // missing low-part product exceeds it 1.2 to 6 times): `wgmma` with 2 and 3 K
+    // tiles and the taps' table, and `mma.sync` under asynchronous (interleaved complex
+    // planes) and register staging (separate re / im planes).
+    let specs = [
+        "fp32=3xtf32",
+        "fp32=3xtf32,tcstages=2,tctaps=table",
+        "fp32=3xtf32,mma=sync",
+        "fp32=3xtf32,mma=sync,tc=prefetch",
+    ];
+    let (n, tc, wgmma, two) = check(Precision::Fp32, &specs);
+    assert!(tc >= specs.len() * 8, "only {tc} of {n} launches ran tensor cores");
+    assert!(wgmma >= 2 * 8 && wgmma < tc, "{wgmma} of {tc} tensor-core launches on wgmma");
+    assert!(two >= 2, "the 128-row tiles (two warpgroups) did not run");
+    assert!(tc < n, "the first layer's direct kernels did not run");
 }
 
 #[test]

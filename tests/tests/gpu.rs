@@ -10,7 +10,7 @@ use cvc_compiler::interp::{Session, SplitMix64, Tensor, TensorData};
 use cvc_compiler::ir::{DType, Graph, Mode, Op, Value};
 use cvc_compiler::passes::pipeline::{compile, Options};
 use cvc_compiler::passes::Program;
-use cvc_compiler::target::{CudaTarget, IndexChoice, KernelConfig, TcHalf, TcMma};
+use cvc_compiler::target::{CudaTarget, Fp32Products, IndexChoice, KernelConfig, TcHalf, TcMma};
 use cvc_runtime::backend::{Backend, HostData, HostTensor};
 use cvc_runtime::cuda::CudaBackend;
 use cvc_tests::differential::{check_training_steps, from_host, to_host};
@@ -797,6 +797,9 @@ fn numerics_of(p: Precision, kernels: &KernelConfig) -> cvc_tests::differential:
         // `wgmma` (the default on an H200) reads f32 operands as TF32 by truncation: twice
         // rounding's unit.
         _ if p.tensor_cores() && kernels.tc_mma == TcMma::Wgmma => 2.0 * unit_roundoff(Precision::Tf32),
+        // fp32 on split TF32 operands (`fp32=3xtf32`): the dropped low·low product and the
+        // low parts' rounding, at most 3·2⁻²² of |a||b| (= 2·u for u = 2⁻²¹).
+        Precision::Fp32 if kernels.fp32_products == Fp32Products::Tf32x3 => 2f64.powi(-21),
         _ if p.tensor_cores() => unit_roundoff(Precision::Tf32),
         _ => 0.0,
     };

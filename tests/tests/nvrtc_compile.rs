@@ -911,6 +911,16 @@ fn wgmma_kernels_compile_to_a_cubin_for_sm90a() {
                 .unwrap_or_else(|e| panic!("{name} {spec}: {e}"));
             eprintln!("{name} {spec}: {} bytes of sm_90a cubin", cubin.len());
         }
+        // fp32 on split TF32 operands (`fp32=3xtf32`), on `wgmma` and on `mma.sync`.
+        for spec in ["fp32=3xtf32", "fp32=3xtf32,mma=sync"] {
+            let kernels = KernelConfig::parse(spec).expect("a spec");
+            let target = CudaTarget::h200().with_precision(Precision::Fp32).with_kernels(kernels);
+            let m = cuda::generate(program, &target).unwrap_or_else(|e| panic!("{name} {spec}: {e}"));
+            assert!(m.source.contains("tf32_lo(x"), "{name} {spec}: no split operands");
+            let cubin = cvc_runtime::cuda::compile_cubin(&m.source, &m.arch)
+                .unwrap_or_else(|e| panic!("{name} {spec}: {e}"));
+            eprintln!("{name} {spec}: {} bytes of {} cubin", cubin.len(), m.arch);
+        }
     }
 }
 

@@ -113,7 +113,7 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
         return Ok(None);
     }
     let khw = d.kh * d.kw;
-    if ctx.precision().tensor_cores() && !too_shallow_for_tensor_cores(d.red * khw) {
+    if ctx.tensor_cores() && !too_shallow_for_tensor_cores(d.red * khw) {
         return Ok(None);
     }
     // Channels per shared-memory chunk (one barrier pair each); the target's `conv_chunk`

@@ -83,7 +83,7 @@ impl TapTable {
         let offset = channels * t.plane as u64 + most(dys) * t.row as u64 + most(dxs);
         let fits32 = offset < 1 << 30;
         let gather = ctx.target.kernels.tc_taps;
-        let chosen = ctx.precision().tensor_cores() && gather != TapGather::Index;
+        let chosen = ctx.tensor_cores() && gather != TapGather::Index;
         // A window's places are the bits of a 32-bit mask. Where a mask does not apply (the
         // weight gradient, whose pixel runs along K; windows of more than 32 taps), `mask`
         // gathers by index.
@@ -744,7 +744,7 @@ fn split_k(ctx: &Ctx, gm: &Gemm, v: Value, tiles: usize, bk: usize) -> (usize, u
 }
 
 fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
-    if ctx.precision().tensor_cores() {
+    if ctx.tensor_cores() {
         return emit_tf32(ctx, gm, v, name);
     }
     debug_assert!(gm.taps.is_none(), "a taps' table outside the tensor-core kernels");
@@ -1096,7 +1096,7 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
         }
     }
     let products = match half {
-        None => mma_products(gm, tm, tn, asynchronous),
+        None => mma_products(gm, tm, tn, asynchronous, ctx.split_tf32()),
         Some(h) => mma16_products(gm, tm, tn, bk, h, kc.tc_frag == TcFragments::Ldmatrix),
     };
     let next = format!("k0 + {bk}u < ke");
@@ -1217,7 +1217,11 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     let warpgroups = if rows > 64 { 2 } else { 1 };
     // With `wgprod=N`, N warpgroups after the multiplying ones do all the copies, each a
     // whole K tile at a time.
-    let producers = kc.wgmma_producers;
+    // Under `fp32=3xtf32` each operand plane has a twin holding its elements' low parts (see
+    // the split below), and every warpgroup copies (the split runs on the copier's elements).
+    let split = ctx.split_tf32();
+    let copies = if split { 2 } else { 1 };
+    let producers = if split { 0 } else { kc.wgmma_producers };
     let spec = producers > 0;
     let consumers = 128 * warpgroups;
     let fetchers = if spec { 128 } else { consumers };
@@ -1230,7 +1234,7 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     let table_bytes = gm.taps.as_ref().map_or(0, |t| 8 * t.len());
     let optin = ctx.target.device.shared_per_block_optin;
     // Bytes of one K tile of both operands with `bn` columns.
-    let stage_of = |bn: usize| 4 * bk * (parts(ca) * bm + parts(cb) * bn);
+    let stage_of = |bn: usize| 4 * bk * copies * (parts(ca) * bm + parts(cb) * bn);
     // Each stage of the ring has two mbarriers (8 bytes each) with a copying warpgroup.
     let bars = if spec { 16 } else { 0 };
     let fits = |bn: usize| 2 * (stage_of(bn) + bars) + table_bytes <= optin;
@@ -1272,7 +1276,7 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     // Floats of a plane of `x` rows, and the descriptor's offsets (bytes).
     let plane = |x: usize| x * bk;
     let (lbo, sbo) = (CORE_BYTES, bk / 4 * CORE_BYTES);
-    let stage_floats = parts(ca) * plane(bm) + parts(cb) * plane(bn);
+    let stage_floats = copies * (parts(ca) * plane(bm) + parts(cb) * plane(bn));
     let stage_bytes = 4 * stage_floats;
     // (A tile per copying warpgroup in flight and one being multiplied, where they fit.)
     let most = if spec { kc.tc_stages.max(producers + 1) } else { kc.tc_stages.max(2) };
@@ -1317,19 +1321,28 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     if !spec {
         c.push_str(&accumulators);
     }
-    // The planes of stage `s`: A's re (and im), then B's.
+    // The planes of stage `s`: A's re (and im), then B's; then, split, their low parts'
+    // twins (`PArs`, …).
     let mut at = 0;
-    let mut plane_at = |name: &str, x: usize, complex: bool, c: &mut String| {
+    let mut plane_at = |name: &str, x: usize, complex: bool, twin: &str, c: &mut String| {
         for part in if complex { ["r", "i"].as_slice() } else { ["r"].as_slice() } {
             let _ = writeln!(
                 c,
-                "  auto P{name}{part} = [&](u32 s) -> float* {{ return sm + s * {stage_floats}u + {at}u; }};"
+                "  auto P{name}{part}{twin} = [&](u32 s) -> float* {{ return sm + s * {stage_floats}u + {at}u; }};"
             );
             at += plane(x);
         }
     };
-    plane_at("A", bm, ca, &mut c);
-    plane_at("B", bn, cb, &mut c);
+    plane_at("A", bm, ca, "", &mut c);
+    plane_at("B", bn, cb, "", &mut c);
+    if split {
+        plane_at("A", bm, ca, "s", &mut c);
+        plane_at("B", bn, cb, "s", &mut c);
+    }
+    // The split (`fp32=3xtf32`), once a tile's copies have landed: each thread rounds the
+    // elements it copied to TF32 in place (which the tensor cores then read exactly) and
+    // writes the TF32 rounding of the remainder to the twin plane.
+    let mut split_pass = String::new();
     // Each thread copies `per` elements of an operand's [bx × bk] tile, all at one value of
     // one index: with `k_fast` at k = kq (tid % bk) and rows xq + r·step (xq = tid / bk, step =
     // threads / bk); else at row xq (tid % bx) and k = kq + r·step (kq = tid / bx, step =
@@ -1369,6 +1382,18 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
                 format!("cp_async4(P{op}r(s) + {at}, src, ok);")
             }
         };
+        if split {
+            for r in 0..per {
+                for part in if cx { ["r", "i"].as_slice() } else { ["r"].as_slice() } {
+                    let at = format!("{op}o + {}u", offset(r));
+                    let _ = writeln!(
+                        split_pass,
+                        "    {{ float* const p = P{op}{part}(s) + {at}; const float x = *p; const u32 h = tf32(x); \
+                         P{op}{part}s(s)[{at}] = __uint_as_float(tf32_lo(x, h)); *p = __uint_as_float(h); }}"
+                    );
+                }
+            }
+        }
         // A bounded load's guard alone zeroes what lies past K, and its rows past the extent
         // reach no stored output (`Load::bounded`).
         let bounded = load.bounded && !k_fast;
@@ -1465,14 +1490,18 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     };
     let mut products = String::new();
     let _ = writeln!(products, "    #pragma unroll\n    for (u32 j = 0; j < {}u; ++j) {{", bk / 8);
+    // Split, each product is three: low·high, high·low, high·high.
+    let terms: &[(&str, &str)] = if split { &[("s", ""), ("", "s"), ("", "")] } else { &[("", "")] };
     for (acc, a, b, s_a, s_b) in &prods {
-        // A warpgroup's 64 rows start 8 core-matrix rows into A's plane per warpgroup; each
-        // 8-deep step two core matrices along K.
-        let _ = writeln!(
-            products,
-            "      wgmma_tf32<{bn}, {s_a}, {s_b}>({acc}, wgmma_desc(P{a}(s) + wg * {}u + j * 64u, {lbo}u, {sbo}u), wgmma_desc(P{b}(s) + j * 64u, {lbo}u, {sbo}u));",
-            8 * sbo / 4
-        );
+        for (ta, tb) in terms {
+            // A warpgroup's 64 rows start 8 core-matrix rows into A's plane per warpgroup;
+            // each 8-deep step two core matrices along K.
+            let _ = writeln!(
+                products,
+                "      wgmma_tf32<{bn}, {s_a}, {s_b}>({acc}, wgmma_desc(P{a}{ta}(s) + wg * {}u + j * 64u, {lbo}u, {sbo}u), wgmma_desc(P{b}{tb}(s) + j * 64u, {lbo}u, {sbo}u));",
+                8 * sbo / 4
+            );
+        }
     }
     products.push_str("    }\n");
     if spec {
@@ -1518,7 +1547,7 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
         let _ = writeln!(c, "  u32 s = 0, sf = {ahead}u;\n  for (ix k0 = kb; k0 < ke; k0 += {bk}u) {{");
         let _ = writeln!(
             c,
-            "    cp_async_wait<{}>();\n    fence_async_shared();\n    __syncthreads();\n    wgmma_fence();",
+            "    cp_async_wait<{}>();\n{split_pass}    fence_async_shared();\n    __syncthreads();\n    wgmma_fence();",
             ahead - 1
         );
         c.push_str(&products);
@@ -1583,11 +1612,29 @@ fn fetch_step(k_fast: bool, bx: usize, threads: usize) -> Option<usize> {
 /// and B fragments (`tn` of 8 × 8, col-major: b0 (c, n), b1 (c+4, n)), r = lane/4, c = lane%4,
 /// then the real products of the complex ones. `raw`: the planes hold unconjugated elements
 /// (asynchronous copies), so a conjugated operand's imaginary fragments are negated here.
-fn mma_products(gm: &Gemm, tm: usize, tn: usize, raw: bool) -> String {
+/// `split` (`fp32=3xtf32`): each fragment register also has its low part (`…s`, `tf32_lo`),
+/// and each real product is three: low·high, high·low, then high·high.
+fn mma_products(gm: &Gemm, tm: usize, tn: usize, raw: bool, split: bool) -> String {
     let (ca, cb) = (gm.ta == DType::C64, gm.tb == DType::C64);
     let mut c = String::new();
     c.push_str("    #pragma unroll\n    for (int ks = 0; ks < 16; ks += 8) {\n");
     let sign = |plane: &str, conj: bool| if plane == "i" && conj && raw { "-" } else { "" };
+    // Fragment register `arr[idx]` from the value `x`: rounded to TF32, and with `split` its
+    // low part into `{arr}s[idx]`.
+    let put = |arr: &str, idx: &str, x: &str| {
+        if split {
+            format!("{{ const float x = {x}; {arr}{idx} = tf32(x); {arr}s{idx} = tf32_lo(x, {arr}{idx}); }}")
+        } else {
+            format!("{arr}{idx} = tf32({x});")
+        }
+    };
+    let decl = |arr: &str, dims: &str| {
+        if split {
+            format!("u32 {arr}{dims}, {arr}s{dims};")
+        } else {
+            format!("u32 {arr}{dims};")
+        }
+    };
     let mut planes_a = vec!["r"];
     if ca {
         planes_a.push("i");
@@ -1597,19 +1644,21 @@ fn mma_products(gm: &Gemm, tm: usize, tn: usize, raw: bool) -> String {
         planes_b.push("i");
     }
     // Interleaved planes (asynchronous copies): one float2 load per fragment position.
-    let pair = |plane: &str, r: &str, i: &str, conj: bool| {
+    let pair = |plane: &str, (r, i): (&str, &str), idx: &str, conj: bool| {
         let n = if conj { "-" } else { "" };
-        format!("{{ const float2 z = {plane}; {r} = tf32(z.x); {i} = tf32({n}z.y); }}")
+        format!("{{ const float2 z = {plane}; {} {} }}", put(r, idx, "z.x"), put(i, idx, &format!("{n}z.y")))
     };
     if ca && raw {
         let conj = gm.load_a.conj;
         let at = |q: usize, k: &str, m: &str| {
-            pair(&format!("Ac[s][{k}][{m}]"), &format!("ar[t][{q}]"), &format!("ai[t][{q}]"), conj)
+            pair(&format!("Ac[s][{k}][{m}]"), ("ar", "ai"), &format!("[t][{q}]"), conj)
         };
         let _ = writeln!(
             c,
-            "      u32 ar[{tm}][4], ai[{tm}][4];\n      #pragma unroll\n      for (int t = 0; t < {tm}; ++t) {{\n        const u32 mb = wmi * {wmt}u + t * 16u + gr;\n        \
+            "      {} {}\n      #pragma unroll\n      for (int t = 0; t < {tm}; ++t) {{\n        const u32 mb = wmi * {wmt}u + t * 16u + gr;\n        \
              {}\n        {}\n        {}\n        {}\n      }}",
+            decl("ar", &format!("[{tm}][4]")),
+            decl("ai", &format!("[{tm}][4]")),
             at(0, "ks + gc", "mb"),
             at(1, "ks + gc", "mb + 8u"),
             at(2, "ks + gc + 4u", "mb"),
@@ -1620,13 +1669,14 @@ fn mma_products(gm: &Gemm, tm: usize, tn: usize, raw: bool) -> String {
     }
     if cb && raw {
         let conj = gm.load_b.conj;
-        let at = |q: usize, k: &str| {
-            pair(&format!("Bc[s][{k}][nb]"), &format!("br[t][{q}]"), &format!("bi[t][{q}]"), conj)
-        };
+        let at =
+            |q: usize, k: &str| pair(&format!("Bc[s][{k}][nb]"), ("br", "bi"), &format!("[t][{q}]"), conj);
         let _ = writeln!(
             c,
-            "      u32 br[{tn}][2], bi[{tn}][2];\n      #pragma unroll\n      for (int t = 0; t < {tn}; ++t) {{\n        const u32 nb = wni * {wnt}u + t * 8u + gr;\n        \
+            "      {} {}\n      #pragma unroll\n      for (int t = 0; t < {tn}; ++t) {{\n        const u32 nb = wni * {wnt}u + t * 8u + gr;\n        \
              {}\n        {}\n      }}",
+            decl("br", &format!("[{tn}][2]")),
+            decl("bi", &format!("[{tn}][2]")),
             at(0, "ks + gc"),
             at(1, "ks + gc + 4u"),
             wnt = 8 * tn,
@@ -1635,30 +1685,48 @@ fn mma_products(gm: &Gemm, tm: usize, tn: usize, raw: bool) -> String {
     }
     for p in &planes_a {
         let n = sign(p, gm.load_a.conj);
-        let _ = writeln!(c, "      u32 a{p}[{tm}][4];");
+        let arr = format!("a{p}");
+        let _ = writeln!(c, "      {}", decl(&arr, &format!("[{tm}][4]")));
         let _ = writeln!(
             c,
             "      #pragma unroll\n      for (int t = 0; t < {tm}; ++t) {{\n        const u32 mb = wmi * {wmt}u + t * 16u + gr;\n        \
-             a{p}[t][0] = tf32({n}A{p}[s][ks + gc][mb]); a{p}[t][1] = tf32({n}A{p}[s][ks + gc][mb + 8u]);\n        \
-             a{p}[t][2] = tf32({n}A{p}[s][ks + gc + 4u][mb]); a{p}[t][3] = tf32({n}A{p}[s][ks + gc + 4u][mb + 8u]);\n      }}",
+             {} {}\n        {} {}\n      }}",
+            put(&arr, "[t][0]", &format!("{n}A{p}[s][ks + gc][mb]")),
+            put(&arr, "[t][1]", &format!("{n}A{p}[s][ks + gc][mb + 8u]")),
+            put(&arr, "[t][2]", &format!("{n}A{p}[s][ks + gc + 4u][mb]")),
+            put(&arr, "[t][3]", &format!("{n}A{p}[s][ks + gc + 4u][mb + 8u]")),
             wmt = 16 * tm,
         );
     }
     for p in &planes_b {
         let n = sign(p, gm.load_b.conj);
-        let _ = writeln!(c, "      u32 b{p}[{tn}][2];");
+        let arr = format!("b{p}");
+        let _ = writeln!(c, "      {}", decl(&arr, &format!("[{tn}][2]")));
         let _ = writeln!(
             c,
             "      #pragma unroll\n      for (int t = 0; t < {tn}; ++t) {{\n        const u32 nb = wni * {wnt}u + t * 8u + gr;\n        \
-             b{p}[t][0] = tf32({n}B{p}[s][ks + gc][nb]); b{p}[t][1] = tf32({n}B{p}[s][ks + gc + 4u][nb]);\n      }}",
+             {} {}\n      }}",
+            put(&arr, "[t][0]", &format!("{n}B{p}[s][ks + gc][nb]")),
+            put(&arr, "[t][1]", &format!("{n}B{p}[s][ks + gc + 4u][nb]")),
             wnt = 8 * tn,
         );
     }
     if ca && cb {
-        let _ = writeln!(c, "      u32 an[{tm}][4];\n      #pragma unroll\n      for (int t = 0; t < {tm}; ++t)\n        #pragma unroll\n        for (int q = 0; q < 4; ++q) an[t][q] = ai[t][q] ^ 0x80000000u;");
+        let negate = |from: &str, to: &str| {
+            format!("      u32 {to}[{tm}][4];\n      #pragma unroll\n      for (int t = 0; t < {tm}; ++t)\n        #pragma unroll\n        for (int q = 0; q < 4; ++q) {to}[t][q] = {from}[t][q] ^ 0x80000000u;")
+        };
+        let _ = writeln!(c, "{}", negate("ai", "an"));
+        if split {
+            let _ = writeln!(c, "{}", negate("ais", "ans"));
+        }
     }
     let _ = writeln!(c, "      #pragma unroll\n      for (int i = 0; i < {tm}; ++i)\n        #pragma unroll\n        for (int j = 0; j < {tn}; ++j) {{");
     for (acc, a, b) in complex_products(ca, cb) {
+        if split {
+            // The small terms first: they are added to the accumulator before the large one.
+            let _ = writeln!(c, "          mma_tf32({acc}[i][j], {a}s[i], {b}[j]);");
+            let _ = writeln!(c, "          mma_tf32({acc}[i][j], {a}[i], {b}s[j]);");
+        }
         let _ = writeln!(c, "          mma_tf32({acc}[i][j], {a}[i], {b}[j]);");
     }
     c.push_str("        }\n    }\n");

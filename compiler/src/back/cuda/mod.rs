@@ -531,6 +531,18 @@ impl Ctx<'_> {
     pub fn precision(&self) -> Precision {
         self.target.precision
     }
+    /// Whether fp32 contractions run as three TF32 tensor-core products of split operands
+    /// (`fp32=3xtf32`, [`Fp32Products`](crate::target::Fp32Products); devices with tensor cores).
+    pub fn split_tf32(&self) -> bool {
+        self.target.precision == Precision::Fp32
+            && self.target.kernels.fp32_products == crate::target::Fp32Products::Tf32x3
+            && self.target.device.compute_capability >= (8, 0)
+    }
+    /// Whether contractions run on the tensor-core kernels: at the reduced precisions, and at
+    /// fp32 under [`Ctx::split_tf32`].
+    pub fn tensor_cores(&self) -> bool {
+        self.precision().tensor_cores() || self.split_tf32()
+    }
     /// Grid size of a grid-stride loop over `n` items with `per_block` items per block pass
     /// (at most the target's [`KernelConfig::grid_stride_blocks`](crate::target::KernelConfig)).
     pub fn grid_for(&self, n: usize, per_block: usize) -> u32 {
@@ -719,6 +731,8 @@ static __device__ __forceinline__ void mac(float2& c, float a, float2 b) { c.x =
 static __device__ __forceinline__ u32 tf32(float x) {
   u32 r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r;
 }
+// The low part of an f32 split into TF32 parts (fp32=3xtf32): `x − hi`, rounded to TF32.
+static __device__ __forceinline__ u32 tf32_lo(float x, u32 hi) { return tf32(x - __uint_as_float(hi)); }
 static __device__ __forceinline__ void mma_tf32(float* d, const u32* a, const u32* b) {
   asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])

@@ -73,7 +73,7 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
     let [kh, kw] = *kernel;
     let groups = geom.groups;
     let (og, cg) = (o / groups, c / groups);
-    if ctx.precision().tensor_cores() && !super::conv::too_shallow_for_tensor_cores(cg * kh * kw) {
+    if ctx.tensor_cores() && !super::conv::too_shallow_for_tensor_cores(cg * kh * kw) {
         return Ok(None);
     }
     let Some(var) = variant(ctx.target.kernels.wgrad, cg, og) else {
