@@ -237,6 +237,24 @@ pub struct KernelConfig {
     pub column_outputs: usize,
     /// How contractions multiply at `precision = fp32` ([`Fp32Products`]).
     pub fp32_products: Fp32Products,
+    /// Under [`TcMma::Wgmma`]: where the instruction reads its row operand ([`WgmmaA`]).
+    pub wgmma_a: WgmmaA,
+}
+
+/// Where the `wgmma` GEMM's row operand (the instruction's A, 64 rows per warpgroup) is read
+/// from (`compiler/src/back/cuda/gemm.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WgmmaA {
+    /// `wga=smem`: through a shared-memory descriptor, as the column operand: each product
+    /// reads its A tile from shared memory again (a complex product reads each plane twice).
+    #[default]
+    Shared,
+    /// `wga=regs`: each thread loads its fragment of the warpgroup's A tile from shared
+    /// memory into registers once per 8-deep step (four 32-bit loads per plane, conflict-free)
+    /// and the products read them there, so the tensor cores read only B from shared memory.
+    /// The tile's products are then waited for before its registers are reused (no
+    /// `wgwait=1`).
+    Registers,
 }
 
 /// How the CUDA back end's contractions multiply at `precision = fp32`
@@ -453,6 +471,7 @@ impl Default for KernelConfig {
             wgmma_producers: 0,
             column_outputs: 8,
             fp32_products: Fp32Products::Fma,
+            wgmma_a: WgmmaA::Shared,
         }
     }
 }
@@ -463,7 +482,7 @@ pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|ge
                                     tc=plain|prefetch|async, tctile=auto|64|128|64w4, tc16=native|tf32, frag=ldmatrix|lds, \
                                     cmul=4m|3m, ftile=64|128, attn=tc|fma, tcblocks=BLOCKS, \
                                     tcstages=2..8, tctaps=index|table|mask, launch=graph|stream, mma=sync|wgmma, wgwait=0|1, wgprod=0..3, \
-                                    colout=8|16|32, fp32=fma|3xtf32";
+                                    colout=8|16|32, fp32=fma|3xtf32, wga=smem|regs";
 
 impl KernelConfig {
     /// Reads a kernel spec: comma-separated `key=value` pairs over the defaults, e.g.
@@ -506,7 +525,8 @@ impl KernelConfig {
     /// - `colout`: `8` (default), `16` or `32`, the consecutive outputs of a block of a
     ///   reduction that keeps the innermost axis ([`KernelConfig::column_outputs`]);
     /// - `fp32`: `fma` (default) or `3xtf32`, the contractions' products at `precision = fp32`
-    ///   ([`Fp32Products`]).
+    ///   ([`Fp32Products`]);
+    /// - `wga`: `smem` (default) or `regs`, where `wgmma` reads its row operand ([`WgmmaA`]).
     ///
     /// ```
     /// use cvc_compiler::target::{ConvKernel, KernelConfig};
@@ -637,6 +657,13 @@ impl KernelConfig {
                     k.column_outputs =
                         value.parse().ok().filter(|n| [8, 16, 32].contains(n)).ok_or_else(bad)?
                 }
+                "wga" => {
+                    k.wgmma_a = match value {
+                        "smem" => WgmmaA::Shared,
+                        "regs" => WgmmaA::Registers,
+                        _ => return Err(bad()),
+                    }
+                }
                 "fp32" => {
                     k.fp32_products = match value {
                         "fma" => Fp32Products::Fma,
@@ -676,6 +703,7 @@ impl KernelConfig {
             "wgprod" => "a number from 0 to 3",
             "colout" => "8, 16 or 32",
             "fp32" => "fma or 3xtf32",
+            "wga" => "smem or regs",
             "tctaps" => "index, table or mask",
             "tcstages" => "a number from 2 to 8",
             _ => "a positive number",
@@ -860,6 +888,9 @@ impl fmt::Display for KernelConfig {
         }
         if self.fp32_products == Fp32Products::Tf32x3 {
             parts.push("fp32=3xtf32".into());
+        }
+        if self.wgmma_a == WgmmaA::Registers {
+            parts.push("wga=regs".into());
         }
         if parts.is_empty() {
             f.write_str("default")

@@ -52,6 +52,7 @@ static inline float2 make_float2(float x, float y) { return float2{x, y}; }
 static inline uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 static inline float __int_as_float(int b) { float x; memcpy(&x, &b, 4); return x; }
 static inline float __uint_as_float(u32 b) { float x; memcpy(&x, &b, 4); return x; }
+static inline u32 __float_as_uint(float x) { u32 b; memcpy(&b, &x, 4); return b; }
 template <typename T> static inline T min(T a, T b) { return b < a ? b : a; }
 template <typename T> static inline T max(T a, T b) { return a < b ? b : a; }
 struct Dim3 { unsigned x, y, z; };
@@ -293,6 +294,33 @@ template <int N, int SA, int SB> static inline void wgmma_now(float* d, u64 a, u
 }
 template <int N, int SA, int SB> static inline void wgmma_tf32(float* d, u64 a, u64 b) {
   wgmma_queue.open.push_back([=] { wgmma_now<N, SA, SB>(d, a, b); });
+}
+// With A from registers (`wga=regs`): the warpgroup's 64 x 8 A gathered from its threads'
+// fragments when the product is issued (thread t of warp w: rows 16w + t/4 (+8) in a[0] (a[1]),
+// columns t%4 (+4) in a[0] (a[2])), read as TF32 by truncation; B as above, when it runs.
+static u32 wgmma_ra[1024][4];
+template <int N, int SA, int SB> static inline void wgmma_tf32_ra(float* d, const u32* a, u64 b) {
+  const unsigned me = threadIdx.x, w0 = me & ~127u;
+  for (int i = 0; i < 4; ++i) wgmma_ra[me][i] = a[i];
+  __syncthreads();
+  auto A = std::make_shared<std::vector<float>>(64 * 8);
+  for (unsigned r = 0; r < 64; ++r)
+    for (unsigned k = 0; k < 8; ++k) {
+      const u32 bits = wgmma_ra[w0 + (r / 16u) * 32u + (r % 8u) * 4u + k % 4u][(r % 16u >= 8u) + 2u * (k >= 4u)];
+      (*A)[r * 8 + k] = __uint_as_float(bits & 0xffffe000u);
+    }
+  __syncthreads();
+  wgmma_queue.open.push_back([=] {
+    const unsigned t = threadIdx.x % 128u, w = t / 32u, lane = t % 32u;
+    for (unsigned i = 0; i < N / 8; ++i)
+      for (unsigned q = 0; q < 4; ++q) {
+        const unsigned r = 16u * w + lane / 4u + (q >= 2 ? 8u : 0u), n = 8u * i + 2u * (lane % 4u) + (q & 1u);
+        float acc = d[4 * i + q];
+        for (unsigned k = 0; k < 8; ++k)
+          acc = fmaf((float)SA * (*A)[r * 8 + k], (float)SB * wgmma_element(b, n, k), acc);
+        d[4 * i + q] = acc;
+      }
+  });
 }
 "#;
 

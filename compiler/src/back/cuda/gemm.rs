@@ -1282,7 +1282,10 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     let most = if spec { kc.tc_stages.max(producers + 1) } else { kc.tc_stages.max(2) };
     let stages = (2..=most).rev().find(|&n| n * (stage_bytes + bars) + table_bytes <= optin).unwrap_or(2);
     // With a tile's products in flight the buffer refilled is the one two tiles back.
-    let inflight = kc.wgmma_inflight && stages >= 3;
+    // Row operand in registers (`wga=regs`): each tile's products are waited for before its
+    // fragments' registers are loaded again.
+    let a_regs = kc.wgmma_a == WgmmaA::Registers && !spec;
+    let inflight = kc.wgmma_inflight && stages >= 3 && !a_regs;
     let ahead = if inflight { stages - 2 } else { stages - 1 };
     let mut c = String::new();
     let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__({threads}, 1) {name}(char* A) {{");
@@ -1342,6 +1345,10 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     // The split (`fp32=3xtf32`), once a tile's copies have landed: each thread rounds the
     // elements it copied to TF32 in place (which the tensor cores then read exactly) and
     // writes the TF32 rounding of the remainder to the twin plane.
+    if a_regs {
+        // The thread's place in its warpgroup's A fragments (`wga=regs`, see the products).
+        c.push_str("  const u32 fa = wl * 256u + (lane >> 2) * 4u + (lane & 3u);\n");
+    }
     let mut split_pass = String::new();
     // Each thread copies `per` elements of an operand's [bx × bk] tile, all at one value of
     // one index: with `k_fast` at k = kq (tid % bk) and rows xq + r·step (xq = tid / bk, step =
@@ -1492,8 +1499,37 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     let _ = writeln!(products, "    #pragma unroll\n    for (u32 j = 0; j < {}u; ++j) {{", bk / 8);
     // Split, each product is three: low·high, high·low, high·high.
     let terms: &[(&str, &str)] = if split { &[("s", ""), ("", "s"), ("", "")] } else { &[("", "")] };
+    if a_regs {
+        // The thread's fragment of each A plane at this 8-deep step (rows 16·wl + lane/4 and
+        // + 8, k = 8j + lane%4 and + 4: core matrices 128 floats apart along the rows, 32
+        // along K), then a fence: the products read registers just written.
+        let mut planes = vec!["Ar"];
+        if ca {
+            planes.push("Ai");
+        }
+        let twins: &[&str] = if split { &["", "s"] } else { &[""] };
+        for plane in planes {
+            for t in twins {
+                let _ = writeln!(
+                    products,
+                    "      u32 f{plane}{t}[4];\n      {{ const float* const p = P{plane}{t}(s) + wg * {}u + j * 64u + fa; \
+                     f{plane}{t}[0] = __float_as_uint(p[0]); f{plane}{t}[1] = __float_as_uint(p[128]); \
+                     f{plane}{t}[2] = __float_as_uint(p[32]); f{plane}{t}[3] = __float_as_uint(p[160]); }}",
+                    8 * sbo / 4
+                );
+            }
+        }
+        products.push_str("      wgmma_fence();\n");
+    }
     for (acc, a, b, s_a, s_b) in &prods {
         for (ta, tb) in terms {
+            if a_regs {
+                let _ = writeln!(
+                    products,
+                    "      wgmma_tf32_ra<{bn}, {s_a}, {s_b}>({acc}, f{a}{ta}, wgmma_desc(P{b}{tb}(s) + j * 64u, {lbo}u, {sbo}u));"
+                );
+                continue;
+            }
             // A warpgroup's 64 rows start 8 core-matrix rows into A's plane per warpgroup;
             // each 8-deep step two core matrices along K.
             let _ = writeln!(
