@@ -299,7 +299,7 @@ template <int N, int SA, int SB> static inline void wgmma_tf32(float* d, u64 a, 
 // fragments when the product is issued (thread t of warp w: rows 16w + t/4 (+8) in a[0] (a[1]),
 // columns t%4 (+4) in a[0] (a[2])), read as TF32 by truncation; B as above, when it runs.
 static u32 wgmma_ra[1024][4];
-template <int N, int SA, int SB> static inline void wgmma_tf32_ra(float* d, const u32* a, u64 b) {
+template <int N, int SA, int SB> static inline void wgmma_tf32(float* d, const u32* a, u64 b) {
   const unsigned me = threadIdx.x, w0 = me & ~127u;
   for (int i = 0; i < 4; ++i) wgmma_ra[me][i] = a[i];
   __syncthreads();

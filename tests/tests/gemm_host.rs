@@ -116,7 +116,7 @@ fn check(precision: Precision, specs: &[&str]) -> (usize, usize, usize, usize) {
             let name = format!("v{si}_{}", l.name);
             source.kernel(&module, &l.name, &name);
             let code = &module.kernel_code[at].0;
-            let tensor_cores = if code.contains("wgmma_tf32<") || code.contains("wgmma_tf32_ra<") {
+            let tensor_cores = if code.contains("wgmma_tf32<") {
                 TensorCores::Wgmma
             } else if ["mma_tf32(", "mma_bf16(", "mma_f16("].iter().any(|m| code.contains(m)) {
                 TensorCores::Sync
@@ -236,7 +236,7 @@ fn fp32_split_tf32_contraction_kernels_compiled_for_the_host_match_the_interpret
     let specs = [
         "fp32=3xtf32",
         "fp32=3xtf32,tcstages=2,tctaps=table",
-        "fp32=3xtf32,wga=regs",
+        "fp32=3xtf32,wga=smem",
         "fp32=3xtf32,mma=sync",
         "fp32=3xtf32,mma=sync,tc=prefetch",
     ];
@@ -274,7 +274,7 @@ fn tf32_wgmma_contraction_kernels_compiled_for_the_host_match_the_interpreter() 
     // Hopper's warpgroup products (the default on compute capability 9.0): the default ring
     // of 3 K tiles and 128 columns, 64 columns, 2 tiles, the taps' table and its window masks
     // (whose padding past K the layers of 36, 72 and 120 taps read), the products kept in
-    // flight (3 and 4 tiles), the row operand from registers (128 and 64 columns); every
+    // flight (3 and 4 tiles), the row operand from shared memory (128 and 64 columns); every
     // contraction but the thin first layer's on `wgmma`, the weight gradient of `linear(72)`
     // on 128-row tiles.
     let specs = [
@@ -285,8 +285,8 @@ fn tf32_wgmma_contraction_kernels_compiled_for_the_host_match_the_interpreter() 
         "tctaps=mask",
         "wgwait=1",
         "wgwait=1,tcstages=4",
-        "wga=regs",
-        "wga=regs,tctile=64",
+        "wga=smem",
+        "wga=smem,tctile=64",
     ];
     let (n, tc, wgmma, two) = check(Precision::Tf32, &specs);
     assert!(tc >= specs.len() * 8, "only {tc} of {n} launches ran tensor cores");
@@ -301,14 +301,20 @@ fn tf32_wgmma_contraction_kernels_compiled_for_the_host_match_the_interpreter() 
     assert!(has("const ix n0 = "), "no contraction with n as the instruction's rows");
     assert!(has("wgmma_tf32<32, "), "no contraction with 32-column tiles");
     assert!(has("wgmma_tf32<96, "), "no contraction with 96-column tiles");
-    // Under `wga=regs` every `wgmma` reads its row operand from registers.
-    let kernels = KernelConfig::parse("wga=regs").expect("a spec");
-    let target = CudaTarget::h200().with_precision(Precision::Tf32).with_kernels(kernels);
-    let module = cuda::generate(&program(Precision::Tf32), &target).unwrap_or_else(|e| panic!("{e}"));
-    let (ra, sa) = module.kernel_code.iter().fold((0, 0), |(r, s), (code, _)| {
-        (r + usize::from(code.contains("wgmma_tf32_ra<")), s + usize::from(code.contains("wgmma_tf32<")))
-    });
-    assert!(ra >= 8 && sa == 0, "wga=regs: {ra} kernels with A in registers, {sa} with A in shared memory");
+    // By default (`wga=regs`) every `wgmma` kernel reads its row operand from registers; under
+    // `wga=smem`, none.
+    let in_registers = |spec: &str| {
+        let kernels = KernelConfig::parse(spec).expect("a spec");
+        let target = CudaTarget::h200().with_precision(Precision::Tf32).with_kernels(kernels);
+        let module = cuda::generate(&program(Precision::Tf32), &target).unwrap_or_else(|e| panic!("{e}"));
+        let wgmma: Vec<&String> =
+            module.kernel_code.iter().map(|(code, _)| code).filter(|c| c.contains("wgmma_tf32<")).collect();
+        (wgmma.iter().filter(|c| c.contains("const u32 fa = ")).count(), wgmma.len())
+    };
+    let (regs, all) = in_registers("default");
+    assert!(all >= 8 && regs == all, "default: {regs} of {all} wgmma kernels with A in registers");
+    let (regs, all) = in_registers("wga=smem");
+    assert!(all >= 8 && regs == 0, "wga=smem: {regs} of {all} wgmma kernels with A in registers");
 }
 
 #[test]

@@ -671,6 +671,8 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
         ("tctaps=table", SomeOf(" Ar[| Ac[| gemm_smem[")),
         ("tctaps=mask", SomeOf(" Ar[| Ac[| gemm_smem[")),
         ("wgwait=1,tcstages=4", SomeOf(" Ar[| Ac[| gemm_smem[")),
+        // The row operand through a descriptor instead of registers.
+        ("wga=smem", SomeOf(" Ar[| Ac[| gemm_smem[")),
         // Copying warpgroups: one, and three that hand registers over (`setmaxnreg`).
         ("wgprod=1", SomeOf(" Ar[| Ac[| gemm_smem[")),
         ("wgprod=3,tctaps=mask", SomeOf(" Ar[| Ac[| gemm_smem[")),
@@ -805,7 +807,7 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
             let thin_only = precision == Precision::Tf32
                 && ["conv=", "ck=", "wgrad="].iter().any(|k| what.starts_with(k));
             let tc_only = precision == Precision::Fp32
-                && ["tc", "mma=", "wgwait=", "wgprod="].iter().any(|k| what.starts_with(k));
+                && ["tc", "mma=", "wgwait=", "wgprod=", "wga="].iter().any(|k| what.starts_with(k));
             match expect {
                 LaunchesOnly => assert!(launches_changed, "{what}: no launch list changed"),
                 _ if fp32_only => {

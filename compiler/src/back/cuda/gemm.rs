@@ -1282,9 +1282,10 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     let most = if spec { kc.tc_stages.max(producers + 1) } else { kc.tc_stages.max(2) };
     let stages = (2..=most).rev().find(|&n| n * (stage_bytes + bars) + table_bytes <= optin).unwrap_or(2);
     // With a tile's products in flight the buffer refilled is the one two tiles back.
-    // Row operand in registers (`wga=regs`): each tile's products are waited for before its
-    // fragments' registers are loaded again.
-    let a_regs = kc.wgmma_a == WgmmaA::Registers && !spec;
+    // Row operand in registers (`wga=regs`, the default): each tile's products are waited for
+    // before its fragments' registers are loaded again.
+    // (Products kept in flight, `wgwait=1`, read A from shared memory.)
+    let a_regs = kc.wgmma_a == WgmmaA::Registers && !spec && !kc.wgmma_inflight;
     let inflight = kc.wgmma_inflight && stages >= 3 && !a_regs;
     let ahead = if inflight { stages - 2 } else { stages - 1 };
     let mut c = String::new();
@@ -1526,7 +1527,7 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
             if a_regs {
                 let _ = writeln!(
                     products,
-                    "      wgmma_tf32_ra<{bn}, {s_a}, {s_b}>({acc}, f{a}{ta}, wgmma_desc(P{b}{tb}(s) + j * 64u, {lbo}u, {sbo}u));"
+                    "      wgmma_tf32<{bn}, {s_a}, {s_b}>({acc}, f{a}{ta}, wgmma_desc(P{b}{tb}(s) + j * 64u, {lbo}u, {sbo}u));"
                 );
                 continue;
             }
