@@ -281,19 +281,19 @@ static inline float wgmma_element(u64 desc, unsigned r, unsigned k) {
 }
 // m64nNk8: thread t of warp w of the warpgroup holds D rows 16w + t/4 (+8), columns
 // 8i + 2(t%4) (+1) in d[4i .. 4i + 3]; A is 64 x 8 (rows m), B 8 x N stored as N rows n of K.
-template <int N, int SA, int SB> static inline void wgmma_now(float* d, u64 a, u64 b) {
+// `A(r, k)` gives A's element.
+template <int N, int SA, int SB, typename FA> static inline void wgmma_now(float* d, FA A, u64 b) {
   const unsigned t = threadIdx.x % 128u, w = t / 32u, lane = t % 32u;
   for (unsigned i = 0; i < N / 8; ++i)
     for (unsigned q = 0; q < 4; ++q) {
       const unsigned r = 16u * w + lane / 4u + (q >= 2 ? 8u : 0u), n = 8u * i + 2u * (lane % 4u) + (q & 1u);
       float acc = d[4 * i + q];
-      for (unsigned k = 0; k < 8; ++k)
-        acc = fmaf((float)SA * wgmma_element(a, r, k), (float)SB * wgmma_element(b, n, k), acc);
+      for (unsigned k = 0; k < 8; ++k) acc = fmaf((float)SA * A(r, k), (float)SB * wgmma_element(b, n, k), acc);
       d[4 * i + q] = acc;
     }
 }
 template <int N, int SA, int SB> static inline void wgmma_tf32(float* d, u64 a, u64 b) {
-  wgmma_queue.open.push_back([=] { wgmma_now<N, SA, SB>(d, a, b); });
+  wgmma_queue.open.push_back([=] { wgmma_now<N, SA, SB>(d, [a](unsigned r, unsigned k) { return wgmma_element(a, r, k); }, b); });
 }
 // With A from registers (`wga=regs`): the warpgroup's 64 x 8 A gathered from its threads'
 // fragments when the product is issued (thread t of warp w: rows 16w + t/4 (+8) in a[0] (a[1]),
@@ -310,17 +310,7 @@ template <int N, int SA, int SB> static inline void wgmma_tf32(float* d, const u
       (*A)[r * 8 + k] = __uint_as_float(bits & 0xffffe000u);
     }
   __syncthreads();
-  wgmma_queue.open.push_back([=] {
-    const unsigned t = threadIdx.x % 128u, w = t / 32u, lane = t % 32u;
-    for (unsigned i = 0; i < N / 8; ++i)
-      for (unsigned q = 0; q < 4; ++q) {
-        const unsigned r = 16u * w + lane / 4u + (q >= 2 ? 8u : 0u), n = 8u * i + 2u * (lane % 4u) + (q & 1u);
-        float acc = d[4 * i + q];
-        for (unsigned k = 0; k < 8; ++k)
-          acc = fmaf((float)SA * (*A)[r * 8 + k], (float)SB * wgmma_element(b, n, k), acc);
-        d[4 * i + q] = acc;
-      }
-  });
+  wgmma_queue.open.push_back([=] { wgmma_now<N, SA, SB>(d, [A](unsigned r, unsigned k) { return (*A)[r * 8 + k]; }, b); });
 }
 "#;
 
