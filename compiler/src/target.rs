@@ -201,7 +201,8 @@ pub struct KernelConfig {
     /// an H200 (bench/RESULTS.md, 2026-12-04): 3 blocks took the ViT's bf16 step from 76.9 to
     /// 71.3 ms and the seed network's from 12.7 to 12.2 ms, but the seed's TF32 step from
     /// 16.7 to 17.3 ms; 4 blocks (64 registers) were slower on the ViT in bf16 (65.9 →
-    /// 67.9 ms) and faster on the seed (11.9 → 11.7 ms).
+    /// 67.9 ms) and faster on the seed (11.9 → 11.7 ms). The halo tiles of [`TcConv::Halo`]
+    /// take it too (`None`: 2 where a tile of 64 output channels leaves room, else 1).
     pub tc_min_blocks: Option<usize>,
     /// K tiles in the ring of shared-memory buffers of the tensor-core GEMM's asynchronous
     /// staging ([`TcStaging::Async`]): `N − 1` tiles are copied while one is multiplied
@@ -239,6 +240,32 @@ pub struct KernelConfig {
     pub fp32_products: Fp32Products,
     /// Under [`TcMma::Wgmma`]: where the instruction reads its row operand ([`WgmmaA`]).
     pub wgmma_a: WgmmaA,
+    /// Under [`TcMma::Wgmma`] at `precision = tf32`: the kernel of stride-1 convolutions and
+    /// their input gradients ([`TcConv`]).
+    pub tc_conv: TcConv,
+}
+
+/// The `wgmma` kernel of a stride-1 convolution (forward, or its input gradient as a
+/// stride-1 transposed convolution) at `precision = tf32` (`compiler/src/back/cuda/halo.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TcConv {
+    /// `tcconv=gemm`: the implicit GEMM of `gemm.rs`, which copies every patch element (one per
+    /// tap and pixel) into shared memory.
+    Gemm,
+    /// `tcconv=grad` (default): halo tiles for the input gradients (stride-1 transposed
+    /// convolutions), the implicit GEMM for the forward layers. Measured on an H100
+    /// (bench/RESULTS.md, 2026-12-06): the halo tiles took the seed network's input gradients
+    /// from 1.87 to 1.10 ms (second layer) and 0.61 to 0.50 ms (third), but its forward
+    /// layers from 1.16 to 1.29–1.36 ms and 0.58 to 0.60–0.63 ms: the forward weight layout
+    /// (output channel outermost) gathers the weight tiles from more scattered addresses.
+    #[default]
+    Grad,
+    /// `tcconv=halo`: each block copies its pixel tile's input rows with their halo once per
+    /// 16 input channels, and every tap reads its fragments from that one copy, at the tap's
+    /// offset (`halo.rs`), forward layers and input gradients alike. Convolutions it does not
+    /// serve (strided, dilated, grouped, real, fewer than 16 input channels, or images whose
+    /// rows do not tile 64 or 128 pixels) take the implicit GEMM.
+    Halo,
 }
 
 /// Where the `wgmma` GEMM's row operand (the instruction's A, 64 rows per warpgroup) is read
@@ -475,6 +502,7 @@ impl Default for KernelConfig {
             column_outputs: 8,
             fp32_products: Fp32Products::Fma,
             wgmma_a: WgmmaA::Registers,
+            tc_conv: TcConv::default(),
         }
     }
 }
@@ -485,7 +513,7 @@ pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|ge
                                     tc=plain|prefetch|async, tctile=auto|64|128|64w4, tc16=native|tf32, frag=ldmatrix|lds, \
                                     cmul=4m|3m, ftile=64|128, attn=tc|fma, tcblocks=BLOCKS, \
                                     tcstages=2..8, tctaps=index|table|mask, launch=graph|stream, mma=sync|wgmma, wgwait=0|1, wgprod=0..3, \
-                                    colout=8|16|32, fp32=fma|3xtf32, wga=regs|smem";
+                                    colout=8|16|32, fp32=fma|3xtf32, wga=regs|smem, tcconv=grad|gemm|halo";
 
 impl KernelConfig {
     /// Reads a kernel spec: comma-separated `key=value` pairs over the defaults, e.g.
@@ -529,7 +557,9 @@ impl KernelConfig {
     ///   reduction that keeps the innermost axis ([`KernelConfig::column_outputs`]);
     /// - `fp32`: `fma` (default) or `3xtf32`, the contractions' products at `precision = fp32`
     ///   ([`Fp32Products`]);
-    /// - `wga`: `regs` (default) or `smem`, where `wgmma` reads its row operand ([`WgmmaA`]).
+    /// - `wga`: `regs` (default) or `smem`, where `wgmma` reads its row operand ([`WgmmaA`]);
+    /// - `tcconv`: `grad` (default), `gemm` or `halo`, the `wgmma` kernel of stride-1
+    ///   convolutions and their input gradients ([`TcConv`]).
     ///
     /// ```
     /// use cvc_compiler::target::{ConvKernel, KernelConfig};
@@ -660,6 +690,14 @@ impl KernelConfig {
                     k.column_outputs =
                         value.parse().ok().filter(|n| [8, 16, 32].contains(n)).ok_or_else(bad)?
                 }
+                "tcconv" => {
+                    k.tc_conv = match value {
+                        "grad" => TcConv::Grad,
+                        "gemm" => TcConv::Gemm,
+                        "halo" => TcConv::Halo,
+                        _ => return Err(bad()),
+                    }
+                }
                 "wga" => {
                     k.wgmma_a = match value {
                         "smem" => WgmmaA::Shared,
@@ -707,6 +745,7 @@ impl KernelConfig {
             "colout" => "8, 16 or 32",
             "fp32" => "fma or 3xtf32",
             "wga" => "regs or smem",
+            "tcconv" => "grad, gemm or halo",
             "tctaps" => "index, table or mask",
             "tcstages" => "a number from 2 to 8",
             _ => "a positive number",
@@ -894,6 +933,16 @@ impl fmt::Display for KernelConfig {
         }
         if self.wgmma_a == WgmmaA::Shared {
             parts.push("wga=smem".into());
+        }
+        if self.tc_conv != d.tc_conv {
+            parts.push(
+                match self.tc_conv {
+                    TcConv::Grad => "tcconv=grad",
+                    TcConv::Gemm => "tcconv=gemm",
+                    TcConv::Halo => "tcconv=halo",
+                }
+                .into(),
+            );
         }
         if parts.is_empty() {
             f.write_str("default")

@@ -20,7 +20,7 @@ use cvc_compiler::ir::{Mode, Storage, Value};
 use cvc_compiler::passes::fusion::GroupKind;
 use cvc_compiler::passes::pipeline::{compile, Options};
 use cvc_compiler::passes::Program;
-use cvc_compiler::target::{CudaTarget, KernelConfig};
+use cvc_compiler::target::{CudaDevice, CudaTarget, KernelConfig};
 use cvc_tests::differential::{magnitude, random_leaves};
 use cvc_tests::hostcuda::{flat, rounded_as, run_group, HostLaunch, HostSource};
 use cvc_tests::seed::seed_for;
@@ -82,8 +82,12 @@ fn program(precision: Precision) -> Program {
         Precision::Bf16 | Precision::Fp16 => "",
         _ => "|> conv2d(64, kernel = 3, pad = 1, bias = false) ",
     };
-    let source = SOURCE.replace("WIDE", wide);
-    let checked = check_source("contractions.cvnn", &source, Mode::Train).unwrap_or_else(|d| panic!("{d:?}"));
+    compiled(&SOURCE.replace("WIDE", wide), precision)
+}
+
+/// The training step of `source` at batch 3, its activations stored as `precision` stores them.
+fn compiled(source: &str, precision: Precision) -> Program {
+    let checked = check_source("contractions.cvnn", source, Mode::Train).unwrap_or_else(|d| panic!("{d:?}"));
     let opts = Options {
         batch: 3,
         optimizer: checked.train.optimizer.clone(),
@@ -97,15 +101,26 @@ fn program(precision: Precision) -> Program {
 /// host against the interpreter; returns the launches checked, how many ran tensor cores, how
 /// many of those `wgmma`, and how many of those with two warpgroups (a tile of 128 rows).
 fn check(precision: Precision, specs: &[&str]) -> (usize, usize, usize, usize) {
-    let program = program(precision);
+    check_program(&program(precision), precision, specs, &CudaDevice::h200())
+}
+
+/// [`check`] on the contractions of `program`, generated for `device`.
+fn check_program(
+    program: &Program,
+    precision: Precision,
+    specs: &[&str],
+    device: &CudaDevice,
+) -> (usize, usize, usize, usize) {
     let g = &program.graph;
     let batch = program.plan.batch;
     let mut source = HostSource::default();
     let mut launches = Vec::new();
     for (si, spec) in specs.iter().enumerate() {
         let kernels = KernelConfig::parse(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
-        let target = CudaTarget::h200().with_precision(precision).with_kernels(kernels);
-        let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let target = CudaTarget { device: device.clone(), ..CudaTarget::h200() }
+            .with_precision(precision)
+            .with_kernels(kernels);
+        let module = cuda::generate(program, &target).unwrap_or_else(|e| panic!("{spec}: {e}"));
         for step in &module.steps {
             let CudaStep::Launch(l) = step else { continue };
             if program.groups[l.group].kind != GroupKind::Contraction {
@@ -131,8 +146,10 @@ fn check(precision: Precision, specs: &[&str]) -> (usize, usize, usize, usize) {
         }
     }
     // (One folder per test: tests of one precision run side by side.)
-    let tag: String =
-        specs.concat().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    let tag: String = format!("{}{}", device.sm_count, specs.concat())
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
     let host = source.build(&format!("gemm-{precision:?}-{tag}"));
     let mut rng = SplitMix64::new(seed_for(&format!("gemm_host::{precision:?}")));
     let leaves = random_leaves(g, batch, &mut rng);
@@ -157,7 +174,7 @@ fn check(precision: Precision, specs: &[&str]) -> (usize, usize, usize, usize) {
             let mag = replay_group(g, batch, &group.nodes, &abs).unwrap_or_else(|e| panic!("{e}")).values;
             (want, mag)
         });
-        let outs = run_group(&host, &program, *gi, launch, &values).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let outs = run_group(&host, program, *gi, launch, &values).unwrap_or_else(|e| panic!("{spec}: {e}"));
         for (o, got) in outs {
             let w = flat(&want[&o]);
             let m = mag[&o].to_complex_vec();
@@ -352,6 +369,79 @@ fn tf32_wgmma_kernels_with_copying_warpgroups_match_the_interpreter() {
             assert!(gives_up, "{spec}: no registers handed over");
         }
     }
+}
+
+/// Stride-1 layers that the halo-tile kernels (`tcconv=halo`) take: 16 to 96 input channels,
+/// rectangular kernels with and without padding (one of 3 taps, fewer than the ring of 8), images of two tiles of 128 pixels (8 rows) and
+/// of three tiles of 64 (4 rows), 32, 64 and 96 output channels; their input gradients are
+/// transposed convolutions of the same shapes.
+const HALO_SOURCE: &str = r#"
+model Halo {
+    input x:     c64[B, 16, 16, 16]
+    input label: class[B] of 3
+    y = x |> conv2d(32, kernel = 3, pad = 1, bias = false)
+          |> conv2d(32, kernel = (3, 1), pad = (1, 0), bias = false)
+          |> conv2d(32, kernel = (3, 5), pad = (1, 2), bias = false)
+          |> conv2d(64, kernel = (5, 3), pad = (0, 1), bias = false)
+          |> conv2d(96, kernel = 3, pad = 1, bias = false)
+          |> flatten |> linear(3) |> abs
+    output y
+    loss cross_entropy(y, label)
+}
+
+train Halo {
+    data      = synthetic.random(count = 16, seed = 1)
+    batch     = 3
+    optimizer = sgd(lr = 1e-3)
+}
+"#;
+
+#[test]
+fn tf32_halo_tile_convolutions_match_the_interpreter() {
+    // The default ring, two tiles, and a ring longer than a chunk's taps allow (clamped); on
+    // the H200 a block per output tile, on a device of one SM each block runs several output
+    // tiles in a row (up to 9; the last block fewer where they do not divide evenly).
+    let specs = ["tcconv=halo", "tcconv=halo,tcstages=2", "tcconv=halo,tcstages=8"];
+    let program = compiled(HALO_SOURCE, Precision::Tf32);
+    let one_sm = CudaDevice { sm_count: 1, ..CudaDevice::h200() };
+    for device in [CudaDevice::h200(), one_sm] {
+        let (n, tc, wgmma, two) = check_program(&program, Precision::Tf32, &specs, &device);
+        assert_eq!(wgmma, tc, "every tensor-core launch on wgmma");
+        assert!(two >= specs.len(), "no halo tile of 128 pixels ran");
+        eprintln!("halo on {} SMs: {n} launches, {tc} on tensor cores", device.sm_count);
+        // One output tile per block on the H200, several on one SM.
+        let kernels = KernelConfig::parse("tcconv=halo").expect("a spec");
+        let target = CudaTarget { device: device.clone(), ..CudaTarget::h200() }
+            .with_precision(Precision::Tf32)
+            .with_kernels(kernels);
+        let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{e}"));
+        let single = module
+            .kernel_code
+            .iter()
+            .filter(|(c, _)| c.contains("fetch_x(") && c.contains("pt0 = (ix)blockIdx.y * 1u;"))
+            .count();
+        assert_eq!(single, if device.sm_count == 1 { 0 } else { 9 }, "{} SMs", device.sm_count);
+    }
+    // Every stride-1 convolution and input gradient on the halo tiles: 5 forward, 4 input
+    // gradients; 32-, 64- and 96-column products.
+    let kernels = KernelConfig::parse("tcconv=halo").expect("a spec");
+    let target = CudaTarget::h200().with_precision(Precision::Tf32).with_kernels(kernels);
+    let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{e}"));
+    let halo: Vec<&String> =
+        module.kernel_code.iter().map(|(code, _)| code).filter(|c| c.contains("fetch_x(")).collect();
+    assert_eq!(halo.len(), 9, "halo-tile kernels");
+    for width in ["wgmma_tf32<32, ", "wgmma_tf32<64, ", "wgmma_tf32<96, "] {
+        assert!(halo.iter().any(|c| c.contains(width)), "no halo tile with {width}");
+    }
+    // By default (`tcconv=grad`) the input gradients alone; under `tcconv=gemm` none.
+    let halo_kernels = |spec: &str| {
+        let kernels = KernelConfig::parse(spec).expect("a spec");
+        let target = CudaTarget::h200().with_precision(Precision::Tf32).with_kernels(kernels);
+        let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{e}"));
+        module.kernel_code.iter().filter(|(code, _)| code.contains("fetch_x(")).count()
+    };
+    assert_eq!(halo_kernels("default"), 4);
+    assert_eq!(halo_kernels("tcconv=gemm"), 0);
 }
 
 #[test]

@@ -676,6 +676,10 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
         // Copying warpgroups: one, and three that hand registers over (`setmaxnreg`).
         ("wgprod=1", SomeOf(" Ar[| Ac[| gemm_smem[")),
         ("wgprod=3,tctaps=mask", SomeOf(" Ar[| Ac[| gemm_smem[")),
+        // Stride-1 convolutions on halo tiles (by default their input gradients alone), and on
+        // the implicit GEMM.
+        ("tcconv=halo", SomeOf(" Ar[| Ac[| gemm_smem[")),
+        ("tcconv=gemm", SomeOf(" Ar[| Ac[| gemm_smem[")),
     ];
     // Kernels that differ from the default module, by architecture, each kind once.
     let mut changed_kernels: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
@@ -912,6 +916,23 @@ fn wgmma_kernels_compile_to_a_cubin_for_sm90a() {
             let cubin = cvc_runtime::cuda::compile_cubin(&m.source, &m.arch)
                 .unwrap_or_else(|e| panic!("{name} {spec}: {e}"));
             eprintln!("{name} {spec}: {} bytes of sm_90a cubin", cubin.len());
+        }
+        // Stride-1 convolutions and their input gradients on halo tiles: the seed network's
+        // second and third layers' input gradients by default, the layers too under
+        // `tcconv=halo`.
+        if *name == "seed_cnn" {
+            let kernels = KernelConfig::parse("tcconv=halo").expect("a spec");
+            let target = CudaTarget::h200().with_precision(Precision::Tf32).with_kernels(kernels);
+            let m = cuda::generate(program, &target).unwrap_or_else(|e| panic!("{name} tcconv=halo: {e}"));
+            let halo = m.kernel_code.iter().filter(|(c, _)| c.contains("fetch_x(")).count();
+            assert_eq!(halo, 4, "{name} tcconv=halo: halo-tile kernels");
+            let by_default = cuda::generate(program, &CudaTarget::h200().with_precision(Precision::Tf32))
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let halo = by_default.kernel_code.iter().filter(|(c, _)| c.contains("fetch_x(")).count();
+            assert_eq!(halo, 2, "{name}: halo-tile kernels by default");
+            let cubin = cvc_runtime::cuda::compile_cubin(&m.source, &m.arch)
+                .unwrap_or_else(|e| panic!("{name} tcconv=halo: {e}"));
+            eprintln!("{name} tcconv=halo: {} bytes of sm_90a cubin", cubin.len());
         }
         // fp32 on split TF32 operands (`fp32=3xtf32`), on `wgmma` and on `mma.sync`.
         for spec in ["fp32=3xtf32", "fp32=3xtf32,mma=sync"] {

@@ -253,6 +253,9 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
     if let Some(k) = super::wgrad::direct(ctx, v, name)? {
         return Ok(k);
     }
+    if let Some(k) = super::halo::conv(ctx, v, name)? {
+        return Ok(k);
+    }
     let node = ctx.g.node(v);
     let tc = node.ty.dtype;
     let (x0, x1) = (node.inputs[0], node.inputs[1]);

@@ -78,6 +78,7 @@ mod attention;
 mod attention_tc;
 mod conv;
 mod gemm;
+mod halo;
 mod kernels;
 mod recurrence;
 mod wgrad;
