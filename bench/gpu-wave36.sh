@@ -4,7 +4,7 @@
 # tf32: the GPU per-kernel check of every example and fixture under `tcconv=halo`, then the
 # seed network at batch 1024 side by side (default, halo, halo with 1 block per SM (no spills)
 # and with 2 stages), profiled kernel by kernel.
-# CVC_W36_PARTS picks from "check bench" (default both). Builds nothing (.gpu/gpu); a table last.
+# CVC_W36_PARTS picks from "check bench ncu jax" (default "check bench"). Builds nothing (.gpu/gpu); a table last.
 . "$(dirname "$0")/gpu-prologue.sh"
 GPU=${CVC_GPU_TEST_BIN:-.gpu/gpu}
 RUNS=${CVC_W36_RUNS:-seed_cnn 1024 tf32 default|seed_cnn 1024 tf32 tcconv=gemm|seed_cnn 1024 tf32 tcconv=halo|seed_cnn 1024 tf32 default|seed_cnn 1024 tf32 tcconv=gemm|polsar_unet 1024 tf32 default|polsar_unet 1024 tf32 tcconv=gemm|complex_resnet 256 tf32 default|complex_resnet 256 tf32 tcconv=gemm}
@@ -29,6 +29,12 @@ for part in ${CVC_W36_PARTS:-check bench}; do
       grep -E "^  k[0-9]+_gemm|gpu__time|gmma|wavefronts|bank_conflicts|ldgsts|hit_rate|l1tex__throughput|dram__|inst_executed|Stall|stall|Warp Cycles|Active Warps|Eligible|Issued Warp|No Eligible|Occupancy|Registers|Block Limit" "$W/ncu.txt" \
         | sed 's/  */ /g' | cut -c1-150 | head -200 >>"$S"
       ;;
+    jax)
+      # The JAX seed network at batch 1024, default precision (TF32) and fp32, same call.
+      for flag in "" --fp32; do
+        PYTHONUNBUFFERED=1 timeout 120 python3 bench/jax_seed_cvnn.py $flag 2>>"$W/jax.err" | tail -1 | tee -a "$S"
+      done
+      ;;
     check)
       OUT=$W CVC_GPU_TEST_BIN=$GPU CVC_TC_TESTS="${CVC_W36_CHECKS:-default:tf32:1 tcconv=halo:tf32:1}" bash bench/gpu-tc.sh tests >/dev/null
       grep -h -E "^tests" "$W/summary.txt" | tee -a "$S"
@@ -38,4 +44,4 @@ for part in ${CVC_W36_PARTS:-check bench}; do
 done
 rm -f "$W/b.out"
 tar czf "$O/logs.tgz" -C "$W" . 2>/dev/null
-grep -E "^tests|mismatch|panicked|^seed|^vit|^file|gemm  |attn  " "$S" | tail -40
+grep -E "^tests|mismatch|panicked|^seed|^vit|^polsar|^complex|^file|gemm  |attn  |jax|step" "$S" | grep -v "^{" | tail -40
