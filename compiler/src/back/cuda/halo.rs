@@ -176,7 +176,8 @@ pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kern
     // The chunk's rows: element q of the 16 planes, consecutive threads along a row.
     let total_x = KC * positions;
     let per_x = total_x.div_ceil(threads);
-    let in_range = if total_x.is_multiple_of(threads) { String::new() } else { format!("if (q < {total_x}u) ") };
+    let in_range =
+        if total_x.is_multiple_of(threads) { String::new() } else { format!("if (q < {total_x}u) ") };
     let _ = writeln!(
         c,
         "  const float* const xg = reinterpret_cast<const float*>({px});\n  \
