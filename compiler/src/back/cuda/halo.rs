@@ -115,9 +115,9 @@ pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kern
     };
     // Each block runs `per_block` consecutive output tiles, one after the other, as one stream
     // of K tiles: the next output tile's first rows and weights are copied while the current
-    // one's last products run, where a block of one output tile would wait for them at its
-    // start (its whole K loop is only `cin / 16 · taps` tiles). As many blocks as stay resident
-    // at once, so that no block starts late.
+    // one's last products run. As many blocks as stay resident at once, so that no block
+    // starts late. (Measured on an H100 against one output tile per block: the same step
+    // times, bench/GPU-NOTES.md; kept because it never waits for a tile's first copies.)
     let resident = (1..=min_blocks).rev().find(|&k| k * (shared + 1024) <= optin + 1024).unwrap_or(1);
     let out_tiles = nb * tiles_per_image;
     let slots = (ctx.target.device.sm_count * resident / (cout / bn)).max(1);
