@@ -404,44 +404,38 @@ fn tf32_halo_tile_convolutions_match_the_interpreter() {
     let specs = ["tcconv=halo", "tcconv=halo,tcstages=2", "tcconv=halo,tcstages=8"];
     let program = compiled(HALO_SOURCE, Precision::Tf32);
     let one_sm = CudaDevice { sm_count: 1, ..CudaDevice::h200() };
+    // The halo-tile kernels' code in the TF32 module under `spec` for `device`.
+    let halo_kernels = |spec: &str, device: &CudaDevice| -> Vec<String> {
+        let kernels = KernelConfig::parse(spec).expect("a spec");
+        let target = CudaTarget { device: device.clone(), ..CudaTarget::h200() }
+            .with_precision(Precision::Tf32)
+            .with_kernels(kernels);
+        let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        module.kernel_code.into_iter().map(|(code, _)| code).filter(|c| c.contains("fetch_x(")).collect()
+    };
     for device in [CudaDevice::h200(), one_sm] {
         let (n, tc, wgmma, two) = check_program(&program, Precision::Tf32, &specs, &device);
         assert_eq!(wgmma, tc, "every tensor-core launch on wgmma");
         assert!(two >= specs.len(), "no halo tile of 128 pixels ran");
         eprintln!("halo on {} SMs: {n} launches, {tc} on tensor cores", device.sm_count);
         // One output tile per block on the H200, several on one SM.
-        let kernels = KernelConfig::parse("tcconv=halo").expect("a spec");
-        let target = CudaTarget { device: device.clone(), ..CudaTarget::h200() }
-            .with_precision(Precision::Tf32)
-            .with_kernels(kernels);
-        let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{e}"));
-        let single = module
-            .kernel_code
+        let single = halo_kernels("tcconv=halo", &device)
             .iter()
-            .filter(|(c, _)| c.contains("fetch_x(") && c.contains("pt0 = (ix)blockIdx.y * 1u;"))
+            .filter(|c| c.contains("pt0 = (ix)blockIdx.y * 1u;"))
             .count();
         assert_eq!(single, if device.sm_count == 1 { 0 } else { 9 }, "{} SMs", device.sm_count);
     }
     // Every stride-1 convolution and input gradient on the halo tiles: 5 forward, 4 input
     // gradients; 32-, 64- and 96-column products.
-    let kernels = KernelConfig::parse("tcconv=halo").expect("a spec");
-    let target = CudaTarget::h200().with_precision(Precision::Tf32).with_kernels(kernels);
-    let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{e}"));
-    let halo: Vec<&String> =
-        module.kernel_code.iter().map(|(code, _)| code).filter(|c| c.contains("fetch_x(")).collect();
+    let h200 = CudaDevice::h200();
+    let halo = halo_kernels("tcconv=halo", &h200);
     assert_eq!(halo.len(), 9, "halo-tile kernels");
     for width in ["wgmma_tf32<32, ", "wgmma_tf32<64, ", "wgmma_tf32<96, "] {
         assert!(halo.iter().any(|c| c.contains(width)), "no halo tile with {width}");
     }
     // By default (`tcconv=grad`) the input gradients alone; under `tcconv=gemm` none.
-    let halo_kernels = |spec: &str| {
-        let kernels = KernelConfig::parse(spec).expect("a spec");
-        let target = CudaTarget::h200().with_precision(Precision::Tf32).with_kernels(kernels);
-        let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{e}"));
-        module.kernel_code.iter().filter(|(code, _)| code.contains("fetch_x(")).count()
-    };
-    assert_eq!(halo_kernels("default"), 4);
-    assert_eq!(halo_kernels("tcconv=gemm"), 0);
+    assert_eq!(halo_kernels("default", &h200).len(), 4);
+    assert_eq!(halo_kernels("tcconv=gemm", &h200).len(), 0);
 }
 
 #[test]
