@@ -118,6 +118,20 @@ pub enum WgradOutputs {
     Four,
 }
 
+/// How the direct weight-gradient kernel stages its pixel tiles into shared memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WgradStaging {
+    /// Each tile loaded into registers, stored, then multiplied (the default).
+    #[default]
+    Registers,
+    /// The next tile loaded into registers while the current one is multiplied (`pf`;
+    /// measured slower on an H200).
+    Prefetch,
+    /// The next tile copied by `cp.async` into a second pair of buffers while the current one
+    /// is multiplied (`async`; full-width operands, devices of compute capability 8.0 on).
+    Async,
+}
+
 /// How stride-1 weight gradients are computed (in fp32).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WgradKernel {
@@ -127,15 +141,14 @@ pub enum WgradKernel {
     Direct {
         /// Output channels per thread.
         outputs: WgradOutputs,
-        /// Load the next pixel tile into registers while the current one is multiplied
-        /// (measured slower on an H200).
-        prefetch: bool,
+        /// How pixel tiles reach shared memory.
+        staging: WgradStaging,
     },
 }
 
 impl Default for WgradKernel {
     fn default() -> Self {
-        WgradKernel::Direct { outputs: WgradOutputs::ByLayer, prefetch: false }
+        WgradKernel::Direct { outputs: WgradOutputs::ByLayer, staging: WgradStaging::Registers }
     }
 }
 
@@ -508,7 +521,7 @@ impl Default for KernelConfig {
 }
 
 /// The keys of a kernel spec, with their values, for messages and `--help`.
-pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|gemm|ot2|ot4|pf|ot2pf|ot4pf, \
+pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|gemm|ot2|ot4|pf|ot2pf|ot4pf|async|ot2async|ot4async, \
                                     fill=BLOCKS, bk=16|32, ck=CHANNELS, grid=BLOCKS, index=auto|64, yz=BLOCKS, \
                                     tc=plain|prefetch|async, tctile=auto|64|128|64w4, tc16=native|tf32, frag=ldmatrix|lds, \
                                     cmul=4m|3m, ftile=64|128, attn=tc|fma, tcblocks=BLOCKS, \
@@ -520,7 +533,8 @@ impl KernelConfig {
     /// `conv=gemm,fill=528` (`default` or an empty spec: the defaults). The keys:
     /// - `conv`: `direct32` (default), `direct64` or `gemm` ([`ConvKernel`]);
     /// - `wgrad`: `direct` (default), `gemm`, or the direct kernel with `ot2` / `ot4` output
-    ///   channels per thread and/or `pf` prefetching (`ot4pf`) ([`WgradKernel`]);
+    ///   channels per thread and/or `pf` prefetching (`ot4pf`) or `async` copies (`ot2async`)
+    ///   ([`WgradKernel`]);
     /// - `fill`: blocks a split-K contraction fills ([`KernelConfig::fill`]);
     /// - `bk`: `16` (default) or `32`, the fp32 GEMM's K tile depth;
     /// - `ck`: input channels per chunk of the direct convolution;
@@ -765,12 +779,13 @@ impl KernelConfig {
         } else {
             (WgradOutputs::ByLayer, value)
         };
-        let prefetch = match rest {
-            "" if !value.is_empty() => false,
-            "pf" => true,
+        let staging = match rest {
+            "" if !value.is_empty() => WgradStaging::Registers,
+            "pf" => WgradStaging::Prefetch,
+            "async" => WgradStaging::Async,
             _ => return None,
         };
-        Some(WgradKernel::Direct { outputs, prefetch })
+        Some(WgradKernel::Direct { outputs, staging })
     }
 }
 
@@ -790,13 +805,17 @@ impl fmt::Display for KernelConfig {
         if self.wgrad != d.wgrad {
             parts.push(match self.wgrad {
                 WgradKernel::Gemm => "wgrad=gemm".to_string(),
-                WgradKernel::Direct { outputs, prefetch } => {
+                WgradKernel::Direct { outputs, staging } => {
                     let ot = match outputs {
                         WgradOutputs::ByLayer => "",
                         WgradOutputs::Two => "ot2",
                         WgradOutputs::Four => "ot4",
                     };
-                    let pf = if prefetch { "pf" } else { "" };
+                    let pf = match staging {
+                        WgradStaging::Registers => "",
+                        WgradStaging::Prefetch => "pf",
+                        WgradStaging::Async => "async",
+                    };
                     format!("wgrad={ot}{pf}")
                 }
             });

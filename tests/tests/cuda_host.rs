@@ -82,6 +82,23 @@ fn seed_network_step_on_host_compiled_cuda_matches_the_interpreter() {
 }
 
 #[test]
+fn seed_network_weight_gradients_from_asynchronous_copies_match_the_interpreter() {
+    // `wgrad=async`: the direct weight-gradient kernels (all three layers in fp32) copy each
+    // pixel tile by `cp.async` into the second pair of buffers while the current one is
+    // multiplied; the conjugated operand is conjugated where it is read from shared memory.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the repository root");
+    let src = std::fs::read_to_string(root.join("examples/seed_cnn.cvnn")).expect("the seed network");
+    // `fill=4`: few blocks, so that each runs many tiles through both pairs of buffers.
+    let code = check_source_text("examples/seed_cnn.cvnn", &src, 2, "wgrad=async,fill=4");
+    let copying = code
+        .split("// group ")
+        .filter(|k| k.lines().next().is_some_and(|l| l.contains("conv2d_weight_grad")))
+        .filter(|k| k.contains("issue(tl + 1u"))
+        .count();
+    assert_eq!(copying, 3, "every weight gradient on asynchronous copies");
+}
+
+#[test]
 fn token_model_step_on_host_compiled_cuda_matches_the_interpreter() {
     // Sums over 70 × 64 tokens into 6 features, in blocks of 8 consecutive features (32
     // threads each: a warp folds four of its threads per feature), and under `colout=16` and

@@ -637,6 +637,10 @@ fn every_kernel_variant_changes_what_it_should_and_compiles_with_nvrtc() {
         ("wgrad=ot4pf", ChangesWhere { array: " Ds[", gone: false }),
         ("wgrad=ot2", SomeOf(" Ds[")),
         ("wgrad=ot4", SomeOf(" Ds[")),
+        // Tiles by `cp.async` into two pairs of buffers (full-width operands; 16-bit ones
+        // keep the register staging).
+        ("wgrad=async", SomeOf(" Ds[")),
+        ("wgrad=ot4async", SomeOf(" Ds[")),
         ("fill=264", Some),
         ("fill=66", Some),
         ("bk=32", SomeOf(" As[")),

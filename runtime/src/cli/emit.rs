@@ -37,7 +37,7 @@ pub struct EmitArgs {
     #[arg(long)]
     pub eval: bool,
     /// With `--cuda`: kernel choices over the defaults, e.g. `conv=gemm,fill=528` (keys:
-    /// conv=direct32|direct64|gemm, wgrad=direct|gemm|ot2|ot4|pf|ot2pf|ot4pf, fill=BLOCKS,
+    /// conv=direct32|direct64|gemm, wgrad=direct|gemm|ot2|ot4|pf|ot2pf|ot4pf|async|ot2async|ot4async, fill=BLOCKS,
     /// bk=16|32, ck=CHANNELS, grid=BLOCKS, index=auto|64, yz=BLOCKS, tc=plain|prefetch|async,
     /// tctile=auto|64|128|64w4, tc16=native|tf32, frag=ldmatrix|lds, cmul=4m|3m, ftile=64|128,
     /// attn=tc|fma, tcblocks=BLOCKS, tcstages=2..8, tctaps=index|table|mask, launch=graph|stream,

@@ -14,9 +14,13 @@
 //! block has channel threads (a first layer's single channel) gives the spare threads rows of
 //! the tile instead. Blocks split the pixels (images × tiles) and add their partial sums into
 //! the zeroed gradient with `atomicAdd`, as split-K does.
+//!
+//! Tiles reach shared memory through registers (load, store, barrier, multiply), by default;
+//! `wgrad=pf` loads the next tile into registers during the products, and `wgrad=async` copies
+//! it by `cp.async` into a second pair of buffers (conjugating where the products read it).
 
 use super::*;
-use crate::target::{WgradKernel, WgradOutputs};
+use crate::target::{WgradKernel, WgradOutputs, WgradStaging};
 
 /// Pixel tile: `TH` rows of `TW` columns (layers with fewer input channels than a block has
 /// channel threads use taller, narrower tiles: see `direct`).
@@ -25,11 +29,11 @@ const TH: usize = 4;
 
 /// The kernel variant; the target's [`WgradKernel`] overrides it for measurements: `Gemm`
 /// turns the direct kernel off, [`WgradOutputs::Two`] / [`WgradOutputs::Four`] give each
-/// thread two / four output channels, `prefetch` loads the next pixel tile into registers
-/// while the current one is multiplied.
+/// thread two / four output channels, `staging` says how a pixel tile reaches shared memory
+/// ([`WgradStaging`]).
 struct Variant {
     ot: usize,
-    prefetch: bool,
+    staging: WgradStaging,
 }
 
 /// The variant for a layer with `cg` input channels per group. Measured on an H200
@@ -41,7 +45,7 @@ struct Variant {
 /// per group, which four would leave with a block less than half full (`direct` then falls
 /// back to the implicit GEMM).
 fn variant(choice: WgradKernel, cg: usize, og: usize) -> Option<Variant> {
-    let WgradKernel::Direct { outputs, prefetch } = choice else {
+    let WgradKernel::Direct { outputs, staging } = choice else {
         return None;
     };
     let ot = match outputs {
@@ -50,7 +54,7 @@ fn variant(choice: WgradKernel, cg: usize, og: usize) -> Option<Variant> {
         WgradOutputs::ByLayer if (8..=32).contains(&cg) && og >= 16 => 4,
         WgradOutputs::ByLayer => 2,
     };
-    Some(Variant { ot, prefetch })
+    Some(Variant { ot, staging })
 }
 
 /// The direct kernel of a `Conv2dWeightGrad` node with stride 1 and dilation 1, or `None`
@@ -101,6 +105,13 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
     let (t_dy, t_x, t_out) = (ctx.dtype(dy), ctx.dtype(x), node.ty.dtype);
     let elt = |d: DType| if d == DType::C64 { 8 } else { 4 };
     let smem = bo * dsp * elt(t_dy) + cl * xsp * elt(t_x);
+    // `cp.async` copies need full-width operands (a copy cannot widen) and two pairs of
+    // buffers; where they do not fit, the tiles go through registers.
+    let full = !ctx.storage(dy).is_half() && !ctx.storage(x).is_half();
+    let copies = var.staging == WgradStaging::Async
+        && full
+        && ctx.target.device.compute_capability >= (8, 0)
+        && 2 * smem <= ctx.target.device.shared_per_block_optin;
     let tiles_y = ho.div_ceil(th);
     let tiles_x = wo.div_ceil(tw);
     let tiles = nb * tiles_y * tiles_x;
@@ -128,13 +139,16 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
     let splits = ctx.target.contraction_fill().div_ceil(base_blocks).clamp(1, tiles);
     let (ta, tb, tc) = (ctype(t_dy), ctype(t_x), ctype(t_out));
     let (px, pdy, pw) = (ctx.ptr(x)?, ctx.ptr(dy)?, ctx.ptr(v)?);
-    let cjx = |e: String| if conj[0] { format!("cj({e})") } else { e };
-    let cjd = |e: String| if conj[1] { format!("cj({e})") } else { e };
+    // Conjugation where a value is first in registers: at the global load, or (copies land in
+    // shared memory unchanged) at the shared-memory read.
+    let ([load_x, load_d], [read_x, read_d]) = if copies { ([false; 2], *conj) } else { (*conj, [false; 2]) };
+    let at_load = |on: bool, e: String| if on { format!("cj({e})") } else { e };
     let per_d = (bo * th * tw).div_ceil(256);
     let per_x = (cl * xh * xw).div_ceil(256);
     let (pad0, pad1) = (geom.pad[0] as i64, geom.pad[1] as i64);
     let mut s = String::new();
-    let min_blocks = if var.prefetch { 1 } else { 2 };
+    let prefetch = var.staging == WgradStaging::Prefetch;
+    let min_blocks = if prefetch { 1 } else { 2 };
     let _ =
         writeln!(s, "extern \"C\" __global__ void __launch_bounds__(256, {min_blocks}) {name}(char* A) {{");
     s.push_str(index.typedef());
@@ -151,9 +165,21 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
         "  const u32 t_begin = (u32)(((unsigned long long)blockIdx.x * {tiles}ull) / {splits}ull), \
          t_end = (u32)(((unsigned long long)(blockIdx.x + 1u) * {tiles}ull) / {splits}ull);"
     );
-    let _ = writeln!(s, "  __shared__ {ta} Ds[{}];", bo * dsp);
-    let _ = writeln!(s, "  __shared__ {tb} Xs[{}];", cl * xsp);
-    let _ = writeln!(s, "  {ta} rd[{per_d}];\n  {tb} rx[{per_x}];");
+    if copies {
+        // Two pairs of buffers in dynamic shared memory: `Ds` / `Xs` point at the pair of the
+        // tile being multiplied.
+        let _ = writeln!(
+            s,
+            "  extern __shared__ __align__(16) unsigned char gemm_smem[];\n  \
+             {ta}* const Dsb = reinterpret_cast<{ta}*>(gemm_smem);\n  \
+             {tb}* const Xsb = reinterpret_cast<{tb}*>(gemm_smem + {}u);\n  {ta}* Ds = Dsb;\n  {tb}* Xs = Xsb;",
+            2 * bo * dsp * elt(t_dy)
+        );
+    } else {
+        let _ = writeln!(s, "  __shared__ {ta} Ds[{}];", bo * dsp);
+        let _ = writeln!(s, "  __shared__ {tb} Xs[{}];", cl * xsp);
+        let _ = writeln!(s, "  {ta} rd[{per_d}];\n  {tb} rx[{per_x}];");
+    }
     let _ = writeln!(s, "  {tc} acc[{ot}][{kh}][{kw}];");
     let _ = writeln!(
         s,
@@ -175,8 +201,8 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
         tot_d = bo * th * tw,
         tot_x = cl * xh * xw,
         xhw = xh * xw,
-        ld_d = cjd(format!("{pdy}[((b * {o}u + g * {og}u + oc) * {ho}u + y) * {wo}u + x]")),
-        ld_x = cjx(format!("{px}[((b * {c}u + g * {cg}u + cc) * {h}u + (u32)y) * {w}u + (u32)x]")),
+        ld_d = at_load(load_d, format!("{pdy}[((b * {o}u + g * {og}u + oc) * {ho}u + y) * {wo}u + x]")),
+        ld_x = at_load(load_x, format!("{px}[((b * {c}u + g * {cg}u + cc) * {h}u + (u32)y) * {w}u + (u32)x]")),
         zd = czero(t_dy),
         zx = czero(t_x),
     );
@@ -209,7 +235,8 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
     if kw > 1 {
         let _ = writeln!(
             body,
-            "      #pragma unroll\n      for (int i = 0; i < {kh}; ++i)\n        #pragma unroll\n        for (int j = 0; j + 1 < {kw}; ++j) win[i][j + 1] = xr[i * {xrs} + j];"
+            "      #pragma unroll\n      for (int i = 0; i < {kh}; ++i)\n        #pragma unroll\n        for (int j = 0; j + 1 < {kw}; ++j) win[i][j + 1] = {};",
+            at_load(read_x, format!("xr[i * {xrs} + j]"))
         );
     }
     let _ = writeln!(body, "      #pragma unroll\n      for (int col = 0; col < {tw}; ++col) {{");
@@ -217,16 +244,49 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
         body,
         "        #pragma unroll\n        for (int i = 0; i < {kh}; ++i) {{\n          \
          #pragma unroll\n          for (int j = 0; j + 1 < {kw}; ++j) win[i][j] = win[i][j + 1];\n          \
-         win[i][{kw1}] = xr[i * {xrs} + col + {kw1}];\n        }}",
+         win[i][{kw1}] = {};\n        }}",
+        at_load(read_x, format!("xr[i * {xrs} + col + {kw1}]", kw1 = kw - 1)),
         kw1 = kw - 1
     );
     let _ = writeln!(
         body,
-        "        #pragma unroll\n        for (int t = 0; t < {ot}; ++t) {{\n          const {ta} d = dr[t * {no} * {dsp} + col];\n          \
-         #pragma unroll\n          for (int i = 0; i < {kh}; ++i)\n            #pragma unroll\n            for (int j = 0; j < {kw}; ++j) mac(acc[t][i][j], d, win[i][j]);\n        }}"
+        "        #pragma unroll\n        for (int t = 0; t < {ot}; ++t) {{\n          const {ta} d = {};\n          \
+         #pragma unroll\n          for (int i = 0; i < {kh}; ++i)\n            #pragma unroll\n            for (int j = 0; j < {kw}; ++j) mac(acc[t][i][j], d, win[i][j]);\n        }}",
+        at_load(read_d, format!("dr[t * {no} * {dsp} + col]"))
     );
     body.push_str("      }\n    }\n");
-    if var.prefetch {
+    if copies {
+        // Tile `tl` copied into pair `buf` (zeros outside the tensors: a copy of size 0).
+        let (dn, xn) = (bo * dsp, cl * xsp);
+        let (cpd, cpx) = (copy_fn(t_dy), copy_fn(t_x));
+        let _ = writeln!(
+            s,
+            "  auto issue = [&](u32 tl, u32 buf) {{\n    const ix b = tl / {tyx}u;\n    \
+             const u32 tt = tl % {tyx}u, y0 = (tt / {tiles_x}u) * {th}u, x0 = (tt % {tiles_x}u) * {tw}u;\n    \
+             #pragma unroll\n    for (u32 r = 0; r < {per_d}u; ++r) {{\n      const u32 e = tid + r * 256u, ol = e / {p}u, p = e % {p}u;\n      \
+             const u32 oc = o0 + ol, y = y0 + p / {tw}u, x = x0 + p % {tw}u;\n      \
+             const bool ok = oc < {og}u && y < {ho}u && x < {wo}u;\n      \
+             const ix at = ok ? ((b * {o}u + g * {og}u + oc) * {ho}u + y) * {wo}u + x : 0u;\n      \
+             if (e < {tot_d}u) {cpd}(Dsb + buf * {dn}u + (e / {p}u) * {dsp}u + {d_in}, (const float*)&{pdy}[at], ok);\n    }}\n    \
+             #pragma unroll\n    for (u32 r = 0; r < {per_x}u; ++r) {{\n      const u32 e = tid + r * 256u, cl = e / {xhw}u, q = e % {xhw}u;\n      \
+             const u32 cc = c0 + cl;\n      const int y = (int)y0 - {pad0} + (int)(q / {xw}u), x = (int)x0 - {pad1} + (int)(q % {xw}u);\n      \
+             const bool ok = cc < {cg}u && y >= 0 && y < {h} && x >= 0 && x < {w};\n      \
+             const ix at = ok ? ((b * {c}u + g * {cg}u + cc) * {h}u + (u32)y) * {w}u + (u32)x : 0u;\n      \
+             if (e < {tot_x}u) {cpx}(Xsb + buf * {xn}u + (e / {xhw}u) * {xsp}u + {x_in}, (const float*)&{px}[at], ok);\n    }}\n  }};",
+            tyx = tiles_y * tiles_x,
+            p = th * tw,
+            tot_d = bo * th * tw,
+            tot_x = cl * xh * xw,
+            xhw = xh * xw,
+        );
+        let _ = writeln!(
+            s,
+            "  if (t_begin < t_end) issue(t_begin, 0u);\n  cp_async_commit();\n  \
+             for (u32 tl = t_begin, ti = 0u; tl < t_end; ++tl, ++ti) {{\n    \
+             if (tl + 1u < t_end) issue(tl + 1u, (ti + 1u) & 1u);\n    cp_async_commit();\n    \
+             cp_async_wait<1>();\n    __syncthreads();\n    Ds = Dsb + (ti & 1u) * {dn}u;\n    Xs = Xsb + (ti & 1u) * {xn}u;"
+        );
+    } else if prefetch {
         let _ = writeln!(s, "  if (t_begin < t_end) {{\n    const u32 tl = t_begin;\n{fetch}  }}");
         let _ = writeln!(s, "  for (u32 t0 = t_begin; t0 < t_end; ++t0) {{");
         s.push_str(&store);
@@ -268,7 +328,16 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
         block: [256, 1, 1],
         zero: vec![(ctx.offset(v)?, ctx.bytes(v))],
         scratch: 0,
-        shared: 0,
+        shared: if copies { 2 * smem } else { 0 },
         index,
     }))
+}
+
+/// The `cp.async` helper of the prelude that copies one element of dtype `d`.
+fn copy_fn(d: DType) -> &'static str {
+    if d == DType::C64 {
+        "cp_async8"
+    } else {
+        "cp_async4"
+    }
 }
