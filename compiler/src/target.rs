@@ -742,7 +742,7 @@ impl KernelConfig {
     fn values_of(key: &str) -> &'static str {
         match key {
             "conv" => "direct32, direct64 or gemm",
-            "wgrad" => "direct, gemm, ot2, ot4, pf, ot2pf or ot4pf",
+            "wgrad" => "direct, gemm, ot2, ot4, pf, ot2pf, ot4pf, async, ot2async or ot4async",
             "bk" => "16 or 32",
             "index" => "auto or 64",
             "tc" => "plain, prefetch or async",
@@ -1039,6 +1039,8 @@ mod tests {
             "wgrad=pf",
             "wgrad=ot4pf",
             "wgrad=ot2pf",
+            "wgrad=async",
+            "wgrad=ot4async",
             "fill=528",
             "bk=32",
             "ck=6",
@@ -1062,6 +1064,7 @@ mod tests {
             ("wgrad=ot3", "wgrad takes direct"),
             ("wgrad=", "wgrad takes direct"),
             ("wgrad=pfot4", "wgrad takes direct"),
+            ("wgrad=asyncpf", "wgrad takes direct"),
             ("fill=0", "fill takes a positive number"),
             ("ck=x", "ck takes a positive number"),
             ("bk=8", "bk takes 16 or 32"),
