@@ -187,24 +187,48 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
          #pragma unroll\n      for (int j = 0; j < {kw}; ++j) acc[t][i][j] = {};",
         czero(t_out)
     );
+    // The two loops over a pixel tile `tl`'s elements, indented by `ind`: per element of the
+    // output gradient (`e`, its channel `oc`, pixel `y`, `x`) the statements `d_tail`, per
+    // element of the input with its halo (`e`, channel `cc`, pixel `y`, `x`) `x_tail`.
+    let (d_ok, d_at) = (
+        format!("oc < {og}u && y < {ho}u && x < {wo}u"),
+        format!("((b * {o}u + g * {og}u + oc) * {ho}u + y) * {wo}u + x"),
+    );
+    let (x_ok, x_at) = (
+        format!("cc < {cg}u && y >= 0 && y < {h} && x >= 0 && x < {w}"),
+        format!("((b * {c}u + g * {cg}u + cc) * {h}u + (u32)y) * {w}u + (u32)x"),
+    );
+    let (tot_d, tot_x, pd, xhw) = (bo * th * tw, cl * xh * xw, th * tw, xh * xw);
+    let tile_loops = |ind: &str, d_tail: &[String], x_tail: &[String]| {
+        let i2 = format!("{ind}  ");
+        format!(
+            "{ind}const ix b = tl / {tyx}u;\n{ind}const u32 tt = tl % {tyx}u, y0 = (tt / {tiles_x}u) * {th}u, x0 = (tt % {tiles_x}u) * {tw}u;\n\
+             {ind}#pragma unroll\n{ind}for (u32 r = 0; r < {per_d}u; ++r) {{\n{i2}const u32 e = tid + r * 256u, ol = e / {pd}u, p = e % {pd}u;\n\
+             {i2}const u32 oc = o0 + ol, y = y0 + p / {tw}u, x = x0 + p % {tw}u;\n{i2}{}\n{ind}}}\n\
+             {ind}#pragma unroll\n{ind}for (u32 r = 0; r < {per_x}u; ++r) {{\n{i2}const u32 e = tid + r * 256u, cl = e / {xhw}u, q = e % {xhw}u;\n\
+             {i2}const u32 cc = c0 + cl;\n{i2}const int y = (int)y0 - {pad0} + (int)(q / {xw}u), x = (int)x0 - {pad1} + (int)(q % {xw}u);\n\
+             {i2}{}\n{ind}}}\n",
+            d_tail.join(&format!("\n{i2}")),
+            x_tail.join(&format!("\n{i2}")),
+            tyx = tiles_y * tiles_x,
+        )
+    };
     // Global loads of pixel tile `tl` into registers (zero outside the tensors).
     let fetch = format!(
-        "    {{\n      const ix b = tl / {tyx}u;\n      const u32 tt = tl % {tyx}u, y0 = (tt / {tiles_x}u) * {th}u, x0 = (tt % {tiles_x}u) * {tw}u;\n      \
-         #pragma unroll\n      for (u32 r = 0; r < {per_d}u; ++r) {{\n        const u32 e = tid + r * 256u, ol = e / {p}u, p = e % {p}u;\n        \
-         const u32 oc = o0 + ol, y = y0 + p / {tw}u, x = x0 + p % {tw}u;\n        \
-         rd[r] = (e < {tot_d}u && oc < {og}u && y < {ho}u && x < {wo}u) ? {ld_d} : {zd};\n      }}\n      \
-         #pragma unroll\n      for (u32 r = 0; r < {per_x}u; ++r) {{\n        const u32 e = tid + r * 256u, cl = e / {xhw}u, q = e % {xhw}u;\n        \
-         const u32 cc = c0 + cl;\n        const int y = (int)y0 - {pad0} + (int)(q / {xw}u), x = (int)x0 - {pad1} + (int)(q % {xw}u);\n        \
-         rx[r] = (e < {tot_x}u && cc < {cg}u && y >= 0 && y < {h} && x >= 0 && x < {w}) ? {ld_x} : {zx};\n      }}\n    }}\n",
-        tyx = tiles_y * tiles_x,
-        p = th * tw,
-        tot_d = bo * th * tw,
-        tot_x = cl * xh * xw,
-        xhw = xh * xw,
-        ld_d = at_load(load_d, format!("{pdy}[((b * {o}u + g * {og}u + oc) * {ho}u + y) * {wo}u + x]")),
-        ld_x = at_load(load_x, format!("{px}[((b * {c}u + g * {cg}u + cc) * {h}u + (u32)y) * {w}u + (u32)x]")),
-        zd = czero(t_dy),
-        zx = czero(t_x),
+        "    {{\n{}    }}\n",
+        tile_loops(
+            "      ",
+            &[format!(
+                "rd[r] = (e < {tot_d}u && {d_ok}) ? {} : {};",
+                at_load(load_d, format!("{pdy}[{d_at}]")),
+                czero(t_dy)
+            )],
+            &[format!(
+                "rx[r] = (e < {tot_x}u && {x_ok}) ? {} : {};",
+                at_load(load_x, format!("{px}[{x_at}]")),
+                czero(t_x)
+            )],
+        )
     );
     // Offset of element `e` within its channel's staged tile (rows padded where `pl` > 1).
     let within = |n: usize, w: usize, rs: usize| {
@@ -261,23 +285,24 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
         let (cpd, cpx) = (copy_fn(t_dy), copy_fn(t_x));
         let _ = writeln!(
             s,
-            "  auto issue = [&](u32 tl, u32 buf) {{\n    const ix b = tl / {tyx}u;\n    \
-             const u32 tt = tl % {tyx}u, y0 = (tt / {tiles_x}u) * {th}u, x0 = (tt % {tiles_x}u) * {tw}u;\n    \
-             #pragma unroll\n    for (u32 r = 0; r < {per_d}u; ++r) {{\n      const u32 e = tid + r * 256u, ol = e / {p}u, p = e % {p}u;\n      \
-             const u32 oc = o0 + ol, y = y0 + p / {tw}u, x = x0 + p % {tw}u;\n      \
-             const bool ok = oc < {og}u && y < {ho}u && x < {wo}u;\n      \
-             const ix at = ok ? ((b * {o}u + g * {og}u + oc) * {ho}u + y) * {wo}u + x : 0u;\n      \
-             if (e < {tot_d}u) {cpd}(Dsb + buf * {dn}u + (e / {p}u) * {dsp}u + {d_in}, (const float*)&{pdy}[at], ok);\n    }}\n    \
-             #pragma unroll\n    for (u32 r = 0; r < {per_x}u; ++r) {{\n      const u32 e = tid + r * 256u, cl = e / {xhw}u, q = e % {xhw}u;\n      \
-             const u32 cc = c0 + cl;\n      const int y = (int)y0 - {pad0} + (int)(q / {xw}u), x = (int)x0 - {pad1} + (int)(q % {xw}u);\n      \
-             const bool ok = cc < {cg}u && y >= 0 && y < {h} && x >= 0 && x < {w};\n      \
-             const ix at = ok ? ((b * {c}u + g * {cg}u + cc) * {h}u + (u32)y) * {w}u + (u32)x : 0u;\n      \
-             if (e < {tot_x}u) {cpx}(Xsb + buf * {xn}u + (e / {xhw}u) * {xsp}u + {x_in}, (const float*)&{px}[at], ok);\n    }}\n  }};",
-            tyx = tiles_y * tiles_x,
-            p = th * tw,
-            tot_d = bo * th * tw,
-            tot_x = cl * xh * xw,
-            xhw = xh * xw,
+            "  auto issue = [&](u32 tl, u32 buf) {{\n{}  }};",
+            tile_loops(
+                "    ",
+                &[
+                    format!("const bool ok = {d_ok};"),
+                    format!("const ix at = ok ? {d_at} : 0u;"),
+                    format!(
+                        "if (e < {tot_d}u) {cpd}(Dsb + buf * {dn}u + (e / {pd}u) * {dsp}u + {d_in}, (const float*)&{pdy}[at], ok);"
+                    ),
+                ],
+                &[
+                    format!("const bool ok = {x_ok};"),
+                    format!("const ix at = ok ? {x_at} : 0u;"),
+                    format!(
+                        "if (e < {tot_x}u) {cpx}(Xsb + buf * {xn}u + (e / {xhw}u) * {xsp}u + {x_in}, (const float*)&{px}[at], ok);"
+                    ),
+                ],
+            )
         );
         let _ = writeln!(
             s,
