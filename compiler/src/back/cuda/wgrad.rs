@@ -239,15 +239,14 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
         }
     };
     let (d_in, x_in) = (within(th * tw, tw, drs), within(xh * xw, xw, xrs));
+    // Where element `e` lies in a buffer of the staged output gradient / input.
+    let (d_slot, x_slot) =
+        (format!("(e / {pd}u) * {dsp}u + {d_in}"), format!("(e / {xhw}u) * {xsp}u + {x_in}"));
     let store = format!(
         "    #pragma unroll\n    for (u32 r = 0; r < {per_d}u; ++r) {{\n      const u32 e = tid + r * 256u;\n      \
-         if (e < {tot_d}u) Ds[(e / {p}u) * {dsp}u + {d_in}] = rd[r];\n    }}\n    \
+         if (e < {tot_d}u) Ds[{d_slot}] = rd[r];\n    }}\n    \
          #pragma unroll\n    for (u32 r = 0; r < {per_x}u; ++r) {{\n      const u32 e = tid + r * 256u;\n      \
-         if (e < {tot_x}u) Xs[(e / {xhw}u) * {xsp}u + {x_in}] = rx[r];\n    }}\n",
-        p = th * tw,
-        tot_d = bo * th * tw,
-        tot_x = cl * xh * xw,
-        xhw = xh * xw,
+         if (e < {tot_x}u) Xs[{x_slot}] = rx[r];\n    }}\n"
     );
     // The products of one pixel tile: per row, a kh × kw window of the staged input slides
     // along the columns (one new column of kh values per pixel).
@@ -292,14 +291,14 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
                     format!("const bool ok = {d_ok};"),
                     format!("const ix at = ok ? {d_at} : 0u;"),
                     format!(
-                        "if (e < {tot_d}u) {cpd}(Dsb + buf * {dn}u + (e / {pd}u) * {dsp}u + {d_in}, (const float*)&{pdy}[at], ok);"
+                        "if (e < {tot_d}u) {cpd}(Dsb + buf * {dn}u + {d_slot}, (const float*)&{pdy}[at], ok);"
                     ),
                 ],
                 &[
                     format!("const bool ok = {x_ok};"),
                     format!("const ix at = ok ? {x_at} : 0u;"),
                     format!(
-                        "if (e < {tot_x}u) {cpx}(Xsb + buf * {xn}u + (e / {xhw}u) * {xsp}u + {x_in}, (const float*)&{px}[at], ok);"
+                        "if (e < {tot_x}u) {cpx}(Xsb + buf * {xn}u + {x_slot}, (const float*)&{px}[at], ok);"
                     ),
                 ],
             )
