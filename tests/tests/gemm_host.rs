@@ -441,17 +441,50 @@ fn tf32_halo_tile_convolutions_match_the_interpreter() {
 #[test]
 fn bf16_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
     // Activations stored in bf16; native 16-bit products with ldmatrix or plain fragment
-    // loads, and 16-bit operands through TF32 products.
+    // loads, and 16-bit operands through TF32 products (`wgmma` on the H200).
     let specs = ["", "frag=lds", "tc16=tf32"];
-    let (n, tc, ..) = check(Precision::Bf16, &specs);
+    let (n, tc, wgmma, _) = check(Precision::Bf16, &specs);
     assert!(tc >= specs.len() * 8 && tc < n, "{tc} of {n} launches ran tensor cores");
+    assert!(wgmma >= 8, "{wgmma} launches of 16-bit operands widened for wgmma");
 }
 
 #[test]
 fn fp16_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
-    // Activations stored as IEEE halves, native f16 products.
-    let (n, tc, ..) = check(Precision::Fp16, &[""]);
-    assert!(tc >= 8 && tc < n, "{tc} of {n} launches ran tensor cores");
+    // Activations stored as IEEE halves: native f16 products, and TF32 ones (f16 widens to
+    // TF32 exactly: both keep 10 mantissa bits).
+    let specs = ["", "tc16=tf32"];
+    let (n, tc, wgmma, _) = check(Precision::Fp16, &specs);
+    assert!(tc >= 8 * specs.len() && tc < n, "{tc} of {n} launches ran tensor cores");
+    assert!(wgmma >= 8, "{wgmma} launches of 16-bit operands widened for wgmma");
+}
+
+/// At `bf16` under `tc16=tf32` the halo tiles take the stride-1 layers as at `tf32`: their
+/// input rows, stored in 16 bits, are loaded, widened and stored into the buffer by each
+/// thread (a `cp.async` cannot widen), the weights copied as at `tf32`, the output rounded
+/// to bf16 where it is stored.
+#[test]
+fn bf16_halo_tiles_widen_their_rows_and_match_the_interpreter() {
+    let program = compiled(HALO_SOURCE, Precision::Bf16);
+    let specs = ["tc16=tf32,tcconv=halo"];
+    let h200 = CudaDevice::h200();
+    let (n, tc, wgmma, two) = check_program(&program, Precision::Bf16, &specs, &h200);
+    assert_eq!(wgmma, tc, "every tensor-core launch on wgmma");
+    assert!(two >= specs.len(), "no halo tile of 128 pixels ran");
+    eprintln!("bf16 halo: {n} launches, {tc} on tensor cores");
+    let target = CudaTarget::h200()
+        .with_precision(Precision::Bf16)
+        .with_kernels(KernelConfig::parse(specs[0]).expect("a spec"));
+    let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{e}"));
+    let halo: Vec<&String> =
+        module.kernel_code.iter().map(|(c, _)| c).filter(|c| c.contains("fetch_x(")).collect();
+    assert_eq!(halo.len(), 9, "halo-tile kernels at bf16");
+    // All but the first layer's forward, whose rows are the model's (32-bit) input.
+    let widening = halo.iter().filter(|c| c.contains("(float2)((cbf16s*)")).count();
+    assert_eq!(widening, 8, "halo tiles that widen bf16 rows");
+    // At the native 16-bit products (the default) no halo tile.
+    let native =
+        cuda::generate(&program, &CudaTarget::h200().with_precision(Precision::Bf16)).expect("a module");
+    assert!(native.kernel_code.iter().all(|(c, _)| !c.contains("fetch_x(")));
 }
 
 /// `setmaxnreg` moves registers within the block's pool, which is what it was launched with:

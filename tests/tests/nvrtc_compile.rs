@@ -882,6 +882,8 @@ fn wgmma_kernels_compile_to_a_cubin_for_sm90a() {
     let src = std::fs::read_to_string(&seed).expect("read");
     let checked = check_source("seed_cnn.cvnn", &src, Mode::Train).unwrap_or_else(|d| panic!("{d:?}"));
     let opts = Options { batch: 64, optimizer: checked.train.optimizer.clone(), ..Options::default() };
+    let bf16 = Options { half: Precision::Bf16.storage(), ..opts.clone() };
+    let bf16 = compile(checked.graph.clone(), &bf16).unwrap_or_else(|e| panic!("{e}"));
     let programs = [
         ("seed_cnn", compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{e}"))),
         ("matmul forms", cvc_tests::matmul_forms::program(3).expect("compiles")),
@@ -948,6 +950,20 @@ fn wgmma_kernels_compile_to_a_cubin_for_sm90a() {
                 .unwrap_or_else(|e| panic!("{name} {spec}: {e}"));
             eprintln!("{name} {spec}: {} bytes of {} cubin", cubin.len(), m.arch);
         }
+    }
+    // Operands stored in bf16 through `wgmma` (`tc16=tf32`): widened by the copying threads,
+    // in the implicit GEMM and in the halo tiles of the input gradients.
+    let kernels = KernelConfig::parse("tc16=tf32").expect("a spec");
+    let target = CudaTarget::h200().with_precision(Precision::Bf16).with_kernels(kernels);
+    let m = cuda::generate(&bf16, &target).unwrap_or_else(|e| panic!("seed_cnn bf16 tc16=tf32: {e}"));
+    let widened = |c: &str| c.contains("wgmma_tf32<") && c.contains("(float2)((cbf16s*)");
+    let gemm = m.kernel_code.iter().filter(|(c, _)| widened(c) && !c.contains("fetch_x(")).count();
+    let halo = m.kernel_code.iter().filter(|(c, _)| widened(c) && c.contains("fetch_x(")).count();
+    assert!(gemm >= 4 && halo == 2, "seed_cnn bf16 tc16=tf32: {gemm} GEMMs and {halo} halo tiles widen bf16");
+    if nvrtc {
+        let cubin = cvc_runtime::cuda::compile_cubin(&m.source, &m.arch)
+            .unwrap_or_else(|e| panic!("seed_cnn bf16 tc16=tf32: {e}"));
+        eprintln!("seed_cnn bf16 tc16=tf32: {} bytes of {} cubin", cubin.len(), m.arch);
     }
 }
 

@@ -895,7 +895,6 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
     let complex_in = gm.ta == DType::C64 || gm.tb == DType::C64;
     if kc.tc_mma == TcMma::Wgmma
         && half.is_none()
-        && full
         && complex_out == complex_in
         && ctx.target.device.compute_capability == (9, 0)
     {
@@ -1224,7 +1223,16 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     // the split below), and every warpgroup copies (the split runs on the copier's elements).
     let split = ctx.split_tf32();
     let copies = if split { 2 } else { 1 };
-    let producers = if split { 0 } else { kc.wgmma_producers };
+    // Whether an operand is stored in 16 bits (`precision = bf16 | fp16` under `tc16=tf32`):
+    // such an element cannot be copied by `cp.async`, which moves bytes as they are, so the
+    // thread loads it, widens it to f32 (exactly: TF32 holds every bf16 and f16 value) and
+    // stores it into the stage itself. Copying warpgroups (`wgprod`) only issue `cp.async`.
+    let node = ctx.g.node(v);
+    let half_stored = |load: &Load| {
+        node.inputs.iter().any(|&x| ctx.ptr(x).is_ok_and(|p| p == load.ptr) && ctx.storage(x).is_half())
+    };
+    let any_half = half_stored(&gm.load_a) || half_stored(&gm.load_b);
+    let producers = if split || any_half { 0 } else { kc.wgmma_producers };
     let spec = producers > 0;
     let consumers = 128 * warpgroups;
     let fetchers = if spec { 128 } else { consumers };
@@ -1385,9 +1393,18 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
                 (d >> 2) * 32 + (d & 3)
             }
         };
+        let widen = half_stored(load);
         let copy = |r: usize| {
             let at = format!("{op}o + {}u", offset(r));
-            if cx {
+            if widen && cx {
+                format!(
+                    "const float2 w = (float2){}[ok ? (ix)({}) : (ix)0];\n        \
+                     P{op}r(s)[{at}] = ok ? w.x : 0.0f; P{op}i(s)[{at}] = ok ? w.y : 0.0f;",
+                    load.ptr, load.idx
+                )
+            } else if widen {
+                format!("const float w = (float){}[ok ? (ix)({}) : (ix)0];\n        P{op}r(s)[{at}] = ok ? w : 0.0f;", load.ptr, load.idx)
+            } else if cx {
                 format!("cp_async4(P{op}r(s) + {at}, src, ok);\n        cp_async4(P{op}i(s) + {at}, src + 1, ok);")
             } else {
                 format!("cp_async4(P{op}r(s) + {at}, src, ok);")
@@ -1456,12 +1473,17 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
                 (format!("{k}\n        {}", load.pre_k.replace("\n      ", "\n        ")), tests)
             };
             let ok = if bounded { format!("({})", load.guard) } else { ok_of(&tests) };
+            let src = if widen {
+                String::new()
+            } else {
+                format!(
+                    "const float* src = (const float*)({} + (ok ? (ix)({}) : (ix)0));\n        ",
+                    load.ptr, load.idx
+                )
+            };
             format!(
-                "{{\n        {varying}{pre}const bool ok = {ok};\n        \
-                 const float* src = (const float*)({ptr} + (ok ? (ix)({idx}) : (ix)0));\n        {copy}\n      }}\n      ",
+                "{{\n        {varying}{pre}const bool ok = {ok};\n        {src}{copy}\n      }}\n      ",
                 pre = load.pre.replace("\n      ", "\n        "),
-                ptr = load.ptr,
-                idx = load.idx,
                 copy = copy(r),
             )
         };

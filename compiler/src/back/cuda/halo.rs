@@ -27,7 +27,7 @@
 //! half-warp's loads fall on 32 distinct banks.
 
 use super::*;
-use crate::target::{TcConv, TcMma};
+use crate::target::{TcConv, TcHalf, TcMma};
 
 /// Input channels per staged chunk and per K tile: two 8-deep `wgmma` steps.
 const KC: usize = 16;
@@ -41,18 +41,28 @@ const KC: usize = 16;
 /// 64 or 128 pixels, or tiles that do not fit the device's shared memory.
 pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kernel>> {
     let kc = &ctx.target.kernels;
+    // At the 16-bit precisions under `tc16=tf32` the products are TF32 too: the input rows
+    // and the output stored in 16 bits, the (32-bit) weights read as TF32.
+    let tf32_products = match ctx.precision() {
+        Precision::Tf32 => true,
+        Precision::Bf16 | Precision::Fp16 => kc.tc16 == TcHalf::Tf32,
+        _ => false,
+    };
     if kc.tc_conv == TcConv::Gemm
         || kc.tc_mma != TcMma::Wgmma
-        || ctx.precision() != Precision::Tf32
+        || !tf32_products
         || ctx.target.device.compute_capability != (9, 0)
     {
         return Ok(None);
     }
     let node = ctx.g.node(v);
     let (x, w) = (node.inputs[0], node.inputs[1]);
-    if [x, w, v].iter().any(|&u| ctx.dtype(u) != DType::C64 || ctx.storage(u).is_half()) {
+    if [x, w, v].iter().any(|&u| ctx.dtype(u) != DType::C64) || ctx.storage(w).is_half() {
         return Ok(None);
     }
+    // A 16-bit input cannot be copied by `cp.async` (which moves bytes as they are): each
+    // thread loads its elements, widens them (exactly) and stores them into the buffer.
+    let x_half = ctx.storage(x).is_half();
     let dims = |s: Vec<usize>| -> Option<[usize; 4]> { s.try_into().ok() };
     let (Some(xs), Some(ws), Some(os)) = (dims(ctx.shape(x)), dims(ctx.shape(w)), dims(ctx.shape(v))) else {
         return Ok(None);
@@ -188,9 +198,16 @@ pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kern
          const int y = y0 + ({base_y}) + (int)(p / {pitch}u), xx = ({base_x}) + (int)(p % {pitch}u);\n        \
          const bool ok = (u32)y < {hin}u && (u32)xx < {win}u;\n        \
          const ix at = ((b * {cin}u + c0 + ch) * {hin}u + (ix)(ok ? y : 0)) * {win}u + (ix)(ok ? xx : 0);\n        \
-         cp_async8(xs + xb * {}u + ch * {plane}u + p, xg + 2u * at, ok);\n      }}\n    }}\n  }};",
+         {copy}\n      }}\n    }}\n  }};",
         rows,
-        KC * plane,
+        copy = if x_half {
+            format!(
+                "const float2 w = (float2){px}[ok ? at : (ix)0];\n        xs[xb * {}u + ch * {plane}u + p] = ok ? w : make_float2(0.0f, 0.0f);",
+                KC * plane
+            )
+        } else {
+            format!("cp_async8(xs + xb * {}u + ch * {plane}u + p, xg + 2u * at, ok);", KC * plane)
+        },
     );
     // The weights of tap `t`, input channels [c0, c0 + 16), output channels [n0, n0 + bn):
     // element (n, k) at the thread's k = (tid / 8) % 16 and n = 8·(tid / 128) + tid % 8 + r·step,
