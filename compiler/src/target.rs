@@ -472,18 +472,28 @@ pub enum TcTile {
 }
 
 /// How the tensor-core implicit GEMM multiplies at `precision = bf16 | fp16`. Measured side by
-/// side on an H200 (bench/RESULTS.md, seed network at batch 1024): bf16 16.10 ms with
-/// `Native`, 19.70 with `Tf32`; fp16 16.08 and 19.58 ms.
+/// side on an H200 with `mma.sync` (bench/RESULTS.md, seed network at batch 1024): bf16
+/// 16.10 ms with `Native`, 19.70 with `Tf32`; fp16 16.08 and 19.58 ms. With `wgmma`, see
+/// [`TcHalf::Auto`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TcHalf {
-    /// Operands widened to TF32 (exactly, for 16-bit ones; 32-bit ones round to TF32) and
-    /// multiplied 8 deep (`mma.sync.m16n8k8`), as at `precision = tf32`.
+    /// `Tf32` for the convolution family where the TF32 products run on `wgmma` (compute
+    /// capability 9.0 under `mma=wgmma`, the default there), `Native` for matmuls and on
+    /// other devices ([`KernelConfig::tc16_for`]). Measured side by side on an H100
+    /// (bench/RESULTS.md, 2026-12-07): the seed network's bf16 step 11.19 ms with `Native`,
+    /// 9.41 with `Tf32` (its convolutions 8.52 → 6.70 ms); the ViT's 63.7 and 70.5 ms (none of
+    /// its matmuls faster with `Tf32`, 31.6 → 38.4 ms in all).
+    #[default]
+    Auto,
+    /// Operands widened to TF32 (exactly, for 16-bit ones; 32-bit ones read as TF32) and
+    /// multiplied as at `precision = tf32`: on `wgmma` where it runs, each 16-bit element
+    /// loaded, widened and stored into shared memory by its thread (a `cp.async` cannot
+    /// widen), 32-bit ones copied raw; else `mma.sync.m16n8k8`.
     Tf32,
     /// Operands rounded to the precision's 16-bit format (32-bit weights too, as PyTorch's
     /// autocast casts them) and multiplied 16 deep (`mma.sync.m16n8k16`, f32 accumulation):
     /// half the shared memory per element, half the instructions per product, no conversion
     /// per fragment.
-    #[default]
     Native,
 }
 
@@ -523,12 +533,24 @@ impl Default for KernelConfig {
 /// The keys of a kernel spec, with their values, for messages and `--help`.
 pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|gemm|ot2|ot4|pf|ot2pf|ot4pf|async|ot2async|ot4async, \
                                     fill=BLOCKS, bk=16|32, ck=CHANNELS, grid=BLOCKS, index=auto|64, yz=BLOCKS, \
-                                    tc=plain|prefetch|async, tctile=auto|64|128|64w4, tc16=native|tf32, frag=ldmatrix|lds, \
+                                    tc=plain|prefetch|async, tctile=auto|64|128|64w4, tc16=auto|native|tf32, frag=ldmatrix|lds, \
                                     cmul=4m|3m, ftile=64|128, attn=tc|fma, tcblocks=BLOCKS, \
                                     tcstages=2..8, tctaps=index|table|mask, launch=graph|stream, mma=sync|wgmma, wgwait=0|1, wgprod=0..3, \
                                     colout=8|16|32, fp32=fma|3xtf32, wga=regs|smem, tcconv=grad|gemm|halo";
 
 impl KernelConfig {
+    /// The 16-bit products' form on `device` of a convolution, its input or weight gradient
+    /// (`conv`) or a matmul: [`TcHalf::Auto`] resolved.
+    pub fn tc16_for(&self, device: &CudaDevice, conv: bool) -> TcHalf {
+        match self.tc16 {
+            TcHalf::Auto if conv && device.compute_capability == (9, 0) && self.tc_mma == TcMma::Wgmma => {
+                TcHalf::Tf32
+            }
+            TcHalf::Auto => TcHalf::Native,
+            other => other,
+        }
+    }
+
     /// Reads a kernel spec: comma-separated `key=value` pairs over the defaults, e.g.
     /// `conv=gemm,fill=528` (`default` or an empty spec: the defaults). The keys:
     /// - `conv`: `direct32` (default), `direct64` or `gemm` ([`ConvKernel`]);
@@ -546,8 +568,8 @@ impl KernelConfig {
     ///   tiles ([`TcStaging`]);
     /// - `tctile`: `auto` (default: by precision), `64`, `128` or `64w4` (4 warps), the
     ///   tensor-core GEMM's block tile ([`TcTile`]);
-    /// - `tc16`: `native` (default) or `tf32`, the tensor-core GEMM's operands at the 16-bit
-    ///   precisions ([`TcHalf`]);
+    /// - `tc16`: `auto` (default), `native` or `tf32`, the tensor-core GEMM's operands at the
+    ///   16-bit precisions ([`TcHalf`]);
     /// - `frag`: `ldmatrix` (default) or `lds`, the 16-bit tensor-core GEMM's fragment loads
     ///   ([`TcFragments`]);
     /// - `cmul`: `4m` (default) or `3m`, the fp32 GEMM's complex products ([`ComplexProducts`]);
@@ -642,6 +664,7 @@ impl KernelConfig {
                 }
                 "tc16" => {
                     k.tc16 = match value {
+                        "auto" => TcHalf::Auto,
                         "native" => TcHalf::Native,
                         "tf32" => TcHalf::Tf32,
                         _ => return Err(bad()),
@@ -747,7 +770,7 @@ impl KernelConfig {
             "index" => "auto or 64",
             "tc" => "plain, prefetch or async",
             "tctile" => "auto, 64, 128 or 64w4",
-            "tc16" => "native or tf32",
+            "tc16" => "auto, native or tf32",
             "frag" => "ldmatrix or lds",
             "cmul" => "4m or 3m",
             "ftile" => "64 or 128",
@@ -862,6 +885,7 @@ impl fmt::Display for KernelConfig {
         if self.tc16 != d.tc16 {
             parts.push(
                 match self.tc16 {
+                    TcHalf::Auto => "tc16=auto",
                     TcHalf::Native => "tc16=native",
                     TcHalf::Tf32 => "tc16=tf32",
                 }

@@ -567,8 +567,9 @@ fn train_enforces_the_memory_budget_like_plan() {
 }
 
 /// `cvc emit --cuda` generates for the train section's precision (a 16-bit one stores the
-/// activations in 16 bits and multiplies on tensor cores), and `--kernels tc16=tf32` chooses
-/// the TF32 products over the 16-bit ones there.
+/// activations in 16 bits and multiplies on tensor cores: a matmul's 16-bit products by
+/// default, `tc16=native` too), and `--kernels tc16=tf32` chooses the TF32 products over the
+/// 16-bit ones there (`wgmma` for the H200 that `emit` targets without a GPU).
 #[test]
 fn emit_cuda_follows_the_train_sections_precision() {
     let dir = tmp("emit-precision");
@@ -579,17 +580,19 @@ fn emit_cuda_follows_the_train_sections_precision() {
             TINY.replace("    epochs", &format!("    precision = {precision}\n    epochs")),
         )
         .unwrap();
-        let o = cvc(&dir, &["emit", &file, "--cuda"]);
-        assert!(o.status.success(), "{precision}: {}", text(&o));
-        let cuda = String::from_utf8_lossy(&o.stdout);
-        assert!(cuda.contains(&format!("({storage}*)")), "{precision}: no 16-bit buffer");
-        assert!(cuda.contains(mma) && !cuda.contains("mma_tf32(c"), "{precision}: not 16-bit products");
+        for spec in ["default", "tc16=native"] {
+            let o = cvc(&dir, &["emit", &file, "--cuda", "--kernels", spec]);
+            assert!(o.status.success(), "{precision}: {}", text(&o));
+            let cuda = String::from_utf8_lossy(&o.stdout);
+            assert!(cuda.contains(&format!("({storage}*)")), "{precision} {spec}: no 16-bit buffer");
+            let tf32 = cuda.contains("wgmma_tf32<") || cuda.contains("mma_tf32(c");
+            assert!(cuda.contains(mma) && !tf32, "{precision} {spec}: not 16-bit products");
+        }
         let o = cvc(&dir, &["emit", &file, "--cuda", "--kernels", "tc16=tf32"]);
         assert!(o.status.success(), "{precision}: {}", text(&o));
         let cuda = String::from_utf8_lossy(&o.stdout);
-        // TF32 products: `wgmma` for the H200 that `emit` targets without a GPU, `mma.sync`
-        // where a contraction does not suit it.
+        // TF32 products: `wgmma`, or `mma.sync` where a contraction does not suit it.
         let tf32 = cuda.contains("wgmma_tf32<") || cuda.contains("mma_tf32(c");
-        assert!(tf32 && !cuda.contains(mma), "{precision}, tc16=tf32");
+        assert!(tf32 && !cuda.contains(mma), "{precision}, tc16=tf32: not TF32 products");
     }
 }

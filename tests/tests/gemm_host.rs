@@ -55,8 +55,10 @@ train Contractions {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum TensorCores {
     None,
-    /// `mma.sync` (TF32 operands rounded to nearest, or 16-bit ones).
+    /// `mma.sync` on TF32 operands rounded to nearest.
     Sync,
+    /// `mma.sync` on 16-bit operands (bf16 or f16).
+    Sync16,
     /// `wgmma` (f32 operands truncated to TF32).
     Wgmma,
 }
@@ -133,8 +135,10 @@ fn check_program(
             let code = &module.kernel_code[at].0;
             let tensor_cores = if code.contains("wgmma_tf32<") {
                 TensorCores::Wgmma
-            } else if ["mma_tf32(", "mma_bf16(", "mma_f16("].iter().any(|m| code.contains(m)) {
+            } else if code.contains("mma_tf32(") {
                 TensorCores::Sync
+            } else if ["mma_bf16(", "mma_f16("].iter().any(|m| code.contains(m)) {
+                TensorCores::Sync16
             } else {
                 TensorCores::None
             };
@@ -181,14 +185,15 @@ fn check_program(
             let per = if matches!(want[&o].data, TensorData::Complex(_)) { 2 } else { 1 };
             assert_eq!(got.len(), w.len(), "{spec} {}: {o}'s length", launch.name);
             // Operand rounding of the products: TF32 (also 16-bit operands under
-            // `tc16=tf32`) or the 16-bit format itself; a 16-bit output's own rounding.
+            // `tc16=tf32`, the H200's default for convolutions) or the 16-bit format itself
+            // (f16's unit is TF32's); a 16-bit output's own rounding.
             let u = match (*tensor_cores, precision) {
                 (TensorCores::None, _) => 0.0,
                 _ if *split => SPLIT_TF32_UNIT,
                 // `wgmma` reads f32 operands as TF32 by truncation: twice rounding's unit.
                 (TensorCores::Wgmma, _) => 2.0 * TF32_UNIT_ROUNDOFF,
-                (TensorCores::Sync, Precision::Bf16) if !spec.contains("tc16=tf32") => BF16_UNIT_ROUNDOFF,
-                (TensorCores::Sync, _) => TF32_UNIT_ROUNDOFF,
+                (TensorCores::Sync16, Precision::Bf16) => BF16_UNIT_ROUNDOFF,
+                (TensorCores::Sync | TensorCores::Sync16, _) => TF32_UNIT_ROUNDOFF,
             };
             let store = match g.storage(o) {
                 Storage::Full => 0.0,
@@ -441,8 +446,9 @@ fn tf32_halo_tile_convolutions_match_the_interpreter() {
 #[test]
 fn bf16_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
     // Activations stored in bf16; native 16-bit products with ldmatrix or plain fragment
-    // loads, and 16-bit operands through TF32 products (`wgmma` on the H200).
-    let specs = ["", "frag=lds", "tc16=tf32"];
+    // loads, and 16-bit operands through TF32 products (`wgmma` on the H200, the default
+    // there).
+    let specs = ["tc16=native", "tc16=native,frag=lds", ""];
     let (n, tc, wgmma, _) = check(Precision::Bf16, &specs);
     assert!(tc >= specs.len() * 8 && tc < n, "{tc} of {n} launches ran tensor cores");
     assert!(wgmma >= 8, "{wgmma} launches of 16-bit operands widened for wgmma");
@@ -452,23 +458,24 @@ fn bf16_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
 fn fp16_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
     // Activations stored as IEEE halves: native f16 products, and TF32 ones (f16 widens to
     // TF32 exactly: both keep 10 mantissa bits).
-    let specs = ["", "tc16=tf32"];
+    let specs = ["tc16=native", ""];
     let (n, tc, wgmma, _) = check(Precision::Fp16, &specs);
     assert!(tc >= 8 * specs.len() && tc < n, "{tc} of {n} launches ran tensor cores");
     assert!(wgmma >= 8, "{wgmma} launches of 16-bit operands widened for wgmma");
 }
 
-/// At `bf16` under `tc16=tf32` the halo tiles take the stride-1 layers as at `tf32`: their
+/// At `bf16` under `tc16=tf32` (the H200's default) the halo tiles take the stride-1 layers as at `tf32`: their
 /// input rows, stored in 16 bits, are loaded, widened and stored into the buffer by each
 /// thread (a `cp.async` cannot widen), the weights copied as at `tf32`, the output rounded
 /// to bf16 where it is stored.
 #[test]
 fn bf16_halo_tiles_widen_their_rows_and_match_the_interpreter() {
     let program = compiled(HALO_SOURCE, Precision::Bf16);
-    let specs = ["tc16=tf32,tcconv=halo"];
+    let specs = ["tcconv=halo"];
     let h200 = CudaDevice::h200();
     let (n, tc, wgmma, two) = check_program(&program, Precision::Bf16, &specs, &h200);
-    assert_eq!(wgmma, tc, "every tensor-core launch on wgmma");
+    // The convolutions on `wgmma` (the linear layer's matmuls keep the 16-bit products).
+    assert!(wgmma >= 9 && tc == n, "{wgmma} of {tc} tensor-core launches on wgmma");
     assert!(two >= specs.len(), "no halo tile of 128 pixels ran");
     eprintln!("bf16 halo: {n} launches, {tc} on tensor cores");
     let target = CudaTarget::h200()
@@ -481,9 +488,11 @@ fn bf16_halo_tiles_widen_their_rows_and_match_the_interpreter() {
     // All but the first layer's forward, whose rows are the model's (32-bit) input.
     let widening = halo.iter().filter(|c| c.contains("(float2)((cbf16s*)")).count();
     assert_eq!(widening, 8, "halo tiles that widen bf16 rows");
-    // At the native 16-bit products (the default) no halo tile.
-    let native =
-        cuda::generate(&program, &CudaTarget::h200().with_precision(Precision::Bf16)).expect("a module");
+    // At the native 16-bit products no halo tile.
+    let target = CudaTarget::h200()
+        .with_precision(Precision::Bf16)
+        .with_kernels(KernelConfig::parse("tc16=native").expect("a spec"));
+    let native = cuda::generate(&program, &target).expect("a module");
     assert!(native.kernel_code.iter().all(|(c, _)| !c.contains("fetch_x(")));
 }
 

@@ -304,9 +304,10 @@ fn half_precision_kernels_compile_with_nvrtc_for_sm90() {
                     &mut seen,
                     Output::Ptx,
                 );
-                // The 4-warp tile (the TF32 default) and the taps' table on 16-bit products, for
-                // the examples.
-                for spec in ["tctile=64w4", "tctaps=table"] {
+                // The native 16-bit products (the default off Hopper; on the H200 the 16-bit
+                // operands widen for `wgmma`), with the 4-warp tile (the TF32 default) and the
+                // taps' table too, for the examples.
+                for spec in ["tc16=native", "tc16=native,tctile=64w4", "tc16=native,tctaps=table"] {
                     if !(example && precision == Precision::Bf16 && mode == Mode::Train) {
                         break;
                     }

@@ -878,16 +878,18 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
 /// Under `async` staging the K tiles are a ring of `KernelConfig::tc_stages` buffers in
 /// dynamic shared memory.
 ///
-/// At `bf16` and `fp16` with [`TcHalf::Native`] (the default), the operands are rounded to
+/// At `bf16` and `fp16` with [`TcHalf::Native`] (the default for matmuls, and off Hopper), the operands are rounded to
 /// the 16-bit format on their way to shared memory instead, stored there K-contiguous
 /// (`[x][k]`, so that a fragment register holds two consecutive k), and multiplied 16 deep
 /// through `mma.sync.m16n8k16` in 32-deep K tiles (16-deep where K is); staged `plain` or
 /// `prefetch` (a copy cannot round).
 fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
     let kc = &ctx.target.kernels;
+    let conv = !matches!(ctx.g.node(v).op, Op::MatMul { .. });
+    let native = kc.tc16_for(&ctx.target.device, conv) == TcHalf::Native;
     let half = match ctx.precision() {
-        Precision::Bf16 if kc.tc16 == TcHalf::Native => Some(Half::Bf16),
-        Precision::Fp16 if kc.tc16 == TcHalf::Native => Some(Half::F16),
+        Precision::Bf16 if native => Some(Half::Bf16),
+        Precision::Fp16 if native => Some(Half::F16),
         _ => None,
     };
     let full = ctx.g.node(v).inputs.iter().all(|&x| !ctx.storage(x).is_half());
