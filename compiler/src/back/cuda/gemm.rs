@@ -878,8 +878,9 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
 /// Under `async` staging the K tiles are a ring of `KernelConfig::tc_stages` buffers in
 /// dynamic shared memory.
 ///
-/// At `bf16` and `fp16` with [`TcHalf::Native`] (the default for matmuls, and off Hopper), the operands are rounded to
-/// the 16-bit format on their way to shared memory instead, stored there K-contiguous
+/// At `bf16` and `fp16` with [`TcHalf::Native`] (by default for matmuls, and off Hopper), the
+/// operands are rounded to the 16-bit format on their way to shared memory instead, stored
+/// there K-contiguous
 /// (`[x][k]`, so that a fragment register holds two consecutive k), and multiplied 16 deep
 /// through `mma.sync.m16n8k16` in 32-deep K tiles (16-deep where K is); staged `plain` or
 /// `prefetch` (a copy cannot round).
@@ -1225,7 +1226,7 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     // the split below), and every warpgroup copies (the split runs on the copier's elements).
     let split = ctx.split_tf32();
     let copies = if split { 2 } else { 1 };
-    // Whether an operand is stored in 16 bits (`precision = bf16 | fp16` under `tc16=tf32`):
+    // Whether an operand is stored in 16 bits (`precision = bf16 | fp16`, see [`TcHalf`]):
     // such an element cannot be copied by `cp.async`, which moves bytes as they are, so the
     // thread loads it, widens it to f32 (exactly: TF32 holds every bf16 and f16 value) and
     // stores it into the stage itself. Copying warpgroups (`wgprod`) only issue `cp.async`.
@@ -1405,7 +1406,10 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
                     load.ptr, load.idx
                 )
             } else if widen {
-                format!("const float w = (float){}[ok ? (ix)({}) : (ix)0];\n        P{op}r(s)[{at}] = ok ? w : 0.0f;", load.ptr, load.idx)
+                format!(
+                    "const float w = (float){}[ok ? (ix)({}) : (ix)0];\n        P{op}r(s)[{at}] = ok ? w : 0.0f;",
+                    load.ptr, load.idx
+                )
             } else if cx {
                 format!("cp_async4(P{op}r(s) + {at}, src, ok);\n        cp_async4(P{op}i(s) + {at}, src + 1, ok);")
             } else {

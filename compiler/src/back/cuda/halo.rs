@@ -41,8 +41,8 @@ const KC: usize = 16;
 /// 64 or 128 pixels, or tiles that do not fit the device's shared memory.
 pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kernel>> {
     let kc = &ctx.target.kernels;
-    // At the 16-bit precisions under `tc16=tf32` (the default here) the products are TF32 too: the input rows
-    // and the output stored in 16 bits, the (32-bit) weights read as TF32.
+    // At the 16-bit precisions under `tc16=tf32` (`auto`'s choice here) the products are TF32
+    // too: the input rows and the output stored in 16 bits, the (32-bit) weights read as TF32.
     let tf32_products = match ctx.precision() {
         Precision::Tf32 => true,
         Precision::Bf16 | Precision::Fp16 => kc.tc16_for(&ctx.target.device, true) == TcHalf::Tf32,
