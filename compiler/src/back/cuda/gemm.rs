@@ -939,14 +939,7 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
         plane * if complex { 2 } else { 1 }
     };
     let stage_bytes = planes(bm, ca) + planes(bn, cb);
-    let node = ctx.g.node(v);
-    // How an operand is stored: that of the input whose buffer it reads.
-    let stored = |load: &Load| {
-        node.inputs
-            .iter()
-            .find(|&&x| ctx.ptr(x).is_ok_and(|p| p == load.ptr))
-            .map_or(Storage::Full, |&x| ctx.storage(x))
-    };
+    let stored = |load: &Load| stored_as(ctx, v, load);
     let table_bytes = gm.taps.as_ref().map_or(0, |t| 8 * t.len());
     // Two stages in static shared memory (`prefetch`), or in the device's opt-in dynamic
     // shared memory (`async`).
@@ -1230,10 +1223,7 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     // such an element cannot be copied by `cp.async`, which moves bytes as they are, so the
     // thread loads it, widens it to f32 (exactly: TF32 holds every bf16 and f16 value) and
     // stores it into the stage itself. Copying warpgroups (`wgprod`) only issue `cp.async`.
-    let node = ctx.g.node(v);
-    let half_stored = |load: &Load| {
-        node.inputs.iter().any(|&x| ctx.ptr(x).is_ok_and(|p| p == load.ptr) && ctx.storage(x).is_half())
-    };
+    let half_stored = |load: &Load| stored_as(ctx, v, load).is_half();
     let any_half = half_stored(&gm.load_a) || half_stored(&gm.load_b);
     let producers = if split || any_half { 0 } else { kc.wgmma_producers };
     let spec = producers > 0;
@@ -1658,6 +1648,16 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
         shared: stages * stage_bytes,
         index,
     }))
+}
+
+/// How a GEMM operand of contraction `v` is stored: as the input whose buffer it reads.
+fn stored_as(ctx: &Ctx, v: Value, load: &Load) -> Storage {
+    ctx.g
+        .node(v)
+        .inputs
+        .iter()
+        .find(|&&x| ctx.ptr(x).is_ok_and(|p| p == load.ptr))
+        .map_or(Storage::Full, |&x| ctx.storage(x))
 }
 
 /// How far apart the elements one thread copies of a `wgmma` operand tile of `bx` rows × [`BK`]
