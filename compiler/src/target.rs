@@ -495,6 +495,19 @@ pub enum TcHalf {
     /// half the shared memory per element, half the instructions per product, no conversion
     /// per fragment.
     Native,
+    /// `tc16=wgmma`: 16-bit products on Hopper's warpgroup instruction
+    /// (`wgmma.m64nNk16.f32.bf16.bf16` or `.f16.f16`, f32 accumulation) where the product has a
+    /// complex operand stored in 16 bits: that operand is copied raw by `cp.async` (each
+    /// element's (re, im) pair as one 32-bit word, so its K tile is a real operand twice as
+    /// deep, re and im interleaved), and the other is expanded by its copying threads into the
+    /// two operands that turn such a product into the complex one (`[re, −im]` and `[im, re]`,
+    /// conjugations folded in), rounded to the 16-bit format (32-bit weights too, as under
+    /// `Native`). Two products per step instead of the four of a complex TF32 product, each at
+    /// twice TF32's rate, and one copy per element of the raw operand instead of two. A product
+    /// without a complex 16-bit operand runs as under `Tf32`; off compute capability 9.0 or
+    /// `mma=wgmma`, every product as under `Native`. The halo tiles do not take it (their
+    /// convolutions run as implicit GEMMs).
+    Wgmma,
 }
 
 impl Default for KernelConfig {
@@ -533,7 +546,7 @@ impl Default for KernelConfig {
 /// The keys of a kernel spec, with their values, for messages and `--help`.
 pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|gemm|ot2|ot4|pf|ot2pf|ot4pf|async|ot2async|ot4async, \
                                     fill=BLOCKS, bk=16|32, ck=CHANNELS, grid=BLOCKS, index=auto|64, yz=BLOCKS, \
-                                    tc=plain|prefetch|async, tctile=auto|64|128|64w4, tc16=auto|native|tf32, frag=ldmatrix|lds, \
+                                    tc=plain|prefetch|async, tctile=auto|64|128|64w4, tc16=auto|native|tf32|wgmma, frag=ldmatrix|lds, \
                                     cmul=4m|3m, ftile=64|128, attn=tc|fma, tcblocks=BLOCKS, \
                                     tcstages=2..8, tctaps=index|table|mask, launch=graph|stream, mma=sync|wgmma, wgwait=0|1, wgprod=0..3, \
                                     colout=8|16|32, fp32=fma|3xtf32, wga=regs|smem, tcconv=grad|gemm|halo";
@@ -547,6 +560,9 @@ impl KernelConfig {
                 TcHalf::Tf32
             }
             TcHalf::Auto => TcHalf::Native,
+            TcHalf::Wgmma if device.compute_capability != (9, 0) || self.tc_mma != TcMma::Wgmma => {
+                TcHalf::Native
+            }
             other => other,
         }
     }
@@ -568,7 +584,7 @@ impl KernelConfig {
     ///   tiles ([`TcStaging`]);
     /// - `tctile`: `auto` (default: by precision), `64`, `128` or `64w4` (4 warps), the
     ///   tensor-core GEMM's block tile ([`TcTile`]);
-    /// - `tc16`: `auto` (default), `native` or `tf32`, the tensor-core GEMM's operands at the
+    /// - `tc16`: `auto` (default), `native`, `tf32` or `wgmma`, the tensor-core GEMM's operands at the
     ///   16-bit precisions ([`TcHalf`]);
     /// - `frag`: `ldmatrix` (default) or `lds`, the 16-bit tensor-core GEMM's fragment loads
     ///   ([`TcFragments`]);
@@ -667,6 +683,7 @@ impl KernelConfig {
                         "auto" => TcHalf::Auto,
                         "native" => TcHalf::Native,
                         "tf32" => TcHalf::Tf32,
+                        "wgmma" => TcHalf::Wgmma,
                         _ => return Err(bad()),
                     }
                 }
@@ -770,7 +787,7 @@ impl KernelConfig {
             "index" => "auto or 64",
             "tc" => "plain, prefetch or async",
             "tctile" => "auto, 64, 128 or 64w4",
-            "tc16" => "auto, native or tf32",
+            "tc16" => "auto, native, tf32 or wgmma",
             "frag" => "ldmatrix or lds",
             "cmul" => "4m or 3m",
             "ftile" => "64 or 128",
@@ -888,6 +905,7 @@ impl fmt::Display for KernelConfig {
                     TcHalf::Auto => "tc16=auto",
                     TcHalf::Native => "tc16=native",
                     TcHalf::Tf32 => "tc16=tf32",
+                    TcHalf::Wgmma => "tc16=wgmma",
                 }
                 .into(),
             );

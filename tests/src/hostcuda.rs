@@ -295,6 +295,27 @@ template <int N, int SA, int SB, typename FA> static inline void wgmma_now(float
 template <int N, int SA, int SB> static inline void wgmma_tf32(float* d, u64 a, u64 b) {
   wgmma_queue.open.push_back([=] { wgmma_now<N, SA, SB>(d, [a](unsigned r, unsigned k) { return wgmma_element(a, r, k); }, b); });
 }
+// 16-bit operands (`tc16=wgmma`): element (r, k) of a K-major operand of 16-bit elements, its
+// core matrices 8 rows of 8 elements (16 bytes); A is 64 x 16, B 16 x N, as above otherwise.
+template <bool BF> static inline float wgmma_element16(u64 desc, unsigned r, unsigned k) {
+  const size_t start = (size_t)(desc & 0x3fffu) << 4, lbo = (size_t)((desc >> 16) & 0x3fffu) << 4,
+               sbo = (size_t)((desc >> 32) & 0x3fffu) << 4;
+  unsigned short h;
+  memcpy(&h, dynamic_shared + start + (r / 8u) * sbo + (k / 8u) * lbo + (r % 8u) * 16u + (k % 8u) * 2u, 2);
+  return BF ? __uint_as_float((u32)h << 16) : f16_value(h);
+}
+template <int N, bool BF> static inline void wgmma16(float* d, u64 a, u64 b) {
+  wgmma_queue.open.push_back([=] {
+    const unsigned t = threadIdx.x % 128u, w = t / 32u, lane = t % 32u;
+    for (unsigned i = 0; i < N / 8; ++i)
+      for (unsigned q = 0; q < 4; ++q) {
+        const unsigned r = 16u * w + lane / 4u + (q >= 2 ? 8u : 0u), n = 8u * i + 2u * (lane % 4u) + (q & 1u);
+        float acc = d[4 * i + q];
+        for (unsigned k = 0; k < 16; ++k) acc = fmaf(wgmma_element16<BF>(a, r, k), wgmma_element16<BF>(b, n, k), acc);
+        d[4 * i + q] = acc;
+      }
+  });
+}
 // With A from registers (`wga=regs`): the warpgroup's 64 x 8 A gathered from its threads'
 // fragments when the product is issued (thread t of warp w: rows 16w + t/4 (+8) in a[0] (a[1]),
 // columns t%4 (+4) in a[0] (a[2])), read as TF32 by truncation; B as above, when it runs.

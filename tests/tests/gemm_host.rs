@@ -61,6 +61,9 @@ enum TensorCores {
     Sync16,
     /// `wgmma` (f32 operands truncated to TF32).
     Wgmma,
+    /// `wgmma` on 16-bit operands (`tc16=wgmma`: a complex operand's raw pairs by the other's
+    /// expansion, rounded to the 16-bit format).
+    Wgmma16,
 }
 
 /// A replay's values by IR value.
@@ -133,7 +136,9 @@ fn check_program(
             let name = format!("v{si}_{}", l.name);
             source.kernel(&module, &l.name, &name);
             let code = &module.kernel_code[at].0;
-            let tensor_cores = if code.contains("wgmma_tf32<") {
+            let tensor_cores = if code.contains("wgmma16<") {
+                TensorCores::Wgmma16
+            } else if code.contains("wgmma_tf32<") {
                 TensorCores::Wgmma
             } else if code.contains("mma_tf32(") {
                 TensorCores::Sync
@@ -192,8 +197,8 @@ fn check_program(
                 _ if *split => SPLIT_TF32_UNIT,
                 // `wgmma` reads f32 operands as TF32 by truncation: twice rounding's unit.
                 (TensorCores::Wgmma, _) => 2.0 * TF32_UNIT_ROUNDOFF,
-                (TensorCores::Sync16, Precision::Bf16) => BF16_UNIT_ROUNDOFF,
-                (TensorCores::Sync | TensorCores::Sync16, _) => TF32_UNIT_ROUNDOFF,
+                (TensorCores::Sync16 | TensorCores::Wgmma16, Precision::Bf16) => BF16_UNIT_ROUNDOFF,
+                (TensorCores::Sync | TensorCores::Sync16 | TensorCores::Wgmma16, _) => TF32_UNIT_ROUNDOFF,
             };
             let store = match g.storage(o) {
                 Storage::Full => 0.0,
@@ -230,8 +235,9 @@ fn check_program(
     // At fp32 the tensor cores run only on split operands; elsewhere never split.
     let want_split = if precision == Precision::Fp32 { tc } else { 0 };
     assert_eq!(split, want_split, "launches with split TF32 operands at {precision:?}");
-    let wgmma = launches.iter().filter(|l| l.3 == TensorCores::Wgmma).count();
-    let two = launches.iter().filter(|l| l.3 == TensorCores::Wgmma && l.1.threads == 256).count();
+    let on_wgmma = |t: TensorCores| matches!(t, TensorCores::Wgmma | TensorCores::Wgmma16);
+    let wgmma = launches.iter().filter(|l| on_wgmma(l.3)).count();
+    let two = launches.iter().filter(|l| on_wgmma(l.3) && l.1.threads == 256).count();
     eprintln!("{precision:?}: {wgmma} wgmma launches, {two} of them with two warpgroups");
     eprintln!("{precision:?}: {} contraction launches ({tc} on tensor cores) checked", launches.len());
     assert!(
@@ -446,9 +452,9 @@ fn tf32_halo_tile_convolutions_match_the_interpreter() {
 #[test]
 fn bf16_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
     // Activations stored in bf16; native 16-bit products with ldmatrix or plain fragment
-    // loads, and 16-bit operands through TF32 products (`wgmma` on the H200, the default
-    // there).
-    let specs = ["tc16=native", "tc16=native,frag=lds", ""];
+    // loads, 16-bit operands through TF32 products (`wgmma` on the H200, the default
+    // there), and 16-bit products on `wgmma` (`tc16=wgmma`).
+    let specs = ["tc16=native", "tc16=native,frag=lds", "", "tc16=wgmma"];
     let (n, tc, wgmma, _) = check(Precision::Bf16, &specs);
     assert!(tc >= specs.len() * 8 && tc < n, "{tc} of {n} launches ran tensor cores");
     assert!(wgmma >= 8, "{wgmma} launches of 16-bit operands widened for wgmma");
@@ -457,8 +463,8 @@ fn bf16_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
 #[test]
 fn fp16_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
     // Activations stored as IEEE halves: native f16 products, and TF32 ones (f16 widens to
-    // TF32 exactly: both keep 10 mantissa bits).
-    let specs = ["tc16=native", ""];
+    // TF32 exactly: both keep 10 mantissa bits), and f16 products on `wgmma`.
+    let specs = ["tc16=native", "", "tc16=wgmma"];
     let (n, tc, wgmma, _) = check(Precision::Fp16, &specs);
     assert!(tc >= 8 * specs.len() && tc < n, "{tc} of {n} launches ran tensor cores");
     assert!(wgmma >= 8, "{wgmma} launches of 16-bit operands widened for wgmma");
@@ -494,6 +500,39 @@ fn bf16_halo_tiles_widen_their_rows_and_match_the_interpreter() {
         .with_kernels(KernelConfig::parse("tc16=native").expect("a spec"));
     let native = cuda::generate(&program, &target).expect("a module");
     assert!(native.kernel_code.iter().all(|(c, _)| !c.contains("fetch_x(")));
+}
+
+/// Under `tc16=wgmma` the products with a complex operand stored in 16 bits run on `wgmma`'s
+/// 16-bit form: that operand's (re, im) pairs copied raw by `cp.async`, the other operand
+/// expanded into `[re, −im]` and `[im, re]` (conjugations folded in) and rounded to bf16.
+/// Covered: the raw operand as the row and as the column operand, conjugated operands (the
+/// weight gradients), tiles of one and of two warpgroups; a mutation of the expansion's signs
+/// or of the raw copy's place fails it.
+#[test]
+fn bf16_wgmma16_products_match_the_interpreter() {
+    let program = compiled(HALO_SOURCE, Precision::Bf16);
+    let specs = ["tc16=wgmma"];
+    let h200 = CudaDevice::h200();
+    let (n, tc, wgmma, two) = check_program(&program, Precision::Bf16, &specs, &h200);
+    eprintln!(
+        "bf16 wgmma16: {n} launches, {tc} on tensor cores, {wgmma} on wgmma, {two} with two warpgroups"
+    );
+    let target = CudaTarget::h200()
+        .with_precision(Precision::Bf16)
+        .with_kernels(KernelConfig::parse(specs[0]).expect("a spec"));
+    let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{e}"));
+    let w16: Vec<&String> =
+        module.kernel_code.iter().map(|(c, _)| c).filter(|c| c.contains("wgmma16<")).collect();
+    // Every convolution, input and weight gradient but the first layer's forward (its input is
+    // the model's 32-bit one) and weight gradient, on 16-bit `wgmma`.
+    assert!(w16.len() >= 12, "{} kernels on 16-bit wgmma", w16.len());
+    assert!(two >= 2, "{two} launches with two warpgroups");
+    let raw_col = w16.iter().filter(|c| c.contains("cp_async4(PBr(s)")).count();
+    let raw_row = w16.iter().filter(|c| c.contains("cp_async4(PAr(s)")).count();
+    assert!(raw_col > 0 && raw_row > 0, "raw operand as row {raw_row}, as column {raw_col} times");
+    let conj = w16.iter().filter(|c| c.contains("PK(w.x, w.y)") || c.contains("PK(-w.y")).count();
+    assert!(conj > 0, "no expansion with a conjugated operand");
+    assert!(module.arch.ends_with('a'), "{}: 16-bit wgmma needs the sm_90a target", module.arch);
 }
 
 /// `setmaxnreg` moves registers within the block's pool, which is what it was launched with:

@@ -885,6 +885,8 @@ fn wgmma_kernels_compile_to_a_cubin_for_sm90a() {
     let opts = Options { batch: 64, optimizer: checked.train.optimizer.clone(), ..Options::default() };
     let bf16 = Options { half: Precision::Bf16.storage(), ..opts.clone() };
     let bf16 = compile(checked.graph.clone(), &bf16).unwrap_or_else(|e| panic!("{e}"));
+    let fp16 = Options { half: Precision::Fp16.storage(), ..opts.clone() };
+    let fp16 = compile(checked.graph.clone(), &fp16).unwrap_or_else(|e| panic!("{e}"));
     let programs = [
         ("seed_cnn", compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{e}"))),
         ("matmul forms", cvc_tests::matmul_forms::program(3).expect("compiles")),
@@ -965,6 +967,21 @@ fn wgmma_kernels_compile_to_a_cubin_for_sm90a() {
         let cubin = cvc_runtime::cuda::compile_cubin(&m.source, &m.arch)
             .unwrap_or_else(|e| panic!("seed_cnn bf16 tc16=tf32: {e}"));
         eprintln!("seed_cnn bf16 tc16=tf32: {} bytes of {} cubin", cubin.len(), m.arch);
+    }
+    // 16-bit products on `wgmma` (`tc16=wgmma`, `m64nNk16` in bf16 and f16): ptxas checks the
+    // instructions' form, which the host emulation cannot.
+    for (precision, program, ty) in [(Precision::Bf16, &bf16, "true"), (Precision::Fp16, &fp16, "false")] {
+        let kernels = KernelConfig::parse("tc16=wgmma").expect("a spec");
+        let target = CudaTarget::h200().with_precision(precision).with_kernels(kernels);
+        let m = cuda::generate(program, &target)
+            .unwrap_or_else(|e| panic!("seed_cnn {precision:?} tc16=wgmma: {e}"));
+        let w16 = m.kernel_code.iter().filter(|(c, _)| c.contains(&format!(", {ty}>(c"))).count();
+        assert!(w16 >= 5, "seed_cnn {precision:?} tc16=wgmma: {w16} contractions on 16-bit wgmma");
+        if nvrtc {
+            let cubin = cvc_runtime::cuda::compile_cubin(&m.source, &m.arch)
+                .unwrap_or_else(|e| panic!("seed_cnn {precision:?} tc16=wgmma: {e}"));
+            eprintln!("seed_cnn {precision:?} tc16=wgmma: {} bytes of {} cubin", cubin.len(), m.arch);
+        }
     }
 }
 

@@ -1200,6 +1200,14 @@ const CORE_BYTES: usize = 128;
 /// (truncation), and a conjugated operand's imaginary plane is negated by the instruction's
 /// operand scale. A complex product is four real ones (`re += ar·br − ai·bi`,
 /// `im += ar·bi + ai·br`), a mixed one two.
+///
+/// Under `tc16=wgmma` ([`TcHalf::Wgmma`]) a product with a complex operand stored in 16 bits
+/// multiplies 16-bit elements (`wgmma16`, `m64nNk16`): that operand's (re, im) pairs are
+/// copied raw, one `cp.async` of 4 bytes each, into a single plane laid out as above (a pair
+/// where a TF32 element would be, so the plane is a real operand of depth 2K with re and im
+/// interleaved and the descriptors are unchanged); the other operand is loaded by its threads,
+/// expanded into the planes `[re, −im]` and `[im, re]` (signs of conjugation folded in) and
+/// rounded to the 16-bit format. Two products per 16-deep step, the real and the imaginary part.
 fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Option<Kernel>> {
     let kc = &ctx.target.kernels;
     // The instruction's rows (64 per warpgroup) are the GEMM's m, or its n where m < 64 ≤ n:
@@ -1225,6 +1233,27 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     // stores it into the stage itself. Copying warpgroups (`wgprod`) only issue `cp.async`.
     let half_stored = |load: &Load| stored_as(ctx, v, load).is_half();
     let any_half = half_stored(&gm.load_a) || half_stored(&gm.load_b);
+    // 16-bit products (`tc16=wgmma`): the format, and whether the operand copied raw (a
+    // complex one stored in that format) is the row operand; the other is expanded.
+    let conv = !matches!(ctx.g.node(v).op, Op::MatMul { .. });
+    let pairs = match ctx.precision() {
+        Precision::Bf16 => Some(Half::Bf16),
+        Precision::Fp16 => Some(Half::F16),
+        _ => None,
+    }
+    .filter(|_| kc.tc16_for(&ctx.target.device, conv) == TcHalf::Wgmma)
+    .and_then(|half| {
+        let raw =
+            |op: &(usize, &str, &str, bool, bool, &Load)| op.4 && stored_as(ctx, v, op.5) == half.storage();
+        // (The row tile is the larger: its operand is the one copied raw where both can be.)
+        if raw(&row_op) {
+            Some((half, true))
+        } else if raw(&col_op) {
+            Some((half, false))
+        } else {
+            None
+        }
+    });
     let producers = if split || any_half { 0 } else { kc.wgmma_producers };
     let spec = producers > 0;
     let consumers = 128 * warpgroups;
@@ -1235,10 +1264,17 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     let (bm, bk) = (64 * warpgroups, BK);
     let parts = |complex: bool| if complex { 2 } else { 1 };
     let (ca, cb) = (row_op.4, col_op.4);
+    // Planes per operand in a stage: re and im apart for a complex one; under `tc16=wgmma` one
+    // for the raw operand (its (re, im) pairs) and two for the expanded one.
+    let (pa, pb) = match pairs {
+        Some((_, true)) => (1, 2),
+        Some((_, false)) => (2, 1),
+        None => (parts(ca), parts(cb)),
+    };
     let table_bytes = gm.taps.as_ref().map_or(0, |t| 8 * t.len());
     let optin = ctx.target.device.shared_per_block_optin;
     // Bytes of one K tile of both operands with `bn` columns.
-    let stage_of = |bn: usize| 4 * bk * copies * (parts(ca) * bm + parts(cb) * bn);
+    let stage_of = |bn: usize| 4 * bk * copies * (pa * bm + pb * bn);
     // Each stage of the ring has two mbarriers (8 bytes each) with a copying warpgroup.
     let bars = if spec { 16 } else { 0 };
     let fits = |bn: usize| 2 * (stage_of(bn) + bars) + table_bytes <= optin;
@@ -1280,7 +1316,7 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     // Floats of a plane of `x` rows, and the descriptor's offsets (bytes).
     let plane = |x: usize| x * bk;
     let (lbo, sbo) = (CORE_BYTES, bk / 4 * CORE_BYTES);
-    let stage_floats = copies * (parts(ca) * plane(bm) + parts(cb) * plane(bn));
+    let stage_floats = copies * (pa * plane(bm) + pb * plane(bn));
     let stage_bytes = 4 * stage_floats;
     // (A tile per copying warpgroup in flight and one being multiplied, where they fit.)
     let most = if spec { kc.tc_stages.max(producers + 1) } else { kc.tc_stages.max(2) };
@@ -1289,7 +1325,8 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     // Row operand in registers (`wga=regs`, the default): each tile's products are waited for
     // before its fragments' registers are loaded again.
     // (Products kept in flight, `wgwait=1`, read A from shared memory.)
-    let a_regs = kc.wgmma_a == WgmmaA::Registers && !spec && !kc.wgmma_inflight;
+    // (Not for 16-bit products: their A fragments are laid out otherwise.)
+    let a_regs = kc.wgmma_a == WgmmaA::Registers && !spec && !kc.wgmma_inflight && pairs.is_none();
     let inflight = kc.wgmma_inflight && stages >= 3 && !a_regs;
     let ahead = if inflight { stages - 2 } else { stages - 1 };
     let mut c = String::new();
@@ -1341,8 +1378,8 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
             at += plane(x);
         }
     };
-    plane_at("A", bm, ca, "", &mut c);
-    plane_at("B", bn, cb, "", &mut c);
+    plane_at("A", bm, pa == 2, "", &mut c);
+    plane_at("B", bn, pb == 2, "", &mut c);
     if split {
         plane_at("A", bm, ca, "s", &mut c);
         plane_at("B", bn, cb, "s", &mut c);
@@ -1367,7 +1404,27 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     let me = if spec { "ft" } else { "tid" };
     let mut fetch_decls = String::new();
     let mut fetch = String::new();
-    for (op, (ext, len, x0, k_fast, cx, load), bx) in [("A", row_op, bm), ("B", col_op, bn)] {
+    // Under `tc16=wgmma`: the 16-bit pair of (lo, hi) as the float whose bits it is.
+    if let Some((half, _)) = pairs {
+        let _ = writeln!(
+            c,
+            "  auto PK = [](float lo, float hi) -> float {{ {} q; q = make_float2(lo, hi); return __uint_as_float(q.u); }};",
+            match half {
+                Half::Bf16 => "cbf16s",
+                Half::F16 => "cf16s",
+            }
+        );
+    }
+    // The signs of the row and column operands' imaginary parts (conjugation).
+    let sign = |conj: bool| if conj { -1 } else { 1 };
+    let (sa, sb) = (sign(row_op.5.conj), sign(col_op.5.conj));
+    for (op, (ext, len, x0, k_fast, cx, load), bx, is_row) in
+        [("A", row_op, bm, true), ("B", col_op, bn, false)]
+    {
+        // Under `tc16=wgmma`, whether this operand is copied raw, or else expanded with the
+        // signs (raw, own) of the imaginary parts.
+        let raw = pairs.is_some_and(|(_, r)| r == is_row);
+        let expand = pairs.filter(|_| !raw).map(|_| if is_row { (sb, sa) } else { (sa, sb) });
         let per = bk * bx / fetchers;
         let step = fetch_step(k_fast, bx, fetchers)
             .ok_or_else(|| internal!("a {bx} × {bk} wgmma tile does not divide among {fetchers} threads"))?;
@@ -1386,9 +1443,38 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
                 (d >> 2) * 32 + (d & 3)
             }
         };
-        let widen = half_stored(load);
+        let widen = half_stored(load) && !raw;
         let copy = |r: usize| {
             let at = format!("{op}o + {}u", offset(r));
+            // The expanded operand e of a product with the raw r = (rr, ri): the rows
+            // [er, −sr·se·ei] and [se·ei, sr·er] (K twice as deep), whose products with r's
+            // pairs are the product's re and im.
+            if let Some((sr, se)) = expand {
+                let neg = |s: i32| if s < 0 { "-" } else { "" };
+                return if cx {
+                    format!(
+                        "const float2 w = (float2){}[ok ? (ix)({}) : (ix)0];\n        \
+                         P{op}r(s)[{at}] = ok ? PK(w.x, {}w.y) : 0.0f; P{op}i(s)[{at}] = ok ? PK({}w.y, {}w.x) : 0.0f;",
+                        load.ptr,
+                        load.idx,
+                        neg(-sr * se),
+                        neg(se),
+                        neg(sr)
+                    )
+                } else {
+                    format!(
+                        "const float w = (float){}[ok ? (ix)({}) : (ix)0];\n        \
+                         P{op}r(s)[{at}] = ok ? PK(w, 0.0f) : 0.0f; P{op}i(s)[{at}] = ok ? PK(0.0f, {}w) : 0.0f;",
+                        load.ptr,
+                        load.idx,
+                        neg(sr)
+                    )
+                };
+            }
+            if raw {
+                // One 32-bit (re, im) pair per element.
+                return format!("cp_async4(P{op}r(s) + {at}, src, ok);");
+            }
             if widen && cx {
                 format!(
                     "const float2 w = (float2){}[ok ? (ix)({}) : (ix)0];\n        \
@@ -1469,7 +1555,7 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
                 (format!("{k}\n        {}", load.pre_k.replace("\n      ", "\n        ")), tests)
             };
             let ok = if bounded { format!("({})", load.guard) } else { ok_of(&tests) };
-            let src = if widen {
+            let src = if widen || expand.is_some() {
                 String::new()
             } else {
                 format!(
@@ -1504,18 +1590,21 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
         fetch.push_str("\n    }\n");
     }
     // The products of stage `s`: per 8-deep step, (accumulator, A plane, B plane, operand signs).
-    let sign = |conj: bool| if conj { -1 } else { 1 };
-    let (sa, sb) = (sign(row_op.5.conj), sign(col_op.5.conj));
-    let prods: Vec<(&str, &str, &str, i32, i32)> = match (ca, cb) {
-        (true, true) => vec![
-            ("cr", "Ar", "Br", 1, 1),
-            ("cr", "Ai", "Bi", -sa * sb, 1),
-            ("ci", "Ar", "Bi", 1, sb),
-            ("ci", "Ai", "Br", sa, 1),
-        ],
-        (true, false) => vec![("cr", "Ar", "Br", 1, 1), ("ci", "Ai", "Br", sa, 1)],
-        (false, true) => vec![("cr", "Ar", "Br", 1, 1), ("ci", "Ar", "Bi", 1, sb)],
-        (false, false) => vec![("cr", "Ar", "Br", 1, 1)],
+    let prods: Vec<(&str, &str, &str, i32, i32)> = match (pairs, ca, cb) {
+        // 16-bit: the raw operand's pairs by the expanded operand's two planes.
+        (Some((_, true)), ..) => vec![("cr", "Ar", "Br", 1, 1), ("ci", "Ar", "Bi", 1, 1)],
+        (Some((_, false)), ..) => vec![("cr", "Ar", "Br", 1, 1), ("ci", "Ai", "Br", 1, 1)],
+        (None, ca, cb) => match (ca, cb) {
+            (true, true) => vec![
+                ("cr", "Ar", "Br", 1, 1),
+                ("cr", "Ai", "Bi", -sa * sb, 1),
+                ("ci", "Ar", "Bi", 1, sb),
+                ("ci", "Ai", "Br", sa, 1),
+            ],
+            (true, false) => vec![("cr", "Ar", "Br", 1, 1), ("ci", "Ai", "Br", sa, 1)],
+            (false, true) => vec![("cr", "Ar", "Br", 1, 1), ("ci", "Ar", "Bi", 1, sb)],
+            (false, false) => vec![("cr", "Ar", "Br", 1, 1)],
+        },
     };
     let mut products = String::new();
     let _ = writeln!(products, "    #pragma unroll\n    for (u32 j = 0; j < {}u; ++j) {{", bk / 8);
@@ -1553,7 +1642,16 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
                 continue;
             }
             // A warpgroup's 64 rows start 8 core-matrix rows into A's plane per warpgroup;
-            // each 8-deep step two core matrices along K.
+            // each 8-deep step (16 deep in 16-bit elements) two core matrices along K.
+            if let Some((half, _)) = pairs {
+                let _ = writeln!(
+                    products,
+                    "      wgmma16<{bn}, {}>({acc}, wgmma_desc(P{a}(s) + wg * {}u + j * 64u, {lbo}u, {sbo}u), wgmma_desc(P{b}(s) + j * 64u, {lbo}u, {sbo}u));",
+                    matches!(half, Half::Bf16),
+                    8 * sbo / 4
+                );
+                continue;
+            }
             let _ = writeln!(
                 products,
                 "      wgmma_tf32<{bn}, {s_a}, {s_b}>({acc}, wgmma_desc(P{a}{ta}(s) + wg * {}u + j * 64u, {lbo}u, {sbo}u), wgmma_desc(P{b}{tb}(s) + j * 64u, {lbo}u, {sbo}u));",
