@@ -505,8 +505,8 @@ pub enum TcHalf {
     /// `Native`). Two products per step instead of the four of a complex TF32 product, each at
     /// twice TF32's rate, and one copy per element of the raw operand instead of two. A product
     /// without a complex 16-bit operand runs as under `Tf32`; off compute capability 9.0 or
-    /// `mma=wgmma`, every product as under `Native`. The halo tiles do not take it (their
-    /// convolutions run as implicit GEMMs).
+    /// `mma=wgmma`, every product as under `Native`. The halo tiles take it too: their staged
+    /// input rows are the raw pairs, each fragment register one of them.
     Wgmma,
 }
 

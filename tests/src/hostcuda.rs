@@ -316,6 +316,32 @@ template <int N, bool BF> static inline void wgmma16(float* d, u64 a, u64 b) {
       }
   });
 }
+// With A from registers (16-bit pairs, mma.m16n8k16's A fragment: thread t of warp w holds rows
+// 16w + t/4 (+8) in a[0] (a[1]), columns 2(t%4), 2(t%4) + 1 there and 8 more in a[2], a[3]).
+static u32 wgmma16_ra[1024][4];
+template <int N, bool BF> static inline void wgmma16(float* d, const u32* a, u64 b) {
+  const unsigned me = threadIdx.x, w0 = me & ~127u;
+  for (int i = 0; i < 4; ++i) wgmma16_ra[me][i] = a[i];
+  __syncthreads();
+  auto A = std::make_shared<std::vector<float>>(64 * 16);
+  for (unsigned r = 0; r < 64; ++r)
+    for (unsigned k = 0; k < 16; ++k) {
+      const u32 word = wgmma16_ra[w0 + (r / 16u) * 32u + (r % 8u) * 4u + (k % 8u) / 2u][(r % 16u >= 8u) + 2u * (k >= 8u)];
+      const unsigned short h = (unsigned short)(k % 2u ? word >> 16 : word & 0xffffu);
+      (*A)[r * 16 + k] = BF ? __uint_as_float((u32)h << 16) : f16_value(h);
+    }
+  __syncthreads();
+  wgmma_queue.open.push_back([=] {
+    const unsigned t = threadIdx.x % 128u, w = t / 32u, lane = t % 32u;
+    for (unsigned i = 0; i < N / 8; ++i)
+      for (unsigned q = 0; q < 4; ++q) {
+        const unsigned r = 16u * w + lane / 4u + (q >= 2 ? 8u : 0u), n = 8u * i + 2u * (lane % 4u) + (q & 1u);
+        float acc = d[4 * i + q];
+        for (unsigned k = 0; k < 16; ++k) acc = fmaf((*A)[r * 16 + k], wgmma_element16<BF>(b, n, k), acc);
+        d[4 * i + q] = acc;
+      }
+  });
+}
 // With A from registers (`wga=regs`): the warpgroup's 64 x 8 A gathered from its threads'
 // fragments when the product is issued (thread t of warp w: rows 16w + t/4 (+8) in a[0] (a[1]),
 // columns t%4 (+4) in a[0] (a[2])), read as TF32 by truncation; B as above, when it runs.

@@ -506,12 +506,14 @@ fn bf16_halo_tiles_widen_their_rows_and_match_the_interpreter() {
 /// 16-bit form: that operand's (re, im) pairs copied raw by `cp.async`, the other operand
 /// expanded into `[re, −im]` and `[im, re]` (conjugations folded in) and rounded to bf16.
 /// Covered: the raw operand as the row and as the column operand, conjugated operands (the
-/// weight gradients), tiles of one and of two warpgroups; a mutation of the expansion's signs
-/// or of the raw copy's place fails it.
+/// weight gradients), tiles of one and of two warpgroups, and the halo tiles (input
+/// gradients by default, forward layers under `tcconv=halo`), whose fragment registers are
+/// the staged pairs themselves; a mutation of the expansion's signs or of the raw copy's place
+/// fails it.
 #[test]
 fn bf16_wgmma16_products_match_the_interpreter() {
     let program = compiled(HALO_SOURCE, Precision::Bf16);
-    let specs = ["tc16=wgmma"];
+    let specs = ["tc16=wgmma", "tc16=wgmma,tcconv=halo"];
     let h200 = CudaDevice::h200();
     let (n, tc, wgmma, two) = check_program(&program, Precision::Bf16, &specs, &h200);
     eprintln!(
@@ -533,6 +535,17 @@ fn bf16_wgmma16_products_match_the_interpreter() {
     let conj = w16.iter().filter(|c| c.contains("PK(w.x, w.y)") || c.contains("PK(-w.y")).count();
     assert!(conj > 0, "no expansion with a conjugated operand");
     assert!(module.arch.ends_with('a'), "{}: 16-bit wgmma needs the sm_90a target", module.arch);
+    // The input gradients on halo tiles of 16-bit pairs (all but the first layer's, which has
+    // no input gradient); under `tcconv=halo` the forward layers too but the first.
+    let halo = |spec: &str| {
+        let target = CudaTarget::h200()
+            .with_precision(Precision::Bf16)
+            .with_kernels(KernelConfig::parse(spec).expect("a spec"));
+        let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{e}"));
+        module.kernel_code.iter().filter(|(c, _)| c.contains("fetch_x(") && c.contains("wgmma16<")).count()
+    };
+    assert_eq!(halo(specs[0]), 4, "halo tiles of 16-bit pairs");
+    assert_eq!(halo(specs[1]), 8, "halo tiles of 16-bit pairs under tcconv=halo");
 }
 
 /// `setmaxnreg` moves registers within the block's pool, which is what it was launched with:

@@ -1899,9 +1899,9 @@ fn mma_products(gm: &Gemm, tm: usize, tn: usize, raw: bool, split: bool) -> Stri
     c
 }
 
-/// The 16-bit operand format of [`TcHalf::Native`] products.
+/// The 16-bit operand format of [`TcHalf::Native`] and [`TcHalf::Wgmma`] products.
 #[derive(Clone, Copy)]
-enum Half {
+pub(super) enum Half {
     Bf16,
     F16,
 }
@@ -1915,7 +1915,7 @@ impl Half {
         }
     }
     /// The storage of values kept in this format.
-    fn storage(self) -> Storage {
+    pub(super) fn storage(self) -> Storage {
         match self {
             Half::Bf16 => Storage::Bf16,
             Half::F16 => Storage::F16,

@@ -25,7 +25,15 @@
 //! that gives both the real and the imaginary fragment. Each input channel's plane is padded
 //! to a float2 count of 4 or 12 modulo 16, so the four channels and eight pixels of a
 //! half-warp's loads fall on 32 distinct banks.
+//!
+//! Under `tc16=wgmma` (16-bit products, see `gemm.rs`'s `emit_wgmma`) the input rows stored in
+//! bf16 or f16 are staged as their raw 32-bit (re, im) pairs, copied by `cp.async`, and each
+//! register of a thread's 16-deep fragment is one such pair (the fragment's two consecutive
+//! K are re and im of one channel); the weights are expanded into `[re, −im]` and `[im, re]`
+//! planes rounded to the format, and each 8-channel step is two products, re and im. A plane
+//! is padded to 8 or 24 words modulo 32 (the same 32 distinct banks).
 
+use super::gemm::Half;
 use super::*;
 use crate::target::{TcConv, TcHalf, TcMma};
 
@@ -33,7 +41,8 @@ use crate::target::{TcConv, TcHalf, TcMma};
 const KC: usize = 16;
 
 /// The halo-tile kernel of a stride-1 `ConvTranspose2d` node (or `Conv2d` under
-/// [`TcConv::Halo`]) at `precision = tf32`, or `None` where the implicit GEMM serves: other
+/// [`TcConv::Halo`]) at `precision = tf32` (or `bf16 | fp16` under `tc16=tf32`, widened, or
+/// `tc16=wgmma`, in 16-bit pairs), or `None` where the implicit GEMM serves: other
 /// kernel choices or precisions, devices other than compute capability 9.0, strided, dilated
 /// or grouped layers,
 /// real or 16-bit operands, fewer than 16 input channels or a count not a multiple of 16, a
@@ -43,9 +52,20 @@ pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kern
     let kc = &ctx.target.kernels;
     // At the 16-bit precisions under `tc16=tf32` (`auto`'s choice here) the products are TF32
     // too: the input rows and the output stored in 16 bits, the (32-bit) weights read as TF32.
+    // Under `tc16=wgmma` the products are 16-bit (`pairs`): the input rows' (re, im) pairs are
+    // copied raw and each fragment register is one of them; the weights expanded into
+    // `[re, −im]` and `[im, re]` planes rounded to the format (see `gemm.rs`'s `emit_wgmma`).
+    let pairs = match ctx.precision() {
+        Precision::Bf16 => Some(Half::Bf16),
+        Precision::Fp16 => Some(Half::F16),
+        _ => None,
+    }
+    .filter(|_| kc.tc16_for(&ctx.target.device, true) == TcHalf::Wgmma);
     let tf32_products = match ctx.precision() {
         Precision::Tf32 => true,
-        Precision::Bf16 | Precision::Fp16 => kc.tc16_for(&ctx.target.device, true) == TcHalf::Tf32,
+        Precision::Bf16 | Precision::Fp16 => {
+            pairs.is_some() || kc.tc16_for(&ctx.target.device, true) == TcHalf::Tf32
+        }
         _ => false,
     };
     if kc.tc_conv == TcConv::Gemm
@@ -63,6 +83,10 @@ pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kern
     // A 16-bit input cannot be copied by `cp.async` (which moves bytes as they are): each
     // thread loads its elements, widens them (exactly) and stores them into the buffer.
     let x_half = ctx.storage(x).is_half();
+    // (16-bit products take an input stored in their format only.)
+    if pairs.is_some_and(|h| ctx.storage(x) != h.storage()) {
+        return Ok(None);
+    }
     let dims = |s: Vec<usize>| -> Option<[usize; 4]> { s.try_into().ok() };
     let (Some(xs), Some(ws), Some(os)) = (dims(ctx.shape(x)), dims(ctx.shape(w)), dims(ctx.shape(v))) else {
         return Ok(None);
@@ -102,8 +126,14 @@ pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kern
     let rows = bm / wout;
     let pitch = wout + kw - 1;
     let positions = (rows + kh - 1) * pitch;
-    let plane = (positions..).find(|p| p % 16 == 4 || p % 16 == 12).unwrap_or(positions);
-    let x_floats = 2 * KC * plane * 2;
+    // (In 32-bit pairs, 8 or 24 modulo 32 words: the four channels' eight pixels likewise.)
+    let plane = match pairs {
+        None => (positions..).find(|p| p % 16 == 4 || p % 16 == 12).unwrap_or(positions),
+        Some(_) => (positions..).find(|p| p % 32 == 8 || p % 32 == 24).unwrap_or(positions),
+    };
+    // Words per element of the staged rows.
+    let elem = if pairs.is_some() { 1 } else { 2 };
+    let x_floats = 2 * KC * plane * elem;
     let stage_floats = 2 * bn * KC;
     let optin = ctx.target.device.shared_per_block_optin;
     // The ring: `stages − 1` tiles ahead, at most a chunk's taps (a chunk's rows are copied
@@ -167,13 +197,14 @@ pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kern
          const ix n0 = {gx} * {bn}u, pt0 = {gy} * {per_block}u;\n  \
          const u32 fend = (u32)min((ix){per_block}u, (ix){out_tiles}u - pt0) * {tiles}u;\n  \
          extern __shared__ __align__(16) unsigned char gemm_smem[];\n  \
-         float2* const xs = reinterpret_cast<float2*>(gemm_smem);\n  \
+         {xs_type}* const xs = reinterpret_cast<{xs_type}*>(gemm_smem);\n  \
          float* const bs = reinterpret_cast<float*>(gemm_smem) + {x_floats}u;\n  \
          auto PBr = [&](u32 s) -> float* {{ return bs + s * {stage_floats}u; }};\n  \
          auto PBi = [&](u32 s) -> float* {{ return bs + s * {stage_floats}u + {}u; }};\n  \
          float cr[{h}] = {{}};\n  float ci[{h}] = {{}};",
         bn * KC,
         h = bn / 2,
+        xs_type = if pairs.is_some() { "u32" } else { "float2" },
     );
     // The thread's fragment rows (pixels 16·wl + lane/4 and + 8 of its warpgroup's 64) as
     // positions in the staged rows, in the plane of its fragment column (channel lane % 4).
@@ -200,7 +231,12 @@ pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kern
          const ix at = ((b * {cin}u + c0 + ch) * {hin}u + (ix)(ok ? y : 0)) * {win}u + (ix)(ok ? xx : 0);\n        \
          {copy}\n      }}\n    }}\n  }};",
         rows,
-        copy = if x_half {
+        copy = if pairs.is_some() {
+            format!(
+                "cp_async4(reinterpret_cast<float*>(xs + xb * {}u + ch * {plane}u + p), (const float*)({px} + at), ok);",
+                KC * plane
+            )
+        } else if x_half {
             format!(
                 "const float2 w = (float2){px}[ok ? at : (ix)0];\n        xs[xb * {}u + ch * {plane}u + p] = ok ? w : make_float2(0.0f, 0.0f);",
                 KC * plane
@@ -216,6 +252,28 @@ pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kern
     let step = threads / 16;
     let cm_step = step / 8 * 128;
     let wi = |n: &str, ch: &str| widx.replace("{n}", n).replace("{c}", ch);
+    let sign = |conj: bool| if conj { -1 } else { 1 };
+    let (sa, sb) = (sign(conj[0]), sign(conj[1]));
+    let neg = |s: i32| if s < 0 { "-" } else { "" };
+    let copy_b = match pairs {
+        // The expansion of weight w by the input's pairs x: [wr, −sx·sw·wi] and [sw·wi, sx·wr].
+        Some(half) => format!(
+            "const float2 w = *reinterpret_cast<const float2*>(wg_ + wix);\n      \
+             {{ {t} q; q = make_float2(w.x, {}w.y); PBr(s)[bo + r * {cm_step}u] = __uint_as_float(q.u); }}\n      \
+             {{ {t} q; q = make_float2({}w.y, {}w.x); PBi(s)[bo + r * {cm_step}u] = __uint_as_float(q.u); }}",
+            neg(-sa * sb),
+            neg(sb),
+            neg(sa),
+            t = match half {
+                Half::Bf16 => "cbf16s",
+                Half::F16 => "cf16s",
+            },
+        ),
+        None => format!(
+            "cp_async4(PBr(s) + bo + r * {cm_step}u, wg_ + wix, true);\n      \
+             cp_async4(PBi(s) + bo + r * {cm_step}u, wg_ + wix + 1u, true);"
+        ),
+    };
     let _ = writeln!(
         c,
         "  const u32 bk = (tid >> 3) & 15u, bn_ = (tid >> 7) * 8u + (tid & 7u);\n  \
@@ -223,8 +281,7 @@ pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kern
          const float* const wg_ = reinterpret_cast<const float*>({pw});\n  \
          auto fetch_b = [&](u32 c0, u32 t, u32 s) {{\n    #pragma unroll\n    for (u32 r = 0; r < {per_b}u; ++r) {{\n      \
          const ix wix = {};\n      \
-         cp_async4(PBr(s) + bo + r * {cm_step}u, wg_ + wix, true);\n      \
-         cp_async4(PBi(s) + bo + r * {cm_step}u, wg_ + wix + 1u, true);\n    }}\n  }};",
+         {copy_b}\n    }}\n  }};",
         wi(&format!("n0 + bn_ + r * {step}u"), "c0 + bk"),
     );
     let _ = writeln!(
@@ -234,11 +291,10 @@ pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kern
          #pragma unroll\n  for (u32 f = 0; f < {ahead}u; ++f) {{\n    if (f < fend) fetch(f);\n    cp_async_commit();\n  }}\n  \
          u32 s = 0;\n  for (u32 f = 0; f < fend; ++f) {{\n    cp_async_wait<{}>();\n    fence_async_shared();\n    __syncthreads();\n    wgmma_fence();\n    \
          const u32 t = f % {taps}u;\n    \
-         const float2* const xa = xs + ((f / {taps}u) & 1u) * {} + {tap_row} * {pitch}u + {tap_col};\n    \
+         const {xs_type}* const xa = xs + ((f / {taps}u) & 1u) * {} + {tap_row} * {pitch}u + {tap_col};\n    \
          #pragma unroll\n    for (u32 j = 0; j < 2u; ++j) {{\n      \
-         const float2 a0 = xa[xo0 + j * {}u], a1 = xa[xo1 + j * {}u], a2 = xa[xo0 + j * {}u + {}u], a3 = xa[xo1 + j * {}u + {}u];\n      \
-         const u32 fAr[4] = {{__float_as_uint(a0.x), __float_as_uint(a1.x), __float_as_uint(a2.x), __float_as_uint(a3.x)}};\n      \
-         const u32 fAi[4] = {{__float_as_uint(a0.y), __float_as_uint(a1.y), __float_as_uint(a2.y), __float_as_uint(a3.y)}};\n      \
+         const {xs_type} a0 = xa[xo0 + j * {}u], a1 = xa[xo1 + j * {}u], a2 = xa[xo0 + j * {}u + {}u], a3 = xa[xo1 + j * {}u + {}u];\n      \
+         {fragments}\n      \
          wgmma_fence();",
         ahead - 1,
         KC * plane,
@@ -248,16 +304,34 @@ pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kern
         4 * plane,
         8 * plane,
         4 * plane,
+        xs_type = if pairs.is_some() { "u32" } else { "float2" },
+        // A fragment register is one staged pair (16-bit), or one part of a staged element.
+        fragments = if pairs.is_some() {
+            "const u32 fA[4] = {a0, a1, a2, a3};"
+        } else {
+            "const u32 fAr[4] = {__float_as_uint(a0.x), __float_as_uint(a1.x), __float_as_uint(a2.x), __float_as_uint(a3.x)};\n      \
+             const u32 fAi[4] = {__float_as_uint(a0.y), __float_as_uint(a1.y), __float_as_uint(a2.y), __float_as_uint(a3.y)};"
+        },
     );
-    let sign = |conj: bool| if conj { -1 } else { 1 };
-    let (sa, sb) = (sign(conj[0]), sign(conj[1]));
     let (lbo, sbo) = (128, KC / 4 * 128);
+    if let Some(half) = pairs {
+        let bf = matches!(half, Half::Bf16);
+        for (acc, b) in [("cr", "Br"), ("ci", "Bi")] {
+            let _ = writeln!(
+                c,
+                "      wgmma16<{bn}, {bf}>({acc}, fA, wgmma_desc(P{b}(s) + j * 64u, {lbo}u, {sbo}u));"
+            );
+        }
+    }
     for (acc, a, b, s_a, s_b) in [
         ("cr", "Ar", "Br", 1, 1),
         ("cr", "Ai", "Bi", -sa * sb, 1),
         ("ci", "Ar", "Bi", 1, sb),
         ("ci", "Ai", "Br", sa, 1),
-    ] {
+    ]
+    .into_iter()
+    .filter(|_| pairs.is_none())
+    {
         let _ = writeln!(
             c,
             "      wgmma_tf32<{bn}, {s_a}, {s_b}>({acc}, f{a}, wgmma_desc(P{b}(s) + j * 64u, {lbo}u, {sbo}u));"
