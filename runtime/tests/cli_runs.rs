@@ -568,8 +568,9 @@ fn train_enforces_the_memory_budget_like_plan() {
 
 /// `cvc emit --cuda` generates for the train section's precision (a 16-bit one stores the
 /// activations in 16 bits and multiplies on tensor cores: a matmul's 16-bit products by
-/// default, `tc16=native` too), and `--kernels tc16=tf32` chooses the TF32 products over the
-/// 16-bit ones there (`wgmma` for the H200 that `emit` targets without a GPU).
+/// default, `tc16=native` too), `--kernels tc16=tf32` chooses the TF32 products over the
+/// 16-bit ones there (`wgmma` for the H200 that `emit` targets without a GPU), and
+/// `tc16=wgmma` the 16-bit `wgmma` products.
 #[test]
 fn emit_cuda_follows_the_train_sections_precision() {
     let dir = tmp("emit-precision");
@@ -594,5 +595,14 @@ fn emit_cuda_follows_the_train_sections_precision() {
         // TF32 products: `wgmma`, or `mma.sync` where a contraction does not suit it.
         let tf32 = cuda.contains("wgmma_tf32<") || cuda.contains("mma_tf32(c");
         assert!(tf32 && !cuda.contains(mma), "{precision}, tc16=tf32: not TF32 products");
+        // 16-bit products on `wgmma` where a complex operand is stored in 16 bits.
+        let o = cvc(&dir, &["emit", &file, "--cuda", "--kernels", "tc16=wgmma"]);
+        assert!(o.status.success(), "{precision}: {}", text(&o));
+        let cuda = String::from_utf8_lossy(&o.stdout);
+        let form = if precision == "bf16" { ", true>(c" } else { ", false>(c" };
+        assert!(
+            cuda.contains(form) && !cuda.contains(mma),
+            "{precision}, tc16=wgmma: not 16-bit wgmma products"
+        );
     }
 }
