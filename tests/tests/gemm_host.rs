@@ -508,12 +508,14 @@ fn bf16_halo_tiles_widen_their_rows_and_match_the_interpreter() {
 /// Covered: the raw operand as the row and as the column operand, conjugated operands (the
 /// weight gradients), tiles of one and of two warpgroups, and the halo tiles (input
 /// gradients by default, forward layers under `tcconv=halo`), whose fragment registers are
-/// the staged pairs themselves; a mutation of the expansion's signs or of the raw copy's place
+/// the staged pairs themselves, as they are the plane's words where the implicit GEMM loads
+/// its A fragments into registers (`wga=regs`, the default); a mutation of the expansion's signs or of the raw copy's place
 /// fails it.
 #[test]
 fn bf16_wgmma16_products_match_the_interpreter() {
     let program = compiled(HALO_SOURCE, Precision::Bf16);
-    let specs = ["tc16=wgmma", "tc16=wgmma,tcconv=halo"];
+    // (A fragments from registers by default, through descriptors under `wga=smem`.)
+    let specs = ["tc16=wgmma", "tc16=wgmma,tcconv=halo,wga=smem"];
     let h200 = CudaDevice::h200();
     let (n, tc, wgmma, two) = check_program(&program, Precision::Bf16, &specs, &h200);
     eprintln!(

@@ -1325,8 +1325,10 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     // Row operand in registers (`wga=regs`, the default): each tile's products are waited for
     // before its fragments' registers are loaded again.
     // (Products kept in flight, `wgwait=1`, read A from shared memory.)
-    // (Not for 16-bit products: their A fragments are laid out otherwise.)
-    let a_regs = kc.wgmma_a == WgmmaA::Registers && !spec && !kc.wgmma_inflight && pairs.is_none();
+    // (16-bit products too: the word of a TF32 fragment element is, in a plane of 16-bit
+    // pairs, the register holding that row's two consecutive K, which is the 16-bit A
+    // fragment's layout.)
+    let a_regs = kc.wgmma_a == WgmmaA::Registers && !spec && !kc.wgmma_inflight;
     let inflight = kc.wgmma_inflight && stages >= 3 && !a_regs;
     let ahead = if inflight { stages - 2 } else { stages - 1 };
     let mut c = String::new();
@@ -1615,7 +1617,7 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
         // + 8, k = 8j + lane%4 and + 4: core matrices 128 floats apart along the rows, 32
         // along K), then a fence: the products read registers just written.
         let mut planes = vec!["Ar"];
-        if ca {
+        if pa == 2 {
             planes.push("Ai");
         }
         let twins: &[&str] = if split { &["", "s"] } else { &[""] };
@@ -1635,10 +1637,17 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     for (acc, a, b, s_a, s_b) in &prods {
         for (ta, tb) in terms {
             if a_regs {
-                let _ = writeln!(
-                    products,
-                    "      wgmma_tf32<{bn}, {s_a}, {s_b}>({acc}, f{a}{ta}, wgmma_desc(P{b}{tb}(s) + j * 64u, {lbo}u, {sbo}u));"
-                );
+                let _ = match pairs {
+                    Some((half, _)) => writeln!(
+                        products,
+                        "      wgmma16<{bn}, {}>({acc}, f{a}, wgmma_desc(P{b}(s) + j * 64u, {lbo}u, {sbo}u));",
+                        matches!(half, Half::Bf16)
+                    ),
+                    None => writeln!(
+                        products,
+                        "      wgmma_tf32<{bn}, {s_a}, {s_b}>({acc}, f{a}{ta}, wgmma_desc(P{b}{tb}(s) + j * 64u, {lbo}u, {sbo}u));"
+                    ),
+                };
                 continue;
             }
             // A warpgroup's 64 rows start 8 core-matrix rows into A's plane per warpgroup;
