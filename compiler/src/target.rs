@@ -477,12 +477,14 @@ pub enum TcTile {
 /// [`TcHalf::Auto`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TcHalf {
-    /// `Tf32` for the convolution family where the TF32 products run on `wgmma` (compute
-    /// capability 9.0 under `mma=wgmma`, the default there), `Native` for matmuls and on
-    /// other devices ([`KernelConfig::tc16_for`]). Measured side by side on an H100
+    /// Where `wgmma` runs (compute capability 9.0 under `mma=wgmma`, the default there):
+    /// `Wgmma` for every product with a complex operand stored in the precision's format, and
+    /// for the others `Tf32` in the convolution family, `Native` for matmuls; on other
+    /// devices `Native` ([`KernelConfig::tc16_for`]). Measured side by side on an H100
     /// (bench/RESULTS.md, 2026-12-07): the seed network's bf16 step 11.19 ms with `Native`,
-    /// 9.41 with `Tf32` (its convolutions 8.52 → 6.70 ms); the ViT's 63.7 and 70.5 ms (none of
-    /// its matmuls faster with `Tf32`, 31.6 → 38.4 ms in all).
+    /// 9.41 with `Tf32` (its convolutions 8.52 → 6.70 ms), 7.97 with `Wgmma` (5.18 ms); the
+    /// ViT's 63.7 ms with matmuls `Native`, 70.5 with `Tf32` (none of its matmuls faster,
+    /// 31.6 → 38.4 ms in all), 62.2 with `Wgmma`.
     #[default]
     Auto,
     /// Operands widened to TF32 (exactly, for 16-bit ones; 32-bit ones read as TF32) and
@@ -552,12 +554,13 @@ pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|ge
                                     colout=8|16|32, fp32=fma|3xtf32, wga=regs|smem, tcconv=grad|gemm|halo";
 
 impl KernelConfig {
-    /// The 16-bit products' form on `device` of a convolution, its input or weight gradient
-    /// (`conv`) or a matmul: [`TcHalf::Auto`] resolved.
-    pub fn tc16_for(&self, device: &CudaDevice, conv: bool) -> TcHalf {
+    /// The 16-bit products' form on `device`: [`TcHalf::Auto`] resolved, and
+    /// [`TcHalf::Wgmma`] where it cannot run. (Which products take the 16-bit `wgmma` pairs,
+    /// and what the others run, is the GEMM's choice: see [`TcHalf::Auto`].)
+    pub fn tc16_for(&self, device: &CudaDevice) -> TcHalf {
         match self.tc16 {
-            TcHalf::Auto if conv && device.compute_capability == (9, 0) && self.tc_mma == TcMma::Wgmma => {
-                TcHalf::Tf32
+            TcHalf::Auto if device.compute_capability == (9, 0) && self.tc_mma == TcMma::Wgmma => {
+                TcHalf::Wgmma
             }
             TcHalf::Auto => TcHalf::Native,
             TcHalf::Wgmma if device.compute_capability != (9, 0) || self.tc_mma != TcMma::Wgmma => {

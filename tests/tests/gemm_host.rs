@@ -452,9 +452,9 @@ fn tf32_halo_tile_convolutions_match_the_interpreter() {
 #[test]
 fn bf16_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
     // Activations stored in bf16; native 16-bit products with ldmatrix or plain fragment
-    // loads, 16-bit operands through TF32 products (`wgmma` on the H200, the default
-    // there), and 16-bit products on `wgmma` (`tc16=wgmma`).
-    let specs = ["tc16=native", "tc16=native,frag=lds", "", "tc16=wgmma"];
+    // loads, 16-bit operands widened onto TF32 `wgmma` products (`tc16=tf32`), and 16-bit
+    // products on `wgmma` (the default on the H200).
+    let specs = ["tc16=native", "tc16=native,frag=lds", "tc16=tf32", ""];
     let (n, tc, wgmma, _) = check(Precision::Bf16, &specs);
     assert!(tc >= specs.len() * 8 && tc < n, "{tc} of {n} launches ran tensor cores");
     assert!(wgmma >= 8, "{wgmma} launches of 16-bit operands widened for wgmma");
@@ -462,22 +462,22 @@ fn bf16_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
 
 #[test]
 fn fp16_contraction_kernels_compiled_for_the_host_match_the_interpreter() {
-    // Activations stored as IEEE halves: native f16 products, and TF32 ones (f16 widens to
-    // TF32 exactly: both keep 10 mantissa bits), and f16 products on `wgmma`.
-    let specs = ["tc16=native", "", "tc16=wgmma"];
+    // Activations stored as IEEE halves: native f16 products, TF32 ones (f16 widens to
+    // TF32 exactly: both keep 10 mantissa bits), and f16 products on `wgmma` (the default).
+    let specs = ["tc16=native", "tc16=tf32", ""];
     let (n, tc, wgmma, _) = check(Precision::Fp16, &specs);
     assert!(tc >= 8 * specs.len() && tc < n, "{tc} of {n} launches ran tensor cores");
     assert!(wgmma >= 8, "{wgmma} launches of 16-bit operands widened for wgmma");
 }
 
-/// At `bf16` under `tc16=tf32` (the H200's default) the halo tiles take the stride-1 layers as at `tf32`: their
+/// At `bf16` under `tc16=tf32` the halo tiles take the stride-1 layers as at `tf32`: their
 /// input rows, stored in 16 bits, are loaded, widened and stored into the buffer by each
 /// thread (a `cp.async` cannot widen), the weights copied as at `tf32`, the output rounded
 /// to bf16 where it is stored.
 #[test]
 fn bf16_halo_tiles_widen_their_rows_and_match_the_interpreter() {
     let program = compiled(HALO_SOURCE, Precision::Bf16);
-    let specs = ["tcconv=halo"];
+    let specs = ["tcconv=halo,tc16=tf32"];
     let h200 = CudaDevice::h200();
     let (n, tc, wgmma, two) = check_program(&program, Precision::Bf16, &specs, &h200);
     // The convolutions on `wgmma` (the linear layer's matmuls keep the 16-bit products).
@@ -514,8 +514,9 @@ fn bf16_halo_tiles_widen_their_rows_and_match_the_interpreter() {
 #[test]
 fn bf16_wgmma16_products_match_the_interpreter() {
     let program = compiled(HALO_SOURCE, Precision::Bf16);
-    // (A fragments from registers by default, through descriptors under `wga=smem`.)
-    let specs = ["tc16=wgmma", "tc16=wgmma,tcconv=halo,wga=smem"];
+    // (The default on the H200; A fragments from registers by default, through descriptors
+    // under `wga=smem`.)
+    let specs = ["tc16=wgmma", "tcconv=halo,wga=smem"];
     let h200 = CudaDevice::h200();
     let (n, tc, wgmma, two) = check_program(&program, Precision::Bf16, &specs, &h200);
     eprintln!(

@@ -793,7 +793,8 @@ fn unit_roundoff(p: Precision) -> f64 {
 /// kernel choice `tc16=tf32`), and the 16-bit store of bf16/fp16 values.
 fn numerics_of(p: Precision, kernels: &KernelConfig) -> cvc_tests::differential::Numerics {
     let operand = match p {
-        // (`auto` is TF32 products on `wgmma` devices: the 16-bit format's bound holds them too.)
+        // (`auto` and `wgmma`: the 16-bit products, and TF32 ones where a product has no
+        // complex 16-bit operand, which the 16-bit format's bound holds too.)
         Precision::Bf16 | Precision::Fp16 if kernels.tc16 != TcHalf::Tf32 => unit_roundoff(p),
         // `wgmma` (the default on an H200) reads f32 operands as TF32 by truncation: twice
         // rounding's unit.

@@ -887,7 +887,13 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
 fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
     let kc = &ctx.target.kernels;
     let conv = !matches!(ctx.g.node(v).op, Op::MatMul { .. });
-    let native = kc.tc16_for(&ctx.target.device, conv) == TcHalf::Native;
+    // `tc16=auto` on Hopper: 16-bit `wgmma` pairs where the product has a complex operand
+    // stored in the precision's format; else a convolution widened, a matmul native.
+    let native = match kc.tc16_for(&ctx.target.device) {
+        TcHalf::Native => true,
+        TcHalf::Wgmma => kc.tc16 == TcHalf::Auto && !conv && pair_format(ctx, gm, v).is_none(),
+        _ => false,
+    };
     let half = match ctx.precision() {
         Precision::Bf16 if native => Some(Half::Bf16),
         Precision::Fp16 if native => Some(Half::F16),
@@ -1235,25 +1241,21 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     let any_half = half_stored(&gm.load_a) || half_stored(&gm.load_b);
     // 16-bit products (`tc16=wgmma`): the format, and whether the operand copied raw (a
     // complex one stored in that format) is the row operand; the other is expanded.
-    let conv = !matches!(ctx.g.node(v).op, Op::MatMul { .. });
-    let pairs = match ctx.precision() {
-        Precision::Bf16 => Some(Half::Bf16),
-        Precision::Fp16 => Some(Half::F16),
-        _ => None,
-    }
-    .filter(|_| kc.tc16_for(&ctx.target.device, conv) == TcHalf::Wgmma)
-    .and_then(|half| {
-        let raw =
-            |op: &(usize, &str, &str, bool, bool, &Load)| op.4 && stored_as(ctx, v, op.5) == half.storage();
-        // (The row tile is the larger: its operand is the one copied raw where both can be.)
-        if raw(&row_op) {
-            Some((half, true))
-        } else if raw(&col_op) {
-            Some((half, false))
-        } else {
-            None
-        }
-    });
+    let pairs = pair_format(ctx, gm, v)
+        .filter(|_| kc.tc16_for(&ctx.target.device) == TcHalf::Wgmma)
+        .and_then(|half| {
+            let raw = |op: &(usize, &str, &str, bool, bool, &Load)| {
+                op.4 && stored_as(ctx, v, op.5) == half.storage()
+            };
+            // (The row tile is the larger: its operand is the one copied raw where both can be.)
+            if raw(&row_op) {
+                Some((half, true))
+            } else if raw(&col_op) {
+                Some((half, false))
+            } else {
+                None
+            }
+        });
     let producers = if split || any_half { 0 } else { kc.wgmma_producers };
     let spec = producers > 0;
     let consumers = 128 * warpgroups;
@@ -1755,6 +1757,18 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
         shared: stages * stage_bytes,
         index,
     }))
+}
+
+/// The 16-bit format of contraction `v`'s products as `wgmma` pairs ([`TcHalf::Wgmma`]): the
+/// precision's, where an operand is complex and stored in it (that operand is copied raw).
+fn pair_format(ctx: &Ctx, gm: &Gemm, v: Value) -> Option<Half> {
+    let half = match ctx.precision() {
+        Precision::Bf16 => Half::Bf16,
+        Precision::Fp16 => Half::F16,
+        _ => return None,
+    };
+    let raw = |t: DType, load: &Load| t == DType::C64 && stored_as(ctx, v, load) == half.storage();
+    (raw(gm.ta, &gm.load_a) || raw(gm.tb, &gm.load_b)).then_some(half)
 }
 
 /// How a GEMM operand of contraction `v` is stored: as the input whose buffer it reads.

@@ -55,17 +55,20 @@ pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kern
     // Under `tc16=wgmma` the products are 16-bit (`pairs`): the input rows' (re, im) pairs are
     // copied raw and each fragment register is one of them; the weights expanded into
     // `[re, −im]` and `[im, re]` planes rounded to the format (see `gemm.rs`'s `emit_wgmma`).
+    // (An input not stored in the format, a model's 32-bit input, takes the TF32 products.)
+    let choice = kc.tc16_for(&ctx.target.device);
     let pairs = match ctx.precision() {
         Precision::Bf16 => Some(Half::Bf16),
         Precision::Fp16 => Some(Half::F16),
         _ => None,
     }
-    .filter(|_| kc.tc16_for(&ctx.target.device, true) == TcHalf::Wgmma);
+    .filter(|h| {
+        choice == TcHalf::Wgmma
+            && ctx.g.node(v).inputs.first().is_some_and(|&x| ctx.storage(x) == h.storage())
+    });
     let tf32_products = match ctx.precision() {
         Precision::Tf32 => true,
-        Precision::Bf16 | Precision::Fp16 => {
-            pairs.is_some() || kc.tc16_for(&ctx.target.device, true) == TcHalf::Tf32
-        }
+        Precision::Bf16 | Precision::Fp16 => matches!(choice, TcHalf::Tf32 | TcHalf::Wgmma),
         _ => false,
     };
     if kc.tc_conv == TcConv::Gemm
@@ -83,10 +86,6 @@ pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kern
     // A 16-bit input cannot be copied by `cp.async` (which moves bytes as they are): each
     // thread loads its elements, widens them (exactly) and stores them into the buffer.
     let x_half = ctx.storage(x).is_half();
-    // (16-bit products take an input stored in their format only.)
-    if pairs.is_some_and(|h| ctx.storage(x) != h.storage()) {
-        return Ok(None);
-    }
     let dims = |s: Vec<usize>| -> Option<[usize; 4]> { s.try_into().ok() };
     let (Some(xs), Some(ws), Some(os)) = (dims(ctx.shape(x)), dims(ctx.shape(w)), dims(ctx.shape(v))) else {
         return Ok(None);
