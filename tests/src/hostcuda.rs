@@ -304,17 +304,19 @@ template <bool BF> static inline float wgmma_element16(u64 desc, unsigned r, uns
   memcpy(&h, dynamic_shared + start + (r / 8u) * sbo + (k / 8u) * lbo + (r % 8u) * 16u + (k % 8u) * 2u, 2);
   return BF ? __uint_as_float((u32)h << 16) : f16_value(h);
 }
+// The product once it runs, `A(r, k)` giving A's element (as `wgmma_now`, 16 deep).
+template <int N, bool BF, typename FA> static inline void wgmma16_now(float* d, FA A, u64 b) {
+  const unsigned t = threadIdx.x % 128u, w = t / 32u, lane = t % 32u;
+  for (unsigned i = 0; i < N / 8; ++i)
+    for (unsigned q = 0; q < 4; ++q) {
+      const unsigned r = 16u * w + lane / 4u + (q >= 2 ? 8u : 0u), n = 8u * i + 2u * (lane % 4u) + (q & 1u);
+      float acc = d[4 * i + q];
+      for (unsigned k = 0; k < 16; ++k) acc = fmaf(A(r, k), wgmma_element16<BF>(b, n, k), acc);
+      d[4 * i + q] = acc;
+    }
+}
 template <int N, bool BF> static inline void wgmma16(float* d, u64 a, u64 b) {
-  wgmma_queue.open.push_back([=] {
-    const unsigned t = threadIdx.x % 128u, w = t / 32u, lane = t % 32u;
-    for (unsigned i = 0; i < N / 8; ++i)
-      for (unsigned q = 0; q < 4; ++q) {
-        const unsigned r = 16u * w + lane / 4u + (q >= 2 ? 8u : 0u), n = 8u * i + 2u * (lane % 4u) + (q & 1u);
-        float acc = d[4 * i + q];
-        for (unsigned k = 0; k < 16; ++k) acc = fmaf(wgmma_element16<BF>(a, r, k), wgmma_element16<BF>(b, n, k), acc);
-        d[4 * i + q] = acc;
-      }
-  });
+  wgmma_queue.open.push_back([=] { wgmma16_now<N, BF>(d, [a](unsigned r, unsigned k) { return wgmma_element16<BF>(a, r, k); }, b); });
 }
 // With A from registers (16-bit pairs, mma.m16n8k16's A fragment: thread t of warp w holds rows
 // 16w + t/4 (+8) in a[0] (a[1]), columns 2(t%4), 2(t%4) + 1 there and 8 more in a[2], a[3]).
@@ -331,16 +333,7 @@ template <int N, bool BF> static inline void wgmma16(float* d, const u32* a, u64
       (*A)[r * 16 + k] = BF ? __uint_as_float((u32)h << 16) : f16_value(h);
     }
   __syncthreads();
-  wgmma_queue.open.push_back([=] {
-    const unsigned t = threadIdx.x % 128u, w = t / 32u, lane = t % 32u;
-    for (unsigned i = 0; i < N / 8; ++i)
-      for (unsigned q = 0; q < 4; ++q) {
-        const unsigned r = 16u * w + lane / 4u + (q >= 2 ? 8u : 0u), n = 8u * i + 2u * (lane % 4u) + (q & 1u);
-        float acc = d[4 * i + q];
-        for (unsigned k = 0; k < 16; ++k) acc = fmaf((*A)[r * 16 + k], wgmma_element16<BF>(b, n, k), acc);
-        d[4 * i + q] = acc;
-      }
-  });
+  wgmma_queue.open.push_back([=] { wgmma16_now<N, BF>(d, [A](unsigned r, unsigned k) { return (*A)[r * 16 + k]; }, b); });
 }
 // With A from registers (`wga=regs`): the warpgroup's 64 x 8 A gathered from its threads'
 // fragments when the product is issued (thread t of warp w: rows 16w + t/4 (+8) in a[0] (a[1]),
