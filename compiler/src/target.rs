@@ -256,6 +256,12 @@ pub struct KernelConfig {
     /// Under [`TcMma::Wgmma`] at `precision = tf32`: the kernel of stride-1 convolutions and
     /// their input gradients ([`TcConv`]).
     pub tc_conv: TcConv,
+    /// The most consecutive elements one thread of an elementwise kernel takes per pass of
+    /// its grid-stride loop (`ewvec=1|2|4`, default 4): every load of the pass is issued
+    /// before its first store, operands that run along the innermost axis are read and written
+    /// as one vector of up to 16 bytes, and per-channel operands once. Fewer where the domain's
+    /// innermost extent is not a multiple, or where the vectors would pass 16 bytes.
+    pub ew_vector: usize,
 }
 
 /// The `wgmma` kernel of a stride-1 convolution (forward, or its input gradient as a
@@ -541,6 +547,7 @@ impl Default for KernelConfig {
             fp32_products: Fp32Products::Fma,
             wgmma_a: WgmmaA::Registers,
             tc_conv: TcConv::default(),
+            ew_vector: 4,
         }
     }
 }
@@ -551,7 +558,7 @@ pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|ge
                                     tc=plain|prefetch|async, tctile=auto|64|128|64w4, tc16=auto|native|tf32|wgmma, frag=ldmatrix|lds, \
                                     cmul=4m|3m, ftile=64|128, attn=tc|fma, tcblocks=BLOCKS, \
                                     tcstages=2..8, tctaps=index|table|mask, launch=graph|stream, mma=sync|wgmma, wgwait=0|1, wgprod=0..3, \
-                                    colout=8|16|32, fp32=fma|3xtf32, wga=regs|smem, tcconv=grad|gemm|halo";
+                                    colout=8|16|32, fp32=fma|3xtf32, wga=regs|smem, tcconv=grad|gemm|halo, ewvec=1|2|4";
 
 impl KernelConfig {
     /// The 16-bit products' form on `device`: [`TcHalf::Auto`] resolved, and
@@ -614,7 +621,9 @@ impl KernelConfig {
     ///   ([`Fp32Products`]);
     /// - `wga`: `regs` (default) or `smem`, where `wgmma` reads its row operand ([`WgmmaA`]);
     /// - `tcconv`: `grad` (default), `gemm` or `halo`, the `wgmma` kernel of stride-1
-    ///   convolutions and their input gradients ([`TcConv`]).
+    ///   convolutions and their input gradients ([`TcConv`]);
+    /// - `ewvec`: `4` (default), `2` or `1`, the consecutive elements a thread of an
+    ///   elementwise kernel takes ([`KernelConfig::ew_vector`]).
     ///
     /// ```
     /// use cvc_compiler::target::{ConvKernel, KernelConfig};
@@ -743,6 +752,9 @@ impl KernelConfig {
                     }
                 }
                 "wgprod" => k.wgmma_producers = value.parse().ok().filter(|n| *n <= 3).ok_or_else(bad)?,
+                "ewvec" => {
+                    k.ew_vector = value.parse().ok().filter(|n| [1, 2, 4].contains(n)).ok_or_else(bad)?
+                }
                 "colout" => {
                     k.column_outputs =
                         value.parse().ok().filter(|n| [8, 16, 32].contains(n)).ok_or_else(bad)?
@@ -800,6 +812,7 @@ impl KernelConfig {
             "wgwait" => "0 or 1",
             "wgprod" => "a number from 0 to 3",
             "colout" => "8, 16 or 32",
+            "ewvec" => "1, 2 or 4",
             "fp32" => "fma or 3xtf32",
             "wga" => "regs or smem",
             "tcconv" => "grad, gemm or halo",
@@ -991,6 +1004,9 @@ impl fmt::Display for KernelConfig {
         }
         if self.column_outputs != d.column_outputs {
             parts.push(format!("colout={}", self.column_outputs));
+        }
+        if self.ew_vector != d.ew_vector {
+            parts.push(format!("ewvec={}", self.ew_vector));
         }
         if self.fp32_products == Fp32Products::Tf32x3 {
             parts.push("fp32=3xtf32".into());

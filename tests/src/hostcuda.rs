@@ -46,6 +46,7 @@ typedef unsigned long long u64;
 struct float2 { float x, y; };
 struct float4 { float x, y, z, w; };
 struct uint2 { unsigned x, y; };
+struct uint4 { unsigned x, y, z, w; };
 struct int2 { int x, y; };
 static inline int2 make_int2(int x, int y) { return int2{x, y}; }
 static inline float2 make_float2(float x, float y) { return float2{x, y}; }

@@ -12,14 +12,14 @@
 //! per-feature) operands once per output, before the loop over the summed points. (Attention
 //! kernels have their own host test, `attention_host.rs`, at sizes the emulation runs quickly.)
 
-use cvc_compiler::config::{Optimizer, OptimizerKind};
+use cvc_compiler::config::{Optimizer, OptimizerKind, Precision};
 use cvc_compiler::front::check_source;
 use cvc_compiler::interp::SplitMix64;
 use cvc_compiler::ir::Mode;
 use cvc_compiler::passes::pipeline::{compile, Options};
 use cvc_compiler::target::{CudaTarget, KernelConfig};
 use cvc_runtime::backend::Backend;
-use cvc_tests::differential::{check_step_locally, keep_every_value, random_leaves, to_host};
+use cvc_tests::differential::{check_step_locally_with, keep_every_value, random_leaves, to_host, Numerics};
 use cvc_tests::hostcuda::HostCudaBackend;
 use cvc_tests::seed::seed_for;
 use std::path::Path;
@@ -46,16 +46,23 @@ fn check_file(file: &str, batch: usize) -> String {
 
 /// [`check_file`] of source text, `file` naming it, under the kernel choices `spec`.
 fn check_source_text(file: &str, src: &str, batch: usize, spec: &str) -> String {
+    check_at_precision(file, src, batch, spec, Precision::Fp32)
+}
+
+/// [`check_source_text`] with the activations stored and multiplied as `precision` does.
+fn check_at_precision(file: &str, src: &str, batch: usize, spec: &str, precision: Precision) -> String {
     let checked = check_source(file, src, Mode::Train).unwrap_or_else(|d| panic!("{file}: {d:?}"));
     // Plain SGD at lr 1: every parameter's update is its gradient, checked as `new − old`.
     let sgd =
         Optimizer { kind: OptimizerKind::Sgd { momentum: 0.0, nesterov: false }, lr: 1.0, weight_decay: 0.0 };
-    let opts = Options { batch, optimizer: sgd, ..Options::default() };
+    let opts = Options { batch, optimizer: sgd, half: precision.storage(), ..Options::default() };
     let program = keep_every_value(&compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{file}: {e}")));
-    let tag: String =
-        format!("{file}-{spec}").chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    let tag: String = format!("{file}-{spec}-{precision:?}")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
     let kernels = KernelConfig::parse(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
-    let target = CudaTarget::h200().with_kernels(kernels);
+    let target = CudaTarget::h200().with_precision(precision).with_kernels(kernels);
     let mut be = HostCudaBackend::new(&program, &target, &tag).unwrap_or_else(|e| panic!("{file}: {e}"));
     let mut rng = SplitMix64::new(seed_for(&format!("cuda_host::{file}")));
     let leaves = random_leaves(&program.graph, batch, &mut rng);
@@ -65,7 +72,13 @@ fn check_source_text(file: &str, src: &str, batch: usize, spec: &str) -> String 
         }
     }
     be.step().unwrap_or_else(|e| panic!("{file}: step: {}", e.0));
-    let report = check_step_locally(&program, &mut be, &leaves).unwrap_or_else(|e| panic!("{file}: {e}"));
+    // At bf16, every product's operands and every stored value are rounded to 8 bits.
+    let numerics = match precision {
+        Precision::Bf16 => Numerics { operand: 1.0 / 256.0, store: 1.0 / 256.0, max_finite: 0.0 },
+        _ => Numerics::default(),
+    };
+    let report = check_step_locally_with(&program, &mut be, &leaves, numerics)
+        .unwrap_or_else(|e| panic!("{file}: {e}"));
     println!("{file} at batch {batch}, kernels {spec}: {}", report.summary());
     assert!(report.failures.is_empty(), "{file}:\n{}", report.failures.join("\n"));
     assert!(report.values > 0, "{file}: nothing was compared");
@@ -75,10 +88,23 @@ fn check_source_text(file: &str, src: &str, batch: usize, spec: &str) -> String 
 #[test]
 fn seed_network_step_on_host_compiled_cuda_matches_the_interpreter() {
     let code = check_file("examples/seed_cnn.cvnn", 2);
+    assert!(code.contains("vld<2>(((float2*)"), "elementwise kernels read two complex values at once");
     // Batchnorm's sums over 2 × 64 × 64 points per channel: split over blocks, the
     // per-channel statistics and weights read before the loop.
     assert!(code.contains("(ix)blockIdx.y * 4096u"), "a reduction split over blocks");
     assert!(code.contains("const ix h1 = "), "per-channel operands read once per output");
+}
+
+#[test]
+fn seed_network_at_bf16_on_host_compiled_cuda_matches_the_interpreter() {
+    // 16-bit activations: elementwise kernels take four (re, im) pairs per thread and pass,
+    // one 16-byte load or store per operand along the image rows (fp32 takes two complex
+    // values, 16 bytes too).
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the repository root");
+    let src = std::fs::read_to_string(root.join("examples/seed_cnn.cvnn")).expect("the seed network");
+    let code = check_at_precision("examples/seed_cnn.cvnn", &src, 2, "default", Precision::Bf16);
+    assert!(code.contains("vld<4>(((cbf16s*)"), "16-byte loads of four bf16 pairs");
+    assert!(code.contains("vst<4>(((cbf16s*)"), "16-byte stores of four bf16 pairs");
 }
 
 #[test]

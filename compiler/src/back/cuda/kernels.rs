@@ -213,6 +213,10 @@ fn open_kernel(name: &str, index: &Indexing) -> String {
 pub(crate) fn elementwise(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResult<Kernel> {
     let domain = group.domain.resolve(ctx.batch);
     let n: usize = domain.iter().product();
+    let width = vector_width(ctx, group, &domain)?;
+    if width > 1 {
+        return elementwise_vector(ctx, group, name, &domain, width);
+    }
     let grid = ctx.grid_for(n, BLOCK as usize);
     let buffers: Vec<Value> = group.inputs.iter().chain(&group.outputs).copied().collect();
     let index = ctx.indexing(&buffers, &[n, grid as usize * BLOCK as usize]);
@@ -449,7 +453,14 @@ pub(crate) fn reduce(
         };
         (BLOCK as usize / per_block, s, per_block)
     };
-    let chunk = r_n.div_ceil(splits);
+    // Consecutive points of the innermost (reduced) axis a lane takes at once, as one vector
+    // per operand along that axis (`ewvec`); the splits start at multiples of it.
+    let width = if lanes >= 32 && axes.contains(&(domain.len() - 1)) {
+        vector_width_of(ctx, &inputs, &[], &domain)?
+    } else {
+        1
+    };
+    let chunk = r_n.div_ceil(splits).next_multiple_of(width);
     let accs: Vec<Acc> = reds.iter().map(|r| Acc::of(r.2, r.4)).collect();
     let dstr = strides(&domain);
     let ostr = strides(&out_shape);
@@ -591,15 +602,64 @@ pub(crate) fn reduce(
     }
     let linear = if lin.is_empty() { "0u".to_string() } else { lin.join(" + ") };
     let _ = writeln!(body, "    const ix li = {linear};");
-    let vars = emit_values(ctx, &inner_nodes, &inner_in, &domain, &coords, "li", &mut body, hoisted)?;
-    for (j, &(red, x, op, _, dt)) in reds.iter().enumerate() {
-        let xv =
-            vars.get(&x).ok_or_else(|| format!("{red}: its operand {x} is not available in the kernel"))?;
-        let fold = match Acc::partial_fold(op, dt, &format!("p{j}"), xv) {
-            Some(f) => f,
-            None => Acc::fold(op, dt, &format!("a{j}"), xv, "r"),
-        };
-        let _ = writeln!(body, "    {fold}");
+    let fold = |vars: &HashMap<Value, String>, r: &str, body: &mut String| -> CompileResult<()> {
+        for (j, &(red, x, op, _, dt)) in reds.iter().enumerate() {
+            let xv = vars
+                .get(&x)
+                .ok_or_else(|| format!("{red}: its operand {x} is not available in the kernel"))?;
+            let fold = match Acc::partial_fold(op, dt, &format!("p{j}"), xv) {
+                Some(f) => f,
+                None => Acc::fold(op, dt, &format!("a{j}"), xv, r),
+            };
+            let _ = writeln!(body, "    {fold}");
+        }
+        Ok(())
+    };
+    if width == 1 {
+        let vars = emit_values(ctx, &inner_nodes, &inner_in, &domain, &coords, "li", &mut body, hoisted)?;
+        fold(&vars, "r", &mut body)?;
+    } else {
+        // `width` consecutive points from `r` on: the operands along the innermost axis as one
+        // vector each, the others (constant along it) once; then point by point.
+        let last = domain.len() - 1;
+        for &v in &inner_in {
+            let idx = index_in(&ctx.shape(v), &domain, &coords, "li");
+            if runs_along(ctx, v, &domain) {
+                let stored = stored_ctype(ctx.storage(v), ctx.dtype(v));
+                let _ = writeln!(
+                    body,
+                    "    const vec<{width}, {stored}> w{} = vld<{width}>({} + {idx});",
+                    v.index(),
+                    ctx.ptr(v)?
+                );
+            } else {
+                let _ = writeln!(
+                    body,
+                    "    const {} v{} = {}[{idx}];",
+                    ctype(ctx.dtype(v)),
+                    v.index(),
+                    ctx.ptr(v)?
+                );
+            }
+        }
+        for k in 0..width {
+            body.push_str("    {\n");
+            let mut vars = hoisted.clone();
+            for &v in &inner_in {
+                let var = format!("v{}", v.index());
+                if runs_along(ctx, v, &domain) {
+                    let _ =
+                        writeln!(body, "    const {} {var} = w{}.e[{k}];", ctype(ctx.dtype(v)), v.index());
+                }
+                vars.insert(v, var);
+            }
+            let mut cs = coords.clone();
+            cs[last] = format!("({} + {k}u)", coords[last]);
+            let vars =
+                emit_values(ctx, &inner_nodes, &[], &domain, &cs, &format!("(li + {k}u)"), &mut body, vars)?;
+            fold(&vars, &format!("(r + {k}u)"), &mut body)?;
+            body.push_str("    }\n");
+        }
     }
     let trip = |code: &mut String, tested: bool| {
         for (j, &(_, _, op, _, dt)) in reds.iter().enumerate() {
@@ -607,7 +667,8 @@ pub(crate) fn reduce(
         }
         let _ = writeln!(
             code,
-            "    #pragma unroll\n    for (u32 u = 0; u < {REDUCE_UNROLL}u; ++u) {{\n    const ix r = r4 + u * {lanes}u;\n    {}{{",
+            "    #pragma unroll\n    for (u32 u = 0; u < {REDUCE_UNROLL}u; ++u) {{\n    const ix r = r4 + u * {}u;\n    {}{{",
+            lanes * width,
             if tested { "if (r < re_) " } else { "" }
         );
         code.push_str(&body);
@@ -618,9 +679,10 @@ pub(crate) fn reduce(
     };
     let _ = writeln!(
         code,
-        "    ix r4 = rb + lane;\n    for (; r4 + {}u < re_; r4 += {}u) {{",
-        (REDUCE_UNROLL - 1) * lanes,
-        REDUCE_UNROLL * lanes
+        "    ix r4 = rb + lane{};\n    for (; r4 + {}u < re_; r4 += {}u) {{",
+        if width > 1 { format!(" * {width}u") } else { String::new() },
+        (REDUCE_UNROLL - 1) * lanes * width,
+        REDUCE_UNROLL * lanes * width
     );
     trip(&mut code, false);
     code.push_str("    }\n    if (r4 < re_) {\n");
@@ -719,6 +781,163 @@ pub(crate) fn reduce(
         shared: 0,
         index,
     })
+}
+
+/// Whether operand `v` of an elementwise group over `domain` runs along the domain's
+/// innermost axis (its index then moves by one with that coordinate; otherwise the index does
+/// not depend on it).
+fn runs_along(ctx: &Ctx, v: Value, domain: &[usize]) -> bool {
+    let last = domain.last().copied().unwrap_or(1);
+    last > 1 && ctx.shape(v).last() == Some(&last)
+}
+
+/// Consecutive elements per thread of an elementwise group ([`KernelConfig::ew_vector`]
+/// (crate::target::KernelConfig) at most): the largest of 4 and 2 that divides the domain's
+/// innermost extent and keeps every vector of an operand along that axis within 16 bytes and
+/// aligned; 1 where none does.
+fn vector_width(ctx: &Ctx, group: &KernelGroup, domain: &[usize]) -> CompileResult<usize> {
+    vector_width_of(ctx, &group.inputs, &group.outputs, domain)
+}
+
+/// [`vector_width`] of the buffers `inputs` and `outputs`.
+fn vector_width_of(ctx: &Ctx, inputs: &[Value], outputs: &[Value], domain: &[usize]) -> CompileResult<usize> {
+    let Some(&last) = domain.last() else { return Ok(1) };
+    let mut widest = 0;
+    let mut offsets = Vec::new();
+    for &v in inputs.iter().chain(outputs) {
+        if runs_along(ctx, v, domain) {
+            widest = widest.max(ctx.storage(v).elem_bytes(ctx.dtype(v)));
+            offsets.push(ctx.offset(v)?);
+        }
+    }
+    Ok([4, 2]
+        .into_iter()
+        .find(|&u| {
+            u <= ctx.target.kernels.ew_vector
+                && last % u == 0
+                && u * widest <= 16
+                && offsets.iter().all(|o| o % (u * widest).max(1) == 0)
+        })
+        .unwrap_or(1))
+}
+
+/// An elementwise group with `width` consecutive elements per thread and pass: the operands
+/// along the innermost axis read as one vector each and the others once, every element
+/// computed, then the outputs stored (vectors where they run along that axis). With every
+/// load of a pass ahead of its first store, a thread has all of them in flight at once.
+fn elementwise_vector(
+    ctx: &Ctx,
+    group: &KernelGroup,
+    name: &str,
+    domain: &[usize],
+    width: usize,
+) -> CompileResult<Kernel> {
+    let n: usize = domain.iter().product();
+    let passes = n / width;
+    let grid = ctx.grid_for(passes, BLOCK as usize);
+    let buffers: Vec<Value> = group.inputs.iter().chain(&group.outputs).copied().collect();
+    let index = ctx.indexing(&buffers, &[n, grid as usize * BLOCK as usize * width]);
+    let mut code = open_kernel(name, &index);
+    let _ = writeln!(
+        code,
+        "  for (ix j = (ix)blockIdx.x * blockDim.x + threadIdx.x; j < {passes}u; j += (ix)blockDim.x * gridDim.x) {{\n    const ix i = j * {width}u;"
+    );
+    let coords = emit_coords(domain, "i", &mut code);
+    let last = coords.len() - 1;
+    let stored = |v: Value| stored_ctype(ctx.storage(v), ctx.dtype(v));
+    for &v in &group.inputs {
+        let idx = index_in(&ctx.shape(v), domain, &coords, "i");
+        if runs_along(ctx, v, domain) {
+            let _ = writeln!(
+                code,
+                "    const vec<{width}, {}> w{} = vld<{width}>({} + {idx});",
+                stored(v),
+                v.index(),
+                ctx.ptr(v)?
+            );
+        } else {
+            let _ =
+                writeln!(code, "    const {} v{} = {}[{idx}];", ctype(ctx.dtype(v)), v.index(), ctx.ptr(v)?);
+        }
+    }
+    for &o in &group.outputs {
+        if runs_along(ctx, o, domain) {
+            let _ = writeln!(code, "    vec<{width}, {}> w{};", stored(o), o.index());
+        } else {
+            let _ = writeln!(code, "    {} r{}[{width}];", ctype(ctx.dtype(o)), o.index());
+        }
+    }
+    // The coordinates and linear index of element `u` of the pass.
+    let at = |u: usize| {
+        let mut cs = coords.clone();
+        cs[last] = format!("({} + {u}u)", coords[last]);
+        (cs, format!("(i + {u}u)"))
+    };
+    for u in 0..width {
+        let (cs, linear) = at(u);
+        code.push_str("    {\n");
+        let mut vars = HashMap::new();
+        for &v in &group.inputs {
+            let var = format!("v{}", v.index());
+            if runs_along(ctx, v, domain) {
+                let _ = writeln!(code, "    const {} {var} = w{}.e[{u}];", ctype(ctx.dtype(v)), v.index());
+            }
+            vars.insert(v, var);
+        }
+        let vars = emit_values(ctx, &group.nodes, &[], domain, &cs, &linear, &mut code, vars)?;
+        for &o in &group.outputs {
+            let var =
+                vars.get(&o).ok_or_else(|| format!("{o}: output of a kernel that does not compute it"))?;
+            let slot = if runs_along(ctx, o, domain) { 'w' } else { 'r' };
+            let _ = writeln!(
+                code,
+                "    {slot}{}{}[{u}] = {var};",
+                o.index(),
+                if slot == 'w' { ".e" } else { "" }
+            );
+        }
+        code.push_str("    }\n");
+    }
+    for &o in &group.outputs {
+        let shape = ctx.shape(o);
+        if runs_along(ctx, o, domain) {
+            // The owner guard of an output along the innermost axis does not name that axis.
+            let store = format!(
+                "vst<{width}>({} + {}, w{});",
+                ctx.ptr(o)?,
+                index_in(&shape, domain, &coords, "i"),
+                o.index()
+            );
+            match owner_guard(&shape, domain, &coords) {
+                Some(c) => {
+                    let _ = writeln!(code, "    if ({c}) {store}");
+                }
+                None => {
+                    let _ = writeln!(code, "    {store}");
+                }
+            }
+        } else {
+            for u in 0..width {
+                let (cs, linear) = at(u);
+                let store = format!(
+                    "{}[{}] = r{}[{u}];",
+                    ctx.ptr(o)?,
+                    index_in(&shape, domain, &cs, &linear),
+                    o.index()
+                );
+                match owner_guard(&shape, domain, &cs) {
+                    Some(c) => {
+                        let _ = writeln!(code, "    if ({c}) {store}");
+                    }
+                    None => {
+                        let _ = writeln!(code, "    {store}");
+                    }
+                }
+            }
+        }
+    }
+    code.push_str("  }\n}\n");
+    Ok(Kernel::grid_stride(code, grid, index))
 }
 
 /// A data-movement or special node: one thread per output element.

@@ -729,6 +729,26 @@ static __device__ __forceinline__ void mac(float2& c, float2 a, float2 b) {
 }
 static __device__ __forceinline__ void mac(float2& c, float2 a, float b) { c.x = fmaf(a.x, b, c.x); c.y = fmaf(a.y, b, c.y); }
 static __device__ __forceinline__ void mac(float2& c, float a, float2 b) { c.x = fmaf(a, b.x, c.x); c.y = fmaf(a, b.y, c.y); }
+// U consecutive elements of a buffer as one load or store (elementwise kernels, `ewvec`): one
+// instruction of 4, 8 or 16 bytes where U elements fill one, else element by element. The
+// caller's index is a multiple of U, and buffers start at multiples of 256 bytes.
+template <int U, typename T> struct alignas(sizeof(T) * U < 16 ? sizeof(T) * U : 16) vec { T e[U]; };
+template <int U, typename T> static __device__ __forceinline__ vec<U, T> vld(const T* p) {
+  vec<U, T> r;
+  constexpr int B = (int)sizeof(T) * U;
+  if constexpr (B == 16) *(uint4*)&r = *(const uint4*)p;
+  else if constexpr (B == 8) *(uint2*)&r = *(const uint2*)p;
+  else if constexpr (B == 4) *(u32*)&r = *(const u32*)p;
+  else { for (int u = 0; u < U; ++u) r.e[u] = p[u]; }
+  return r;
+}
+template <int U, typename T> static __device__ __forceinline__ void vst(T* p, const vec<U, T>& v) {
+  constexpr int B = (int)sizeof(T) * U;
+  if constexpr (B == 16) *(uint4*)p = *(const uint4*)&v;
+  else if constexpr (B == 8) *(uint2*)p = *(const uint2*)&v;
+  else if constexpr (B == 4) *(u32*)p = *(const u32*)&v;
+  else { for (int u = 0; u < U; ++u) p[u] = v.e[u]; }
+}
 // TF32 tensor-core product: d += a (16×8, row) · b (8×8, col), fp32 accumulate.
 static __device__ __forceinline__ u32 tf32(float x) {
   u32 r; asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x)); return r;
