@@ -7,16 +7,16 @@
 #   train: the RF example trained in fp32, bf16 and fp16 (same seed, 10 epochs) with the new
 #          default's products — the convergence figure of README was measured with the 16-bit
 #          `mma.sync` products;
-#   bench: the seed network at batch 1024 in bf16, tf32 and fp32, default against `ewvec=1`
-#          side by side, profiled;
+#   bench: the seed network at batch 1024 in bf16, tf32 and fp32, and the ViT at batch 128 in
+#          fp32, default against `ewvec=1` side by side, profiled;
 #   jax:   the JAX seed network at its default precision and in fp32, same call;
 #   ncu:   Nsight Compute on one bf16 step's contractions (`gemm` kernels): speed of light,
 #          occupancy, stall reasons, tensor-pipe activity — where the 16-bit products lose.
-# CVC_W37_PARTS picks from "check train bench jax ncu" (default "check bench jax").
+# CVC_W37_PARTS picks from "check train bench jax ncu" (default "bench jax check").
 # Builds nothing (.gpu/gpu, .gpu/cvc); a table last.
 . "$(dirname "$0")/gpu-prologue.sh"
 GPU=${CVC_GPU_TEST_BIN:-.gpu/gpu}
-for part in ${CVC_W37_PARTS:-check bench jax}; do
+for part in ${CVC_W37_PARTS:-bench jax check}; do
   case $part in
     check)
       OUT=$W CVC_GPU_TEST_BIN=$GPU CVC_TC_TESTS="${CVC_W37_CHECKS:-default:bf16,tf32:0}" bash bench/gpu-tc.sh tests >/dev/null
@@ -43,7 +43,7 @@ for p in ("fp32", "bf16", "fp16"):
 PY
       ;;
     bench)
-      OUT=$W CVC_GPU_TEST_BIN=$GPU CVC_TC_RUNS="${CVC_W37_RUNS:-seed_cnn 1024 bf16 default|seed_cnn 1024 bf16 ewvec=1|seed_cnn 1024 tf32 default|seed_cnn 1024 tf32 ewvec=1|seed_cnn 1024 fp32 default|seed_cnn 1024 bf16 default|seed_cnn 1024 bf16 ewvec=1}" \
+      OUT=$W CVC_GPU_TEST_BIN=$GPU CVC_TC_RUNS="${CVC_W37_RUNS:-seed_cnn 1024 bf16 default|seed_cnn 1024 bf16 ewvec=1|seed_cnn 1024 tf32 default|seed_cnn 1024 tf32 ewvec=1|seed_cnn 1024 fp32 default|seed_cnn 1024 bf16 default|seed_cnn 1024 bf16 ewvec=1|vit_sar 128 fp32 default|vit_sar 128 fp32 ewvec=1}" \
         CVC_TC_PROFILE_ALL=1 bash bench/gpu-tc.sh bench >/dev/null
       grep -v '^{' "$W/summary.txt" | grep -E "profile|gemm |  [0-9.]+ ms  k|^seed|^file" | head -150 >>"$S"
       grep -h '^{' "$W/tc.jsonl" >>"$S"
