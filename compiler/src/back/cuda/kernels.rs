@@ -455,11 +455,8 @@ pub(crate) fn reduce(
     };
     // Consecutive points of the innermost (reduced) axis a lane takes at once, as one vector
     // per operand along that axis (`ewvec`); the splits start at multiples of it.
-    let width = if lanes >= 32 && axes.contains(&(domain.len() - 1)) {
-        vector_width_of(ctx, &inputs, &[], &domain)?
-    } else {
-        1
-    };
+    let width =
+        if axes.contains(&(domain.len() - 1)) { vector_width_of(ctx, &inputs, &[], &domain)? } else { 1 };
     let chunk = r_n.div_ceil(splits).next_multiple_of(width);
     let accs: Vec<Acc> = reds.iter().map(|r| Acc::of(r.2, r.4)).collect();
     let dstr = strides(&domain);
