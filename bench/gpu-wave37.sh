@@ -19,7 +19,7 @@ GPU=${CVC_GPU_TEST_BIN:-.gpu/gpu}
 for part in ${CVC_W37_PARTS:-bench jax check}; do
   case $part in
     check)
-      OUT=$W CVC_GPU_TEST_BIN=$GPU CVC_TC_TESTS="${CVC_W37_CHECKS:-default:bf16,tf32:0}" bash bench/gpu-tc.sh tests >/dev/null
+      OUT=$W CVC_GPU_TEST_BIN=$GPU CVC_TC_TESTS="${CVC_W37_CHECKS:-ewvec=4:bf16,tf32:0}" bash bench/gpu-tc.sh tests >/dev/null
       grep -h -E "^tests" "$W/summary.txt" | tee -a "$S"
       grep -h -E "mismatches$|panicked|FAIL" "$W"/tests-*.log | tail -20 | tee -a "$S"
       ;;
@@ -43,7 +43,7 @@ for p in ("fp32", "bf16", "fp16"):
 PY
       ;;
     bench)
-      OUT=$W CVC_GPU_TEST_BIN=$GPU CVC_TC_RUNS="${CVC_W37_RUNS:-seed_cnn 1024 bf16 default|seed_cnn 1024 bf16 ewvec=1|seed_cnn 1024 tf32 default|seed_cnn 1024 tf32 ewvec=1|seed_cnn 1024 fp32 default|seed_cnn 1024 bf16 default|seed_cnn 1024 bf16 ewvec=1|vit_sar 128 fp32 default|vit_sar 128 fp32 ewvec=1}" \
+      OUT=$W CVC_GPU_TEST_BIN=$GPU CVC_TC_RUNS="${CVC_W37_RUNS:-seed_cnn 1024 bf16 ewvec=4|seed_cnn 1024 bf16 ewvec=1|seed_cnn 1024 tf32 ewvec=4|seed_cnn 1024 tf32 ewvec=1|seed_cnn 1024 bf16 ewvec=4|seed_cnn 1024 bf16 ewvec=1|vit_sar 128 fp32 ewvec=4|vit_sar 128 fp32 ewvec=1|seed_cnn 1024 fp32 ewvec=4}" \
         CVC_TC_PROFILE_ALL=1 bash bench/gpu-tc.sh bench >/dev/null
       grep -v '^{' "$W/summary.txt" | grep -E "profile|gemm |  [0-9.]+ ms  k|^seed|^file" | head -150 >>"$S"
       grep -h '^{' "$W/tc.jsonl" >>"$S"
