@@ -262,6 +262,12 @@ pub struct KernelConfig {
     /// as one vector of up to 16 bytes, and per-channel operands once. Fewer where the domain's
     /// innermost extent is not a multiple, or where the vectors would pass 16 bytes.
     pub ew_vector: usize,
+    /// Under [`TcMma::Wgmma`]: how the threads that copy an operand tile whose rows are
+    /// consecutive in memory (`tcfetch=rows`, default: a warp's 32 threads take 32 consecutive
+    /// rows at one K, which meet in 8 of shared memory's 32 banks in the core-matrix planes) or
+    /// 8 consecutive rows at up to 4 consecutive K (`tcfetch=banks`: 32 banks where the tile
+    /// lets a thread's K stride reach 4).
+    pub tc_fetch_banks: bool,
 }
 
 /// The `wgmma` kernel of a stride-1 convolution (forward, or its input gradient as a
@@ -548,6 +554,7 @@ impl Default for KernelConfig {
             wgmma_a: WgmmaA::Registers,
             tc_conv: TcConv::default(),
             ew_vector: 4,
+            tc_fetch_banks: false,
         }
     }
 }
@@ -558,7 +565,7 @@ pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|ge
                                     tc=plain|prefetch|async, tctile=auto|64|128|64w4, tc16=auto|native|tf32|wgmma, frag=ldmatrix|lds, \
                                     cmul=4m|3m, ftile=64|128, attn=tc|fma, tcblocks=BLOCKS, \
                                     tcstages=2..8, tctaps=index|table|mask, launch=graph|stream, mma=sync|wgmma, wgwait=0|1, wgprod=0..3, \
-                                    colout=8|16|32, fp32=fma|3xtf32, wga=regs|smem, tcconv=grad|gemm|halo, ewvec=1|2|4";
+                                    colout=8|16|32, fp32=fma|3xtf32, wga=regs|smem, tcconv=grad|gemm|halo, ewvec=1|2|4, tcfetch=rows|banks";
 
 impl KernelConfig {
     /// The 16-bit products' form on `device`: [`TcHalf::Auto`] resolved, and
@@ -623,7 +630,9 @@ impl KernelConfig {
     /// - `tcconv`: `grad` (default), `gemm` or `halo`, the `wgmma` kernel of stride-1
     ///   convolutions and their input gradients ([`TcConv`]);
     /// - `ewvec`: `4` (default), `2` or `1`, the consecutive elements a thread of an
-    ///   elementwise kernel takes ([`KernelConfig::ew_vector`]).
+    ///   elementwise kernel takes ([`KernelConfig::ew_vector`]);
+    /// - `tcfetch`: `rows` (default) or `banks`, how the `wgmma` GEMM's copying threads walk a
+    ///   tile ([`KernelConfig::tc_fetch_banks`]).
     ///
     /// ```
     /// use cvc_compiler::target::{ConvKernel, KernelConfig};
@@ -767,6 +776,13 @@ impl KernelConfig {
                         _ => return Err(bad()),
                     }
                 }
+                "tcfetch" => {
+                    k.tc_fetch_banks = match value {
+                        "rows" => false,
+                        "banks" => true,
+                        _ => return Err(bad()),
+                    }
+                }
                 "wga" => {
                     k.wgmma_a = match value {
                         "smem" => WgmmaA::Shared,
@@ -815,6 +831,7 @@ impl KernelConfig {
             "ewvec" => "1, 2 or 4",
             "fp32" => "fma or 3xtf32",
             "wga" => "regs or smem",
+            "tcfetch" => "rows or banks",
             "tcconv" => "grad, gemm or halo",
             "tctaps" => "index, table or mask",
             "tcstages" => "a number from 2 to 8",
@@ -1010,6 +1027,9 @@ impl fmt::Display for KernelConfig {
         }
         if self.fp32_products == Fp32Products::Tf32x3 {
             parts.push("fp32=3xtf32".into());
+        }
+        if self.tc_fetch_banks {
+            parts.push("tcfetch=banks".into());
         }
         if self.wgmma_a == WgmmaA::Shared {
             parts.push("wga=smem".into());

@@ -560,6 +560,29 @@ fn bf16_wgmma16_products_match_the_interpreter() {
 /// the SM's 64K. Checked here by arithmetic on every kernel that hands registers over, at the
 /// batch of the benchmark.
 #[test]
+fn copies_across_the_banks_match_the_interpreter() {
+    // `tcfetch=banks`: a warp's copies of a row-contiguous tile take 8 rows at up to 4 K, so
+    // that their 32 words of the core-matrix planes lie in 32 banks; at bf16 (raw pairs and
+    // expanded rows) and at tf32 (planes of f32).
+    let spec = ["tcfetch=banks"];
+    let h200 = CudaDevice::h200();
+    for precision in [Precision::Bf16, Precision::Tf32] {
+        let program = compiled(HALO_SOURCE, precision);
+        let (n, _, wgmma, _) = check_program(&program, precision, &spec, &h200);
+        eprintln!("{precision:?} tcfetch=banks: {n} launches, {wgmma} on wgmma");
+        assert!(wgmma >= 8, "{precision:?}: {wgmma} launches on wgmma");
+        let target = CudaTarget::h200()
+            .with_precision(precision)
+            .with_kernels(KernelConfig::parse(spec[0]).expect("a spec"));
+        let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{e}"));
+        let count = |form: &str| module.kernel_code.iter().filter(|(c, _)| c.contains(form)).count();
+        let (rows, ks) = (count("x = ((tid & 7u) | "), count("k = ((tid & 3u) | "));
+        eprintln!("{precision:?}: {rows} kernels copy 8 rows at 2 or 4 K, {ks} 4 K of 8 rows");
+        assert!(rows >= 1 && ks >= 4, "{precision:?}: {rows} and {ks} kernels copy across the banks");
+    }
+}
+
+#[test]
 fn register_handover_fits_the_blocks_pool() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the repository root");
     let src = std::fs::read_to_string(root.join("examples/seed_cnn.cvnn")).expect("the seed network");

@@ -1432,8 +1432,31 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
         let per = bk * bx / fetchers;
         let step = fetch_step(k_fast, bx, fetchers)
             .ok_or_else(|| internal!("a {bx} × {bk} wgmma tile does not divide among {fetchers} threads"))?;
-        let (kq, xq) = if k_fast {
+        let banks = ctx.target.kernels.tc_fetch_banks;
+        let (kq, xq) = if k_fast && banks && step.is_multiple_of(8) {
+            // `tcfetch=banks`: lanes 0–3 of a warp take 4 consecutive K (a core-matrix row's
+            // 4 words), the next 3 lane bits 8 consecutive rows (the core matrix's rows, 4
+            // words apart: 32 banks in all), the rest the K tile's other core matrices and
+            // then the rows beyond.
+            let quads = bk / 4;
+            (
+                format!("(({me} & 3u) | ((({me} >> 5u) % {quads}u) << 2u))"),
+                format!("((({me} >> 2u) & 7u) | ((({me} >> 5u) / {quads}u) << 3u))"),
+            )
+        } else if k_fast {
             (format!("{me} % {bk}u"), format!("{me} / {bk}u"))
+        } else if banks && bx.is_multiple_of(8) && step >= 2 {
+            // Rows consecutive in memory: lanes 0–7 of a warp take 8 consecutive rows (the 8
+            // rows of a core matrix, 4 words apart), the next lane bits up to 4 consecutive K
+            // (the words between), the rest the row's core matrix and then the K beyond: a
+            // core matrix's word of row x and K k lies in bank 4·(x % 8) + k % 4.
+            let kb = step.trailing_zeros().min(2);
+            let blocks = bx / 8;
+            let hi = format!("({me} >> {}u)", 3 + kb);
+            (
+                format!("((({me} >> 3u) & {}u) | (({hi} / {blocks}u) << {kb}u))", (1 << kb) - 1),
+                format!("(({me} & 7u) | (({hi} % {blocks}u) << 3u))"),
+            )
         } else {
             (format!("{me} / {bx}u"), format!("{me} % {bx}u"))
         };
