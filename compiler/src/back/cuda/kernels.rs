@@ -230,14 +230,7 @@ pub(crate) fn elementwise(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
         let shape = ctx.shape(o);
         let idx = index_in(&shape, &domain, &coords, "i");
         let store = format!("{}[{idx}] = {var};", ctx.ptr(o)?);
-        match owner_guard(&shape, &domain, &coords) {
-            Some(c) => {
-                let _ = writeln!(code, "    if ({c}) {store}");
-            }
-            None => {
-                let _ = writeln!(code, "    {store}");
-            }
-        }
+        guarded_store(owner_guard(&shape, &domain, &coords), &store, &mut code);
     }
     code.push_str("  }\n}\n");
     Ok(Kernel::grid_stride(code, grid, index))
@@ -619,37 +612,9 @@ pub(crate) fn reduce(
         // `width` consecutive points from `r` on: the operands along the innermost axis as one
         // vector each, the others (constant along it) once; then point by point.
         let last = domain.len() - 1;
-        for &v in &inner_in {
-            let idx = index_in(&ctx.shape(v), &domain, &coords, "li");
-            if runs_along(ctx, v, &domain) {
-                let stored = stored_ctype(ctx.storage(v), ctx.dtype(v));
-                let _ = writeln!(
-                    body,
-                    "    const vec<{width}, {stored}> w{} = vld<{width}>({} + {idx});",
-                    v.index(),
-                    ctx.ptr(v)?
-                );
-            } else {
-                let _ = writeln!(
-                    body,
-                    "    const {} v{} = {}[{idx}];",
-                    ctype(ctx.dtype(v)),
-                    v.index(),
-                    ctx.ptr(v)?
-                );
-            }
-        }
+        emit_vector_loads(ctx, &inner_in, &domain, &coords, "li", width, &mut body)?;
         for k in 0..width {
-            body.push_str("    {\n");
-            let mut vars = hoisted.clone();
-            for &v in &inner_in {
-                let var = format!("v{}", v.index());
-                if runs_along(ctx, v, &domain) {
-                    let _ =
-                        writeln!(body, "    const {} {var} = w{}.e[{k}];", ctype(ctx.dtype(v)), v.index());
-                }
-                vars.insert(v, var);
-            }
+            let vars = open_vector_point(ctx, &inner_in, &domain, k, &mut body, hoisted.clone());
             let mut cs = coords.clone();
             cs[last] = format!("({} + {k}u)", coords[last]);
             let vars =
@@ -788,6 +753,64 @@ fn runs_along(ctx: &Ctx, v: Value, domain: &[usize]) -> bool {
     last > 1 && ctx.shape(v).last() == Some(&last)
 }
 
+/// The loads of `inputs` at the first of `width` consecutive points (coordinates `coords`,
+/// linear index `linear`): one vector `w<N>` per operand along the innermost axis, one value
+/// `v<N>` per operand constant along it.
+fn emit_vector_loads(
+    ctx: &Ctx,
+    inputs: &[Value],
+    domain: &[usize],
+    coords: &[String],
+    linear: &str,
+    width: usize,
+    out: &mut String,
+) -> CompileResult<()> {
+    for &v in inputs {
+        let idx = index_in(&ctx.shape(v), domain, coords, linear);
+        let (n, ptr) = (v.index(), ctx.ptr(v)?);
+        if runs_along(ctx, v, domain) {
+            let stored = stored_ctype(ctx.storage(v), ctx.dtype(v));
+            let _ = writeln!(out, "    const vec<{width}, {stored}> w{n} = vld<{width}>({ptr} + {idx});");
+        } else {
+            let _ = writeln!(out, "    const {} v{n} = {ptr}[{idx}];", ctype(ctx.dtype(v)));
+        }
+    }
+    Ok(())
+}
+
+/// Opens the scope of point `u` of a vector: names each of `inputs` there (`v<N>`, element `u`
+/// of its vector where it has one) and returns `vars` with them.
+fn open_vector_point(
+    ctx: &Ctx,
+    inputs: &[Value],
+    domain: &[usize],
+    u: usize,
+    out: &mut String,
+    mut vars: HashMap<Value, String>,
+) -> HashMap<Value, String> {
+    out.push_str("    {\n");
+    for &v in inputs {
+        let var = format!("v{}", v.index());
+        if runs_along(ctx, v, domain) {
+            let _ = writeln!(out, "    const {} {var} = w{}.e[{u}];", ctype(ctx.dtype(v)), v.index());
+        }
+        vars.insert(v, var);
+    }
+    vars
+}
+
+/// A store, under the owner guard `guard` where there is one.
+fn guarded_store(guard: Option<String>, store: &str, out: &mut String) {
+    match guard {
+        Some(c) => {
+            let _ = writeln!(out, "    if ({c}) {store}");
+        }
+        None => {
+            let _ = writeln!(out, "    {store}");
+        }
+    }
+}
+
 /// Consecutive elements per thread of an elementwise group ([`KernelConfig::ew_vector`]
 /// (crate::target::KernelConfig) at most): the largest of 4 and 2 that divides the domain's
 /// innermost extent and keeps every vector of an operand along that axis within 16 bytes and
@@ -842,21 +865,7 @@ fn elementwise_vector(
     let coords = emit_coords(domain, "i", &mut code);
     let last = coords.len() - 1;
     let stored = |v: Value| stored_ctype(ctx.storage(v), ctx.dtype(v));
-    for &v in &group.inputs {
-        let idx = index_in(&ctx.shape(v), domain, &coords, "i");
-        if runs_along(ctx, v, domain) {
-            let _ = writeln!(
-                code,
-                "    const vec<{width}, {}> w{} = vld<{width}>({} + {idx});",
-                stored(v),
-                v.index(),
-                ctx.ptr(v)?
-            );
-        } else {
-            let _ =
-                writeln!(code, "    const {} v{} = {}[{idx}];", ctype(ctx.dtype(v)), v.index(), ctx.ptr(v)?);
-        }
-    }
+    emit_vector_loads(ctx, &group.inputs, domain, &coords, "i", width, &mut code)?;
     for &o in &group.outputs {
         if runs_along(ctx, o, domain) {
             let _ = writeln!(code, "    vec<{width}, {}> w{};", stored(o), o.index());
@@ -872,15 +881,7 @@ fn elementwise_vector(
     };
     for u in 0..width {
         let (cs, linear) = at(u);
-        code.push_str("    {\n");
-        let mut vars = HashMap::new();
-        for &v in &group.inputs {
-            let var = format!("v{}", v.index());
-            if runs_along(ctx, v, domain) {
-                let _ = writeln!(code, "    const {} {var} = w{}.e[{u}];", ctype(ctx.dtype(v)), v.index());
-            }
-            vars.insert(v, var);
-        }
+        let vars = open_vector_point(ctx, &group.inputs, domain, u, &mut code, HashMap::new());
         let vars = emit_values(ctx, &group.nodes, &[], domain, &cs, &linear, &mut code, vars)?;
         for &o in &group.outputs {
             let var =
@@ -905,14 +906,7 @@ fn elementwise_vector(
                 index_in(&shape, domain, &coords, "i"),
                 o.index()
             );
-            match owner_guard(&shape, domain, &coords) {
-                Some(c) => {
-                    let _ = writeln!(code, "    if ({c}) {store}");
-                }
-                None => {
-                    let _ = writeln!(code, "    {store}");
-                }
-            }
+            guarded_store(owner_guard(&shape, domain, &coords), &store, &mut code);
         } else {
             for u in 0..width {
                 let (cs, linear) = at(u);
@@ -922,14 +916,7 @@ fn elementwise_vector(
                     index_in(&shape, domain, &cs, &linear),
                     o.index()
                 );
-                match owner_guard(&shape, domain, &cs) {
-                    Some(c) => {
-                        let _ = writeln!(code, "    if ({c}) {store}");
-                    }
-                    None => {
-                        let _ = writeln!(code, "    {store}");
-                    }
-                }
+                guarded_store(owner_guard(&shape, domain, &cs), &store, &mut code);
             }
         }
     }
