@@ -12,7 +12,8 @@
 #   jax:   the JAX seed network at its default precision and in fp32, same call;
 #   ncu:   Nsight Compute on one bf16 step's contractions (`gemm` kernels): speed of light,
 #          occupancy, stall reasons, tensor-pipe activity — where the 16-bit products lose.
-# CVC_W37_PARTS picks from "check train bench jax ncu" (default "bench jax check").
+# CVC_W37_PARTS picks from "check train bench jax ncu" (default "bench jax check"); CVC_W37_NCU_SPEC
+# the kernel choice that ncu profiles (default "default").
 # Builds nothing (.gpu/gpu, .gpu/cvc); a table last.
 . "$(dirname "$0")/gpu-prologue.sh"
 GPU=${CVC_GPU_TEST_BIN:-.gpu/gpu}
@@ -55,7 +56,7 @@ PY
       ;;
     ncu)
       NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-      CVC_KERNELS=default CVC_BENCH_FILE=examples/seed_cnn.cvnn CVC_BENCH_BATCH=1024 CVC_BENCH_PRECISIONS=bf16 \
+      CVC_KERNELS=${CVC_W37_NCU_SPEC:-default} CVC_BENCH_FILE=examples/seed_cnn.cvnn CVC_BENCH_BATCH=1024 CVC_BENCH_PRECISIONS=bf16 \
         CVC_BENCH_PROFILE= CVC_BENCH_STEPS=1 timeout ${CVC_W37_NCU_LIMIT:-200} "$NCU" --clock-control none \
         -k "regex:${CVC_W37_NCU_KERNELS:-gemm}" --launch-count ${CVC_W37_NCU_COUNT:-11} \
         --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
