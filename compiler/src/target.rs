@@ -268,6 +268,18 @@ pub struct KernelConfig {
     /// 8 consecutive rows at up to 4 consecutive K (`tcfetch=banks`: 32 banks where the tile
     /// lets a thread's K stride reach 4).
     pub tc_fetch_banks: bool,
+    /// Under 16-bit `wgmma` products ([`TcHalf::Wgmma`]): where a product's expanded operand
+    /// (the one not stored in the 16-bit format) is a parameter, a small kernel before the
+    /// product writes its expansion (the `[re, −im]` and `[im, re]` words rounded to the
+    /// format) once per step into a staging buffer past the arena, and the product's tiles copy
+    /// those words by `cp.async` (`wexpand=pre`); `wexpand=tile` (default): every tile of every
+    /// block loads the f32 weights, rounds and stores them itself.
+    pub tc_expand_pre: bool,
+    /// Under 16-bit `wgmma` products, which operand is copied raw where both are complex and
+    /// stored in the format (a weight gradient's output gradient and patches): the row
+    /// operand (`tcraw=row`, default) or the one gathered with padding (`tcraw=gather`), so
+    /// that the operand the copying threads load, round and store twice is a plain load.
+    pub tc_raw_gather: bool,
 }
 
 /// The `wgmma` kernel of a stride-1 convolution (forward, or its input gradient as a
@@ -555,6 +567,8 @@ impl Default for KernelConfig {
             tc_conv: TcConv::default(),
             ew_vector: 4,
             tc_fetch_banks: false,
+            tc_expand_pre: false,
+            tc_raw_gather: false,
         }
     }
 }
@@ -565,7 +579,7 @@ pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|ge
                                     tc=plain|prefetch|async, tctile=auto|64|128|64w4, tc16=auto|native|tf32|wgmma, frag=ldmatrix|lds, \
                                     cmul=4m|3m, ftile=64|128, attn=tc|fma, tcblocks=BLOCKS, \
                                     tcstages=2..8, tctaps=index|table|mask, launch=graph|stream, mma=sync|wgmma, wgwait=0|1, wgprod=0..3, \
-                                    colout=8|16|32, fp32=fma|3xtf32, wga=regs|smem, tcconv=grad|gemm|halo, ewvec=1|2|4, tcfetch=rows|banks";
+                                    colout=8|16|32, fp32=fma|3xtf32, wga=regs|smem, tcconv=grad|gemm|halo, ewvec=1|2|4, tcfetch=rows|banks, wexpand=tile|pre, tcraw=row|gather";
 
 impl KernelConfig {
     /// The 16-bit products' form on `device`: [`TcHalf::Auto`] resolved, and
@@ -632,7 +646,11 @@ impl KernelConfig {
     /// - `ewvec`: `4` (default), `2` or `1`, the consecutive elements a thread of an
     ///   elementwise kernel takes ([`KernelConfig::ew_vector`]);
     /// - `tcfetch`: `rows` (default) or `banks`, how the `wgmma` GEMM's copying threads walk a
-    ///   tile ([`KernelConfig::tc_fetch_banks`]).
+    ///   tile ([`KernelConfig::tc_fetch_banks`]);
+    /// - `wexpand`: `tile` (default) or `pre`, where the 16-bit products expand a parameter
+    ///   operand ([`KernelConfig::tc_expand_pre`]);
+    /// - `tcraw`: `row` (default) or `gather`, which operand of 16-bit products is copied raw
+    ///   ([`KernelConfig::tc_raw_gather`]).
     ///
     /// ```
     /// use cvc_compiler::target::{ConvKernel, KernelConfig};
@@ -783,6 +801,20 @@ impl KernelConfig {
                         _ => return Err(bad()),
                     }
                 }
+                "tcraw" => {
+                    k.tc_raw_gather = match value {
+                        "row" => false,
+                        "gather" => true,
+                        _ => return Err(bad()),
+                    }
+                }
+                "wexpand" => {
+                    k.tc_expand_pre = match value {
+                        "tile" => false,
+                        "pre" => true,
+                        _ => return Err(bad()),
+                    }
+                }
                 "wga" => {
                     k.wgmma_a = match value {
                         "smem" => WgmmaA::Shared,
@@ -832,6 +864,8 @@ impl KernelConfig {
             "fp32" => "fma or 3xtf32",
             "wga" => "regs or smem",
             "tcfetch" => "rows or banks",
+            "wexpand" => "tile or pre",
+            "tcraw" => "row or gather",
             "tcconv" => "grad, gemm or halo",
             "tctaps" => "index, table or mask",
             "tcstages" => "a number from 2 to 8",
@@ -1030,6 +1064,12 @@ impl fmt::Display for KernelConfig {
         }
         if self.tc_fetch_banks {
             parts.push("tcfetch=banks".into());
+        }
+        if self.tc_expand_pre {
+            parts.push("wexpand=pre".into());
+        }
+        if self.tc_raw_gather {
+            parts.push("tcraw=gather".into());
         }
         if self.wgmma_a == WgmmaA::Shared {
             parts.push("wga=smem".into());

@@ -643,19 +643,21 @@ fn f16_to_f32(b: u16) -> f32 {
     (sign * v) as f32
 }
 
-/// Runs `launch`, which computes group `group` of `program` (an f32 plan), on an arena that
-/// holds `values` of the group's inputs at their slots, and returns what it wrote to each of
-/// the group's outputs.
+/// Runs `launches` in order, which compute group `group` of `program` (a kernel that stages an
+/// operand in the module's scratch memory, then the group's own), on an arena of
+/// `arena_bytes` (at least the plan's: the module's scratch past it) that holds `values` of the
+/// group's inputs at their slots, and returns what they wrote to each of the group's outputs.
 pub fn run_group(
     host: &HostProgram,
     program: &Program,
     group: usize,
-    launch: &HostLaunch,
+    launches: &[HostLaunch],
+    arena_bytes: usize,
     values: &[Option<Tensor>],
 ) -> Result<Vec<(Value, Vec<f32>)>, String> {
     let group = &program.groups[group];
     let plan = &program.plan;
-    let mut arena = vec![0u8; plan.arena_bytes];
+    let mut arena = vec![0u8; arena_bytes.max(plan.arena_bytes)];
     let slot = |v: Value| plan.slot(v).ok_or_else(|| format!("{v} has no slot"));
     for &i in &group.inputs {
         let t = values[i.index()].as_ref().ok_or_else(|| format!("{i} was not evaluated"))?;
@@ -670,7 +672,9 @@ pub fn run_group(
         }
         arena[s.offset..s.offset + s.bytes].copy_from_slice(&bytes);
     }
-    host.run(&mut arena, launch)?;
+    for launch in launches {
+        host.run(&mut arena, launch)?;
+    }
     group
         .outputs
         .iter()

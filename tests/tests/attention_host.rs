@@ -104,7 +104,7 @@ fn check(precision: Precision) -> (usize, usize) {
             .collect();
         let replay = replay_group(g, batch, &group.nodes, &operands)
             .unwrap_or_else(|e| panic!("{}: replaying {}: {e}", launch.case, launch.host.name));
-        for (o, got) in run_group(&host, program, launch.group, &launch.host, values)
+        for (o, got) in run_group(&host, program, launch.group, std::slice::from_ref(&launch.host), 0, values)
             .unwrap_or_else(|e| panic!("{} {}: {e}", launch.case, launch.host.name))
         {
             let want_t = replay.values.get(&o).expect("a replayed output");

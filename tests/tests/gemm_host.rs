@@ -126,8 +126,15 @@ fn check_program(
             .with_precision(precision)
             .with_kernels(kernels);
         let module = cuda::generate(program, &target).unwrap_or_else(|e| panic!("{spec}: {e}"));
-        for step in &module.steps {
-            let CudaStep::Launch(l) = step else { continue };
+        let arena = module.scratch.0 + module.scratch.1;
+        // The launches before a group's own that stage its operand (`wexpand=pre`).
+        let mut before: Vec<HostLaunch> = Vec::new();
+        let steps: Vec<&cuda::KernelLaunch> = module
+            .steps
+            .iter()
+            .filter_map(|s| if let CudaStep::Launch(l) = s { Some(l) } else { None })
+            .collect();
+        for (li, l) in steps.iter().enumerate() {
             if program.groups[l.group].kind != GroupKind::Contraction {
                 continue;
             }
@@ -148,10 +155,15 @@ fn check_program(
                 TensorCores::None
             };
             let host = HostLaunch { name, grid: l.grid, threads: l.block[0], shared: l.shared_bytes };
+            if steps.get(li + 1).is_some_and(|next| next.group == l.group) {
+                before.push(host);
+                continue;
+            }
+            let host: Vec<HostLaunch> = before.drain(..).chain([host]).collect();
             // Split TF32 operands (`fp32=3xtf32`): the split's bound, not TF32's.
             let split = code.contains("tf32_lo(");
             // A split of K over blocks accumulates with atomics into a zeroed output.
-            launches.push((spec.to_string(), host, l.group, tensor_cores, split));
+            launches.push((spec.to_string(), host, l.group, tensor_cores, split, arena));
         }
     }
     // (One folder per test: tests of one precision run side by side.)
@@ -172,7 +184,8 @@ fn check_program(
     let mut failures = Vec::new();
     // Per group: the interpreter's outputs, and Σ|a||b| per output element.
     let mut cache: HashMap<usize, (Replayed, Replayed)> = HashMap::new();
-    for (spec, launch, gi, tensor_cores, split) in &launches {
+    for (spec, run, gi, tensor_cores, split, arena) in &launches {
+        let launch = run.last().expect("a group's own launch");
         let group = &program.groups[*gi];
         let (want, mag) = cache.entry(*gi).or_insert_with(|| {
             let operands: HashMap<Value, Tensor> =
@@ -183,7 +196,8 @@ fn check_program(
             let mag = replay_group(g, batch, &group.nodes, &abs).unwrap_or_else(|e| panic!("{e}")).values;
             (want, mag)
         });
-        let outs = run_group(&host, program, *gi, launch, &values).unwrap_or_else(|e| panic!("{spec}: {e}"));
+        let outs =
+            run_group(&host, program, *gi, run, *arena, &values).unwrap_or_else(|e| panic!("{spec}: {e}"));
         for (o, got) in outs {
             let w = flat(&want[&o]);
             let m = mag[&o].to_complex_vec();
@@ -237,7 +251,8 @@ fn check_program(
     assert_eq!(split, want_split, "launches with split TF32 operands at {precision:?}");
     let on_wgmma = |t: TensorCores| matches!(t, TensorCores::Wgmma | TensorCores::Wgmma16);
     let wgmma = launches.iter().filter(|l| on_wgmma(l.3)).count();
-    let two = launches.iter().filter(|l| on_wgmma(l.3) && l.1.threads == 256).count();
+    let two =
+        launches.iter().filter(|l| on_wgmma(l.3) && l.1.last().is_some_and(|h| h.threads == 256)).count();
     eprintln!("{precision:?}: {wgmma} wgmma launches, {two} of them with two warpgroups");
     eprintln!("{precision:?}: {} contraction launches ({tc} on tensor cores) checked", launches.len());
     assert!(
@@ -579,6 +594,68 @@ fn copies_across_the_banks_match_the_interpreter() {
         let (rows, ks) = (count("x = ((tid & 7u) | "), count("k = ((tid & 3u) | "));
         eprintln!("{precision:?}: {rows} kernels copy 8 rows at 2 or 4 K, {ks} 4 K of 8 rows");
         assert!(rows >= 1 && ks >= 4, "{precision:?}: {rows} and {ks} kernels copy across the banks");
+    }
+}
+
+#[test]
+fn staged_weight_expansions_match_the_interpreter() {
+    // `wexpand=pre`: a kernel before each 16-bit product whose expanded operand is a weight
+    // writes the expansion once into the staging buffer, and the product copies it by
+    // `cp.async` — implicit GEMMs (forward convolutions, dense layers), halo tiles (input
+    // gradients; forward layers too under `tcconv=halo`), conjugated operands, and copying
+    // warpgroups (`wgprod=1`, open to 16-bit products once no thread stores its own copies).
+    // (With `tcraw=gather` too: the weight gradients copy their patches raw and expand the
+    // output gradient.)
+    let specs = [
+        "wexpand=pre",
+        "wexpand=pre,tcconv=halo,wga=smem",
+        "wexpand=pre,wgprod=1",
+        "tcraw=gather,wexpand=pre",
+    ];
+    let h200 = CudaDevice::h200();
+    // (At fp16 the layers of `SOURCE`: `HALO_SOURCE`'s sums pass fp16's range.)
+    for (precision, source, least) in [(Precision::Bf16, HALO_SOURCE, 8), (Precision::Fp16, SOURCE, 3)] {
+        let program = compiled(&source.replace("WIDE", ""), precision);
+        let (n, _, wgmma, _) = check_program(&program, precision, &specs, &h200);
+        eprintln!("{precision:?} wexpand=pre: {n} launches, {wgmma} on wgmma");
+        for spec in specs {
+            let target = CudaTarget::h200()
+                .with_precision(precision)
+                .with_kernels(KernelConfig::parse(spec).expect("a spec"));
+            let module = cuda::generate(&program, &target).unwrap_or_else(|e| panic!("{e}"));
+            let staged = module.kernels.iter().filter(|k| k.ends_with("_w")).count();
+            let readers = module
+                .kernel_code
+                .iter()
+                .filter(|(c, _)| {
+                    c.contains("wgmma16<") && c.contains(&format!("(A + {}ull)", module.scratch.0))
+                })
+                .count();
+            let producers =
+                module.kernel_code.iter().filter(|(c, _)| c.contains("cp_async_mbar_arrive")).count();
+            eprintln!("{precision:?} {spec}: {staged} staged weights, {readers} products read them, {producers} with copying warpgroups");
+            // (`HALO_SOURCE`: conv2..conv5's forward and input gradient and the dense layer.)
+            assert!(staged >= least && readers == staged, "{spec}: {staged} staged, {readers} readers");
+            let largest =
+                program.graph.params().map(|p| program.graph.ty(p).shape.numel(3)).max().unwrap_or(0);
+            assert!(module.scratch.1 >= 8 * largest, "{spec}: staging of {} bytes", module.scratch.1);
+            if spec.contains("wgprod") {
+                assert!(producers >= 2, "{spec}: {producers} kernels with copying warpgroups");
+            }
+            if spec.contains("tcraw") {
+                let gradients = module
+                    .kernel_code
+                    .iter()
+                    .filter(|(c, _)| c.contains("conv2d_weight_grad") && c.contains("wgmma16<"))
+                    .collect::<Vec<_>>();
+                let raw_patches = gradients.iter().filter(|(c, _)| c.contains("cp_async4(PBr(s)")).count();
+                assert!(
+                    raw_patches >= 1,
+                    "{spec}: {raw_patches} of {} weight gradients copy patches raw",
+                    gradients.len()
+                );
+            }
+        }
     }
 }
 

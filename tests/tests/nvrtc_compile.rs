@@ -970,17 +970,27 @@ fn wgmma_kernels_compile_to_a_cubin_for_sm90a() {
     }
     // 16-bit products on `wgmma` (`tc16=wgmma`, `m64nNk16` in bf16 and f16): ptxas checks the
     // instructions' form, which the host emulation cannot.
+    // Under `wexpand=pre` the weights' expansions staged by kernels of their own (and copying
+    // warpgroups, which that opens to 16-bit products).
     for (precision, program, ty) in [(Precision::Bf16, &bf16, "true"), (Precision::Fp16, &fp16, "false")] {
-        let kernels = KernelConfig::parse("tc16=wgmma").expect("a spec");
-        let target = CudaTarget::h200().with_precision(precision).with_kernels(kernels);
-        let m = cuda::generate(program, &target)
-            .unwrap_or_else(|e| panic!("seed_cnn {precision:?} tc16=wgmma: {e}"));
-        let w16 = m.kernel_code.iter().filter(|(c, _)| c.contains(&format!(", {ty}>(c"))).count();
-        assert!(w16 >= 5, "seed_cnn {precision:?} tc16=wgmma: {w16} contractions on 16-bit wgmma");
-        if nvrtc {
-            let cubin = cvc_runtime::cuda::compile_cubin(&m.source, &m.arch)
-                .unwrap_or_else(|e| panic!("seed_cnn {precision:?} tc16=wgmma: {e}"));
-            eprintln!("seed_cnn {precision:?} tc16=wgmma: {} bytes of {} cubin", cubin.len(), m.arch);
+        for spec in ["tc16=wgmma", "wexpand=pre", "wexpand=pre,wgprod=1"] {
+            let kernels = KernelConfig::parse(spec).expect("a spec");
+            let target = CudaTarget::h200().with_precision(precision).with_kernels(kernels);
+            let m = cuda::generate(program, &target)
+                .unwrap_or_else(|e| panic!("seed_cnn {precision:?} {spec}: {e}"));
+            let w16 = m.kernel_code.iter().filter(|(c, _)| c.contains(&format!(", {ty}>(c"))).count();
+            assert!(w16 >= 5, "seed_cnn {precision:?} {spec}: {w16} contractions on 16-bit wgmma");
+            let staged = m.kernels.iter().filter(|k| k.ends_with("_w")).count();
+            assert_eq!(
+                staged > 0,
+                spec.contains("wexpand"),
+                "seed_cnn {precision:?} {spec}: {staged} staged"
+            );
+            if nvrtc {
+                let cubin = cvc_runtime::cuda::compile_cubin(&m.source, &m.arch)
+                    .unwrap_or_else(|e| panic!("seed_cnn {precision:?} {spec}: {e}"));
+                eprintln!("seed_cnn {precision:?} {spec}: {} bytes of {} cubin", cubin.len(), m.arch);
+            }
         }
     }
 }

@@ -284,6 +284,7 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
         block: [threads, 1, 1],
         zero: Vec::new(),
         scratch: 0,
+        pre: None,
         shared: if tc { tc_shared } else { 0 },
         index,
     })

@@ -268,6 +268,7 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
         block: [256, 1, 1],
         zero: Vec::new(),
         scratch: 0,
+        pre: None,
         shared: 0,
         index,
     }))

@@ -155,6 +155,7 @@ fn conj_if(c: bool, x: String) -> String {
 /// arithmetic has no branches, so the loads of a tile can all be in flight at once (a gather
 /// that returned early for padding put every load in its own branch, and each load waited
 /// for its data before the next one was issued: bench/GPU-NOTES.md).
+#[derive(Clone)]
 struct Load {
     /// Declarations that read only `k`: the tensor-core kernels compute them once for the
     /// elements of a tile that share a `k`.
@@ -857,7 +858,16 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
         gm.m, gm.n
     );
     let zero = if splits > 1 { vec![(ctx.offset(v)?, ctx.bytes(v))] } else { Vec::new() };
-    Ok(Kernel { code: c, grid: grid.launch, block: [256, 1, 1], zero, scratch: 0, shared: 0, index })
+    Ok(Kernel {
+        code: c,
+        grid: grid.launch,
+        block: [256, 1, 1],
+        zero,
+        scratch: 0,
+        shared: 0,
+        index,
+        pre: None,
+    })
 }
 
 /// The tensor-core variant (`Precision::Tf32`, and `Bf16`/`Fp16`, whose 16-bit operands widen
@@ -1175,6 +1185,7 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
         block: [threads as u32, 1, 1],
         zero,
         scratch: 0,
+        pre: None,
         shared: dynamic,
         index,
     })
@@ -1247,8 +1258,12 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
             let raw = |op: &(usize, &str, &str, bool, bool, &Load)| {
                 op.4 && stored_as(ctx, v, op.5) == half.storage()
             };
-            // (The row tile is the larger: its operand is the one copied raw where both can be.)
-            if raw(&row_op) {
+            // (The row tile is the larger: its operand is the one copied raw where both can be;
+            // under `tcraw=gather` the one gathered with padding, a convolution's patch, so
+            // that the other, a plain load, is the one expanded.)
+            let gathered = |op: &(usize, &str, &str, bool, bool, &Load)| !op.5.guard.is_empty();
+            let col_first = kc.tc_raw_gather && raw(&col_op) && gathered(&col_op) && !gathered(&row_op);
+            if raw(&row_op) && !col_first {
                 Some((half, true))
             } else if raw(&col_op) {
                 Some((half, false))
@@ -1256,7 +1271,17 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
                 None
             }
         });
-    let producers = if split || any_half { 0 } else { kc.wgmma_producers };
+    // `wexpand=pre`: the expanded operand of 16-bit products, where it is a parameter whose
+    // expansion fits the staging buffer, is copied from there as it is, two words an element
+    // (`stage_kernel` writes it before the product); the weights' loads, roundings and stores
+    // then leave every tile of every block.
+    let staged = pairs.filter(|_| kc.tc_expand_pre).and_then(|(_, raw_row)| {
+        let x = param_read(ctx, v, if raw_row { col_op.5 } else { row_op.5 })?;
+        (8 * ctx.g.ty(x).shape.numel(ctx.batch) <= ctx.stage.1).then_some(x)
+    });
+    // Whether some copies are the threads' own stores, which the copying warpgroups cannot do.
+    let thread_stores = if pairs.is_some() { staged.is_none() } else { any_half };
+    let producers = if split || thread_stores { 0 } else { kc.wgmma_producers };
     let spec = producers > 0;
     let consumers = 128 * warpgroups;
     let fetchers = if spec { 128 } else { consumers };
@@ -1408,6 +1433,7 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     let me = if spec { "ft" } else { "tid" };
     let mut fetch_decls = String::new();
     let mut fetch = String::new();
+    let mut pre = None;
     // Under `tc16=wgmma`: the 16-bit pair of (lo, hi) as the float whose bits it is.
     if let Some((half, _)) = pairs {
         let _ = writeln!(
@@ -1428,7 +1454,12 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
         // Under `tc16=wgmma`, whether this operand is copied raw, or else expanded with the
         // signs (raw, own) of the imaginary parts.
         let raw = pairs.is_some_and(|(_, r)| r == is_row);
-        let expand = pairs.filter(|_| !raw).map(|_| if is_row { (sb, sa) } else { (sa, sb) });
+        let signs = if is_row { (sb, sa) } else { (sa, sb) };
+        // (Staged: read from the staging buffer, at the parameter's own element index.)
+        let staged_here = pairs.is_some() && !raw && staged.is_some();
+        let staged_load = Load { ptr: format!("((float2*)(A + {}ull))", ctx.stage.0), ..load.clone() };
+        let load = if staged_here { &staged_load } else { load };
+        let expand = pairs.filter(|_| !raw && !staged_here).map(|_| signs);
         let per = bk * bx / fetchers;
         let step = fetch_step(k_fast, bx, fetchers)
             .ok_or_else(|| internal!("a {bx} × {bk} wgmma tile does not divide among {fetchers} threads"))?;
@@ -1513,7 +1544,7 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
                     "const float w = (float){}[ok ? (ix)({}) : (ix)0];\n        P{op}r(s)[{at}] = ok ? w : 0.0f;",
                     load.ptr, load.idx
                 )
-            } else if cx {
+            } else if cx || staged_here {
                 format!("cp_async4(P{op}r(s) + {at}, src, ok);\n        cp_async4(P{op}i(s) + {at}, src + 1, ok);")
             } else {
                 format!("cp_async4(P{op}r(s) + {at}, src, ok);")
@@ -1615,6 +1646,12 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
         }
         fetch.truncate(fetch.trim_end().len());
         fetch.push_str("\n    }\n");
+        if let (true, Some(x), Some((half, _))) = (staged_here, staged, pairs) {
+            pre = Some((
+                format!("{name}_w"),
+                Box::new(stage_kernel(ctx, x, half, signs, &format!("{name}_w"))?),
+            ));
+        }
     }
     // The products of stage `s`: per 8-deep step, (accumulator, A plane, B plane, operand signs).
     let prods: Vec<(&str, &str, &str, i32, i32)> = match (pairs, ca, cb) {
@@ -1779,7 +1816,59 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
         scratch: 0,
         shared: stages * stage_bytes,
         index,
+        pre,
     }))
+}
+
+/// The parameter whose buffer `load` reads, if it reads one (an input of contraction `v`).
+fn param_read(ctx: &Ctx, v: Value, load: &Load) -> Option<Value> {
+    ctx.g
+        .node(v)
+        .inputs
+        .iter()
+        .copied()
+        .find(|&x| matches!(ctx.g.node(x).op, Op::Param { .. }) && ctx.ptr(x).is_ok_and(|p| p == load.ptr))
+}
+
+/// The kernel of `wexpand=pre` ([`KernelConfig::tc_expand_pre`]): parameter `x`'s elements
+/// expanded as a 16-bit product's copying threads would expand them (`emit_wgmma`'s fetch,
+/// signs `(sr, se)`: the raw operand's and `x`'s imaginary parts), into the staging buffer at
+/// their own indices, two words an element: `[re, −sr·se·im]` and `[se·im, sr·re]` (a real
+/// element `[x, 0]` and `[0, sr·x]`) rounded to the format.
+pub(super) fn stage_kernel(
+    ctx: &Ctx,
+    x: Value,
+    half: Half,
+    (sr, se): (i32, i32),
+    name: &str,
+) -> CompileResult<Kernel> {
+    let n = ctx.g.ty(x).shape.numel(ctx.batch);
+    let grid = ctx.grid_for(n, BLOCK as usize);
+    let index = ctx.indexing(&[x], &[n, grid as usize * BLOCK as usize]);
+    let neg = |s: i32| if s < 0 { "-" } else { "" };
+    let (load, words) = if ctx.dtype(x) == DType::C64 {
+        (
+            "const float2 w = src[i];",
+            format!("PK(w.x, {}w.y), PK({}w.y, {}w.x)", neg(-sr * se), neg(se), neg(sr)),
+        )
+    } else {
+        ("const float w = src[i];", format!("PK(w, 0.0f), PK(0.0f, {}w)", neg(sr)))
+    };
+    let code = format!(
+        "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {name}(char* A) {{\n{}  \
+         auto PK = [](float lo, float hi) -> float {{ {} q; q = make_float2(lo, hi); return __uint_as_float(q.u); }};\n  \
+         const auto src = {};\n  float2* const dst = (float2*)(A + {}ull);\n  \
+         for (ix i = (ix)blockIdx.x * {BLOCK}u + threadIdx.x; i < {n}u; i += (ix)gridDim.x * {BLOCK}u) {{\n    \
+         {load}\n    dst[i] = make_float2({words});\n  }}\n}}",
+        index.typedef(),
+        match half {
+            Half::Bf16 => "cbf16s",
+            Half::F16 => "cf16s",
+        },
+        ctx.ptr(x)?,
+        ctx.stage.0,
+    );
+    Ok(Kernel::grid_stride(code, grid, index))
 }
 
 /// The 16-bit format of contraction `v`'s products as `wgmma` pairs ([`TcHalf::Wgmma`]): the

@@ -254,7 +254,23 @@ pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kern
     let sign = |conj: bool| if conj { -1 } else { 1 };
     let (sa, sb) = (sign(conj[0]), sign(conj[1]));
     let neg = |s: i32| if s < 0 { "-" } else { "" };
-    let copy_b = match pairs {
+    // `wexpand=pre` (see `gemm.rs`'s `emit_wgmma`): the weights' expansion written once per
+    // step into the staging buffer by a kernel before this one, and copied from there as it is
+    // (two words an element, at the weight's own indices).
+    let staged = pairs.filter(|_| {
+        kc.tc_expand_pre
+            && matches!(ctx.g.node(w).op, Op::Param { .. })
+            && 8 * ctx.g.ty(w).shape.numel(ctx.batch) <= ctx.stage.1
+    });
+    let pre = match staged {
+        Some(half) => {
+            let pre_name = format!("{name}_w");
+            Some((pre_name.clone(), Box::new(super::gemm::stage_kernel(ctx, w, half, (sa, sb), &pre_name)?)))
+        }
+        None => None,
+    };
+    let pw = if staged.is_some() { format!("((float2*)(A + {}ull))", ctx.stage.0) } else { pw };
+    let copy_b = match pairs.filter(|_| staged.is_none()) {
         // The expansion of weight w by the input's pairs x: [wr, −sx·sw·wi] and [sw·wi, sx·wr].
         Some(half) => format!(
             "const float2 w = *reinterpret_cast<const float2*>(wg_ + wix);\n      \
@@ -360,6 +376,7 @@ pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kern
         block: [threads as u32, 1, 1],
         zero: Vec::new(),
         scratch: 0,
+        pre,
         shared,
         index,
     }))

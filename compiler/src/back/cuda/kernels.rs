@@ -740,6 +740,7 @@ pub(crate) fn reduce(
         block: [BLOCK, 1, 1],
         zero: Vec::new(),
         scratch: scratch_bytes,
+        pre: None,
         shared: 0,
         index,
     })

@@ -234,14 +234,34 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
             target.precision.name()
         ));
     }
-    let ctx = Ctx { g: &program.graph, plan: &program.plan, batch: program.plan.batch, target };
+    let scratch_start = program.plan.arena_bytes.next_multiple_of(256);
+    // The staging buffer of the parameters' expansions under `wexpand=pre`
+    // ([`KernelConfig::tc_expand_pre`](crate::target::KernelConfig::tc_expand_pre)): one, at
+    // the start of the scratch memory, as large as the largest parameter's (two 32-bit words
+    // per element). Each expansion is written by the kernel launched just before the product
+    // that reads it, and launches run in order, so the products share it.
+    let stage_bytes = if target.kernels.tc_expand_pre
+        && target.precision.storage().is_half()
+        && target.kernels.tc16_for(&target.device) == crate::target::TcHalf::Wgmma
+    {
+        let g = &program.graph;
+        g.params().map(|p| 8 * g.ty(p).shape.numel(program.plan.batch)).max().unwrap_or(0)
+    } else {
+        0
+    };
+    let ctx = Ctx {
+        g: &program.graph,
+        plan: &program.plan,
+        batch: program.plan.batch,
+        target,
+        stage: (scratch_start, stage_bytes),
+    };
     let mut source = String::new();
     source.push_str(PRELUDE);
     let mut steps = Vec::new();
     let mut kernels = Vec::new();
     let mut kernel_code = Vec::new();
-    let scratch_start = program.plan.arena_bytes.next_multiple_of(256);
-    let mut scratch_end = scratch_start;
+    let mut scratch_end = (scratch_start + stage_bytes).next_multiple_of(256);
     let group_at = |gi: usize| {
         program.groups.get(gi).ok_or_else(|| internal!("schedule names group {gi}, which does not exist"))
     };
@@ -299,6 +319,24 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
                 recurrence::kernel(&ctx, group, &name)?
             }
         };
+        // A kernel that prepares an operand of this one (`wexpand=pre`) runs just before it.
+        if let Some((pre_name, pre)) = &out.pre {
+            let code = format!(
+                "// group {gi}: the staged operand of {name}\n// index: {}\n{}\n",
+                pre.index, pre.code
+            );
+            source.push_str(&code);
+            kernel_code.push((code, Vec::new()));
+            steps.push(CudaStep::Launch(KernelLaunch {
+                name: pre_name.clone(),
+                grid: pre.grid,
+                block: pre.block,
+                shared_bytes: pre.shared as u32,
+                group: gi,
+                index: pre.index,
+            }));
+            kernels.push(pre_name.clone());
+        }
         let mut code = String::new();
         for (id, k) in ids.iter().zip(&run) {
             let _ = writeln!(code, "// group {id}: {}", describe(&ctx, k));
@@ -375,6 +413,9 @@ pub(crate) struct Kernel {
     pub shared: usize,
     /// The integer type of its element indices ([`Ctx::indexing`]).
     pub index: Indexing,
+    /// A kernel launched just before this one, with its name: the expansion of a parameter
+    /// operand into the staging buffer (`wexpand=pre`).
+    pub pre: Option<(String, Box<Kernel>)>,
 }
 
 impl Kernel {
@@ -389,6 +430,7 @@ impl Kernel {
             scratch: 0,
             shared: 0,
             index,
+            pre: None,
         }
     }
 }
@@ -526,6 +568,8 @@ pub(crate) struct Ctx<'a> {
     pub plan: &'a ArenaPlan,
     pub batch: usize,
     pub target: &'a CudaTarget,
+    /// The staging buffer of `wexpand=pre`: byte offset and size (0: none).
+    pub stage: (usize, usize),
 }
 
 impl Ctx<'_> {

@@ -225,6 +225,7 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
         block: [block, 1, 1],
         zero: Vec::new(),
         scratch: 0,
+        pre: None,
         shared: 0,
         index,
     })

@@ -352,6 +352,7 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
         block: [256, 1, 1],
         zero: vec![(ctx.offset(v)?, ctx.bytes(v))],
         scratch: 0,
+        pre: None,
         shared: if copies { 2 * smem } else { 0 },
         index,
     }))
