@@ -970,10 +970,10 @@ fn wgmma_kernels_compile_to_a_cubin_for_sm90a() {
     }
     // 16-bit products on `wgmma` (`tc16=wgmma`, `m64nNk16` in bf16 and f16): ptxas checks the
     // instructions' form, which the host emulation cannot.
-    // Under `wexpand=pre` the weights' expansions staged by kernels of their own (and copying
-    // warpgroups, which that opens to 16-bit products).
+    // The weights' expansions staged by kernels of their own (`wexpand=pre`, default; with
+    // copying warpgroups too, which that opens to 16-bit products) and by every tile.
     for (precision, program, ty) in [(Precision::Bf16, &bf16, "true"), (Precision::Fp16, &fp16, "false")] {
-        for spec in ["tc16=wgmma", "wexpand=pre", "wexpand=pre,wgprod=1"] {
+        for spec in ["tc16=wgmma", "wgprod=1", "tc16=wgmma,wexpand=tile,tcraw=row"] {
             let kernels = KernelConfig::parse(spec).expect("a spec");
             let target = CudaTarget::h200().with_precision(precision).with_kernels(kernels);
             let m = cuda::generate(program, &target)
@@ -983,7 +983,7 @@ fn wgmma_kernels_compile_to_a_cubin_for_sm90a() {
             let staged = m.kernels.iter().filter(|k| k.ends_with("_w")).count();
             assert_eq!(
                 staged > 0,
-                spec.contains("wexpand"),
+                !spec.contains("wexpand=tile"),
                 "seed_cnn {precision:?} {spec}: {staged} staged"
             );
             if nvrtc {
