@@ -588,12 +588,14 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// Allocates the arena (the plan's buffers, then the reductions' scratch) and records the
-    /// dtype, shape and slot of every value.
+    /// Allocates the arena (the plan's buffers, then the scratch memory: the 16-bit products'
+    /// staged weights and the reductions' partials) and records the dtype, shape and slot of
+    /// every value.
     fn allocate_arena(&mut self, program: &Program) -> Result<(), RuntimeError> {
         self.arena_bytes = program.plan.arena_bytes;
-        // One allocation: the plan's arena, then the reductions' scratch (zeroed once: its
-        // counters return to 0 at the end of every kernel that uses them).
+        // One allocation: the plan's arena, then the scratch (zeroed once: the reductions'
+        // counters return to 0 at the end of every kernel that uses them; the staged weights
+        // are written before they are read).
         let (scratch_at, scratch_bytes) = self.generated.scratch;
         let total = if scratch_bytes > 0 { scratch_at + scratch_bytes } else { program.plan.arena_bytes };
         // SAFETY: the back end's context is current; `Drop` frees the allocation once.

@@ -327,14 +327,7 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
             );
             source.push_str(&code);
             kernel_code.push((code, Vec::new()));
-            steps.push(CudaStep::Launch(KernelLaunch {
-                name: pre_name.clone(),
-                grid: pre.grid,
-                block: pre.block,
-                shared_bytes: pre.shared as u32,
-                group: gi,
-                index: pre.index,
-            }));
+            steps.push(CudaStep::Launch(pre.launch(pre_name, gi)));
             kernels.push(pre_name.clone());
         }
         let mut code = String::new();
@@ -347,15 +340,8 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
         source.push_str(&code);
         kernel_code.push((code, libs));
         scratch_end = (scratch_end + out.scratch).next_multiple_of(256);
-        steps.extend(out.zero.into_iter().map(|(offset, bytes)| CudaStep::Zero { offset, bytes }));
-        steps.push(CudaStep::Launch(KernelLaunch {
-            name: name.clone(),
-            grid: out.grid,
-            block: out.block,
-            shared_bytes: out.shared as u32,
-            group: gi,
-            index: out.index,
-        }));
+        steps.extend(out.zero.iter().map(|&(offset, bytes)| CudaStep::Zero { offset, bytes }));
+        steps.push(CudaStep::Launch(out.launch(&name, gi)));
         kernels.push(name);
     }
     // `wgmma` is an instruction of the architecture-specific target only (ptxas rejects it for
@@ -419,6 +405,18 @@ pub(crate) struct Kernel {
 }
 
 impl Kernel {
+    /// The launch of this kernel, named `name`, for group `group`.
+    fn launch(&self, name: &str, group: usize) -> KernelLaunch {
+        KernelLaunch {
+            name: name.to_string(),
+            grid: self.grid,
+            block: self.block,
+            shared_bytes: self.shared as u32,
+            group,
+            index: self.index,
+        }
+    }
+
     /// A one-dimensional grid of `grid` blocks of [`BLOCK`] threads (the grid-stride
     /// elementwise and movement kernels), with no zeroing, scratch or dynamic shared memory.
     fn grid_stride(code: String, grid: u32, index: Indexing) -> Kernel {
