@@ -283,6 +283,11 @@ pub struct KernelConfig {
     /// seed network's conv2 and conv3 weight gradients 1.06 → 0.94 and 0.62 → 0.47 ms on an
     /// H100, its bf16 step 7.49 → 7.23 ms).
     pub tc_raw_gather: bool,
+    /// Per-channel sums of a stride-1 convolution's output (a batchnorm's statistics: Σre,
+    /// Σre², Σim, Σim² right after the first layer) computed by the direct convolution
+    /// kernel from the values it stores, instead of by a reduction kernel that reads the
+    /// whole output back (`convstats=fuse`, default); `convstats=apart`: a kernel of their own.
+    pub conv_stats: bool,
 }
 
 /// The `wgmma` kernel of a stride-1 convolution (forward, or its input gradient as a
@@ -572,6 +577,7 @@ impl Default for KernelConfig {
             tc_fetch_banks: false,
             tc_expand_pre: true,
             tc_raw_gather: true,
+            conv_stats: true,
         }
     }
 }
@@ -582,7 +588,7 @@ pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|ge
                                     tc=plain|prefetch|async, tctile=auto|64|128|64w4, tc16=auto|native|tf32|wgmma, frag=ldmatrix|lds, \
                                     cmul=4m|3m, ftile=64|128, attn=tc|fma, tcblocks=BLOCKS, \
                                     tcstages=2..8, tctaps=index|table|mask, launch=graph|stream, mma=sync|wgmma, wgwait=0|1, wgprod=0..3, \
-                                    colout=8|16|32, fp32=fma|3xtf32, wga=regs|smem, tcconv=grad|gemm|halo, ewvec=1|2|4, tcfetch=rows|banks, wexpand=pre|tile, tcraw=gather|row";
+                                    colout=8|16|32, fp32=fma|3xtf32, wga=regs|smem, tcconv=grad|gemm|halo, ewvec=1|2|4, tcfetch=rows|banks, wexpand=pre|tile, tcraw=gather|row, convstats=fuse|apart";
 
 impl KernelConfig {
     /// The 16-bit products' form on `device`: [`TcHalf::Auto`] resolved, and
@@ -653,7 +659,9 @@ impl KernelConfig {
     /// - `wexpand`: `pre` (default) or `tile`, where the 16-bit products expand a parameter
     ///   operand ([`KernelConfig::tc_expand_pre`]);
     /// - `tcraw`: `gather` (default) or `row`, which operand of 16-bit products is copied raw
-    ///   ([`KernelConfig::tc_raw_gather`]).
+    ///   ([`KernelConfig::tc_raw_gather`]);
+    /// - `convstats`: `fuse` (default) or `apart`, whether a direct convolution computes the
+    ///   per-channel sums of its output ([`KernelConfig::conv_stats`]).
     ///
     /// ```
     /// use cvc_compiler::target::{ConvKernel, KernelConfig};
@@ -811,6 +819,13 @@ impl KernelConfig {
                         _ => return Err(bad()),
                     }
                 }
+                "convstats" => {
+                    k.conv_stats = match value {
+                        "apart" => false,
+                        "fuse" => true,
+                        _ => return Err(bad()),
+                    }
+                }
                 "wexpand" => {
                     k.tc_expand_pre = match value {
                         "tile" => false,
@@ -868,6 +883,7 @@ impl KernelConfig {
             "wga" => "regs or smem",
             "tcfetch" => "rows or banks",
             "wexpand" => "tile or pre",
+            "convstats" => "fuse or apart",
             "tcraw" => "row or gather",
             "tcconv" => "grad, gemm or halo",
             "tctaps" => "index, table or mask",
@@ -1073,6 +1089,9 @@ impl fmt::Display for KernelConfig {
         }
         if !self.tc_raw_gather {
             parts.push("tcraw=row".into());
+        }
+        if !self.conv_stats {
+            parts.push("convstats=apart".into());
         }
         if self.wgmma_a == WgmmaA::Shared {
             parts.push("wga=smem".into());

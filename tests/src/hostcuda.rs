@@ -84,6 +84,7 @@ template <typename T> static inline T __shfl_down_sync(unsigned, T v, int lanes)
   warp_sync();
   return r;
 }
+template <typename T> static inline T __ldcg(const T* p) { return *(const volatile T*)p; }
 static inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
 static inline double atomicAdd(double* p, double v) { return std::atomic_ref<double>(*p).fetch_add(v); }
 static inline unsigned atomicAdd(unsigned* p, unsigned v) { return std::atomic_ref<unsigned>(*p).fetch_add(v); }

@@ -93,6 +93,14 @@ fn seed_network_step_on_host_compiled_cuda_matches_the_interpreter() {
     // per-channel statistics and weights read before the loop.
     assert!(code.contains("(ix)blockIdx.y * 4096u"), "a reduction split over blocks");
     assert!(code.contains("const ix h1 = "), "per-channel operands read once per output");
+    // The first layer's batchnorm sums inside its direct convolution; the first pool's mean
+    // written by its window sum (at this batch the planner keeps the second pool's sum, which
+    // the backward pass reads to recompute the mean).
+    assert!(code.contains("st[ii][k] += (double)p[k]"), "a convolution that sums its output per channel");
+    let pool_mean = |l: &str| {
+        l.starts_with("// group") && l.contains("=reduce_sum %") && l.ends_with("=mul  [logits/avgpool2d]")
+    };
+    assert!(code.lines().any(pool_mean), "a pool's window sum with its mean as the epilogue");
 }
 
 #[test]
@@ -102,7 +110,10 @@ fn seed_network_at_bf16_on_host_compiled_cuda_matches_the_interpreter() {
     // values, 16 bytes too).
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the repository root");
     let src = std::fs::read_to_string(root.join("examples/seed_cnn.cvnn")).expect("the seed network");
-    let code = check_at_precision("examples/seed_cnn.cvnn", &src, 2, "default", Precision::Bf16);
+    // `fill=5`: the first layer's convolution, which sums its output per channel, runs its
+    // 64 tiles in 5 blocks (13 or 12 each) and adds 5 partials a channel.
+    let code = check_at_precision("examples/seed_cnn.cvnn", &src, 2, "fill=5", Precision::Bf16);
+    assert!(code.contains("blk += gridDim.x"), "a convolution's blocks loop over its tiles");
     assert!(code.contains("vld<4>(((cbf16s*)"), "16-byte loads of four bf16 pairs");
     assert!(code.contains("vst<4>(((cbf16s*)"), "16-byte stores of four bf16 pairs");
 }

@@ -18,8 +18,11 @@ pub enum GroupKind {
     /// before anything is stored. A single-output group's output may share the slot of an
     /// input of the same shape (in place): each element is loaded before it is overwritten.
     Elementwise,
-    /// An elementwise prologue over `domain` (the reduction's input shape) followed by the
-    /// `Reduce` node, which is last in `nodes` and is the only output.
+    /// An elementwise prologue over `domain` (the reduction's input shape), the `Reduce` node,
+    /// and optionally an elementwise epilogue over the reduction's output shape (see
+    /// [`KernelGroup::reduce_parts`]). Without an epilogue the `Reduce` node is last in `nodes`
+    /// and is the only output; with one, the outputs are the epilogue's and the sum itself is
+    /// never stored (an average pool's `sum × ¼`: one kernel writes the mean).
     Reduce,
     /// One contraction node (`MatMul`, `Conv2d`, `ConvTranspose2d`, `Conv2dWeightGrad`).
     Contraction,
@@ -50,6 +53,20 @@ pub struct KernelGroup {
     /// Iteration space (elementwise: the outputs' shape; reduce: the reduction input's shape;
     /// otherwise the single node's output shape).
     pub domain: Shape,
+}
+
+impl KernelGroup {
+    /// The parts of a reduction group: the prologue (evaluated at every domain point), the
+    /// `Reduce` node, and the epilogue (evaluated once per output element of the reduction,
+    /// after it; empty unless [`merge_epilogues`] folded an elementwise group in). A scalar
+    /// may appear in both parts: each part evaluates its own. `None` for other kinds.
+    pub fn reduce_parts(&self, g: &Graph) -> Option<(&[Value], Value, &[Value])> {
+        if self.kind != GroupKind::Reduce {
+            return None;
+        }
+        let at = self.nodes.iter().position(|&v| matches!(g.node(v).op, Op::Reduce { .. }))?;
+        Some((&self.nodes[..at], self.nodes[at], &self.nodes[at + 1..]))
+    }
 }
 
 /// The partition of a graph into kernel groups.
@@ -307,6 +324,7 @@ pub fn fuse_keeping(g: &Graph, keep: &[Value]) -> Fusion {
     }
     let groups = merge_assigns(g, groups);
     let groups = merge_attention_lse(g, groups);
+    let groups = merge_epilogues(g, groups, keep);
     let recomputed = recomputed_values(g, &groups);
     Fusion { groups, recomputed }
 }
@@ -429,6 +447,62 @@ fn merge_attention_lse(g: &Graph, groups: Vec<KernelGroup>) -> Vec<KernelGroup> 
         k.inputs.sort();
     }
     groups.into_iter().zip(absorbed).filter(|(_, a)| !a).map(|(k, _)| k).collect()
+}
+
+/// Folds an elementwise group into the reduction whose result it alone reads, as the
+/// reduction's epilogue, when it runs over exactly the reduction's output shape and writes no
+/// `Assign`: the sum is then never stored, and one kernel writes what the elementwise group
+/// wrote. An average pool is the case that matters: its window sum went to memory in f32 and a
+/// second kernel read it back to store `sum × ¼` (at bf16, the seed network's first pool
+/// wrote and read 256 MiB for a 128 MiB result). The merged group takes the elementwise
+/// group's place in the list: every input of either is computed before it.
+pub fn merge_epilogues(g: &Graph, groups: Vec<KernelGroup>, keep: &[Value]) -> Vec<KernelGroup> {
+    let kept = |v: Value| keep.contains(&v) || g.loss == Some(v) || g.outputs.iter().any(|o| o.value == v);
+    let mut readers: std::collections::HashMap<Value, Vec<usize>> = std::collections::HashMap::new();
+    for (gi, k) in groups.iter().enumerate() {
+        for &i in &k.inputs {
+            readers.entry(i).or_default().push(gi);
+        }
+    }
+    // `into[e] = r`: elementwise group `e` becomes the epilogue of reduction group `r`.
+    let mut into: Vec<Option<usize>> = vec![None; groups.len()];
+    let mut taken = vec![false; groups.len()];
+    for (ri, k) in groups.iter().enumerate() {
+        let Some((pro, red, epi)) = k.reduce_parts(g) else { continue };
+        if !epi.is_empty() || k.outputs != [red] || kept(red) {
+            continue;
+        }
+        let Some(&[ei]) = readers.get(&red).map(|r| r.as_slice()) else { continue };
+        let e = &groups[ei];
+        let fits = ei > ri
+            && e.kind == GroupKind::Elementwise
+            && e.domain == g.ty(red).shape
+            && !e.outputs.is_empty()
+            && e.outputs.iter().all(|&o| !matches!(g.node(o).op, Op::Assign))
+            // Each part evaluates its own nodes: only scalars may be in both.
+            && e.nodes.iter().all(|v| !pro.contains(v) || matches!(g.node(*v).op, Op::Scalar { .. }));
+        if fits && into[ei].is_none() && !taken[ri] {
+            into[ei] = Some(ri);
+            taken[ri] = true;
+        }
+    }
+    let mut slots: Vec<Option<KernelGroup>> = groups.into_iter().map(Some).collect();
+    for ei in 0..slots.len() {
+        let Some(ri) = into[ei] else { continue };
+        let mut r = slots[ri].take().expect("a reduction takes one epilogue");
+        let e = slots[ei].take().expect("an epilogue joins one reduction");
+        let red = r.outputs[0];
+        r.nodes.extend(e.nodes);
+        r.outputs = e.outputs;
+        for i in e.inputs {
+            if i != red && !r.inputs.contains(&i) {
+                r.inputs.push(i);
+            }
+        }
+        r.inputs.sort();
+        slots[ei] = Some(r);
+    }
+    slots.into_iter().flatten().collect()
 }
 
 /// Non-scalar values computed inside more than one group.

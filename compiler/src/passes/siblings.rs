@@ -27,10 +27,8 @@ const SMALL: usize = 1 << 20;
 /// What makes two reductions siblings: the same domain and the same reduced axes.
 fn sum_key<'a>(g: &'a Graph, fusion: &'a Fusion, gi: GroupId) -> Option<(&'a Shape, &'a [usize])> {
     let k = &fusion.groups[gi];
-    if k.kind != GroupKind::Reduce {
-        return None;
-    }
-    match &g.node(*k.nodes.last()?).op {
+    let (_, red, _) = k.reduce_parts(g)?;
+    match &g.node(red).op {
         Op::Reduce { op: ReduceOp::Sum, axes } => Some((&k.domain, axes.as_slice())),
         _ => None,
     }

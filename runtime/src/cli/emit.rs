@@ -41,7 +41,7 @@ pub struct EmitArgs {
     /// bk=16|32, ck=CHANNELS, grid=BLOCKS, index=auto|64, yz=BLOCKS, tc=plain|prefetch|async,
     /// tctile=auto|64|128|64w4, tc16=auto|native|tf32|wgmma, frag=ldmatrix|lds, cmul=4m|3m, ftile=64|128,
     /// attn=tc|fma, tcblocks=BLOCKS, tcstages=2..8, tctaps=index|table|mask, launch=graph|stream,
-    /// mma=sync|wgmma, wgwait=0|1, wgprod=0..3, colout=8|16|32, fp32=fma|3xtf32, wga=regs|smem, tcconv=grad|gemm|halo, ewvec=1|2|4, tcfetch=rows|banks, wexpand=pre|tile, tcraw=gather|row). The device is always an H200 (132 SMs, sm_90; `mma=wgmma` code is for
+    /// mma=sync|wgmma, wgwait=0|1, wgprod=0..3, colout=8|16|32, fp32=fma|3xtf32, wga=regs|smem, tcconv=grad|gemm|halo, ewvec=1|2|4, tcfetch=rows|banks, wexpand=pre|tile, tcraw=gather|row, convstats=fuse|apart). The device is always an H200 (132 SMs, sm_90; `mma=wgmma` code is for
     /// sm_90a).
     #[arg(long, requires = "cuda", value_name = "SPEC")]
     pub kernels: Option<String>,

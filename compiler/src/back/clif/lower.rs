@@ -577,15 +577,22 @@ impl Emitter<'_, '_> {
 struct Body<'p> {
     g: &'p Graph,
     batch: usize,
-    inputs: Vec<Value>,
+    /// The inputs this body reads, each with its stream (its index in the pointers).
+    inputs: Vec<(usize, Value)>,
     nodes: Vec<Value>,
 }
 
 impl Body<'_> {
-    /// Evaluates the group's nodes (except a trailing `Reduce`) at one element.
-    fn eval(&self, em: &mut Emitter, ptrs: &[ir::Value]) -> Result<HashMap<Value, V>, String> {
-        let mut vals: HashMap<Value, V> = HashMap::new();
-        for (k, &v) in self.inputs.iter().enumerate() {
+    /// Evaluates the nodes (a `Reduce` among them is skipped) at one element, starting from
+    /// the values in `given` (a reduction's result, for its epilogue).
+    fn eval(
+        &self,
+        em: &mut Emitter,
+        ptrs: &[ir::Value],
+        given: &[(Value, V)],
+    ) -> Result<HashMap<Value, V>, String> {
+        let mut vals: HashMap<Value, V> = given.iter().copied().collect();
+        for &(k, v) in &self.inputs {
             let x = em.load(self.g.ty(v).dtype, ptrs[k], k);
             vals.insert(v, x);
         }
@@ -669,10 +676,15 @@ pub fn lower_group(
         bases.push(slot_of(v)?);
         strides.push(broadcast_strides(&resolve(&t.shape, batch), &domain, t.dtype.bytes()));
     }
-    let outputs: Vec<Value> = match grp.kind {
-        GroupKind::Elementwise => grp.outputs.clone(),
-        GroupKind::Reduce => vec![*grp.nodes.last().ok_or("empty reduce group")?],
+    // A reduction's parts: prologue, the `Reduce` node, epilogue (`fusion::merge_epilogues`).
+    let parts = match grp.kind {
+        GroupKind::Elementwise => None,
+        GroupKind::Reduce => Some(grp.reduce_parts(g).ok_or("a reduce group without a reduction")?),
         k => return Err(format!("group {gid} is {k:?}, not a loop kernel")),
+    };
+    let outputs: Vec<Value> = match parts {
+        Some((_, red, [])) => vec![red],
+        _ => grp.outputs.clone(),
     };
     for &v in &outputs {
         let t = g.ty(v);
@@ -680,12 +692,12 @@ pub fn lower_group(
         strides.push(broadcast_strides(&resolve(&t.shape, batch), &domain, t.dtype.bytes()));
     }
     let dim_loop = |d: usize| Loop { ext: domain[d], strides: strides.iter().map(|s| s[d]).collect() };
-    let reduced: Vec<usize> = match grp.kind {
-        GroupKind::Reduce => match &g.node(outputs[0]).op {
+    let reduced: Vec<usize> = match parts {
+        Some((_, red, _)) => match &g.node(red).op {
             Op::Reduce { axes, .. } => axes.clone(),
-            _ => return Err(format!("group {gid}: last node is not a reduction")),
+            _ => return Err(format!("group {gid}: its reduction is not a `Reduce`")),
         },
-        _ => Vec::new(),
+        None => Vec::new(),
     };
     let mut outer = collapse((0..domain.len()).filter(|d| !reduced.contains(d)).map(dim_loop).collect());
     let inner = collapse(reduced.iter().map(|&d| dim_loop(d)).collect());
@@ -697,9 +709,9 @@ pub fn lower_group(
     // for a sum, the innermost reduced loop when it is that long, else a kept loop (each lane
     // then sums its own output). Max reductions stay scalar.
     let deepest = |ls: &[Loop]| ls.iter().rposition(|l| l.ext >= LANES);
-    let (outer_vec, inner_vec) = match grp.kind {
-        GroupKind::Elementwise => (deepest(&outer), None),
-        _ => match &g.node(outputs[0]).op {
+    let (outer_vec, inner_vec) = match parts {
+        None => (deepest(&outer), None),
+        Some((_, red, _)) => match &g.node(red).op {
             Op::Reduce { op: ReduceOp::Sum, .. } => match inner.last() {
                 Some(l) if l.ext >= LANES => (None, Some(inner.len() - 1)),
                 _ => (deepest(&outer), None),
@@ -721,13 +733,26 @@ pub fn lower_group(
     let params = em.b.block_params(entry).to_vec();
     let (base, lo, hi) = (params[0], params[1], params[2]);
     let ptrs: Vec<ir::Value> = bases.iter().map(|&o| em.b.ins().iadd_imm_s(base, o)).collect();
-    let body = Body { g, batch, inputs: grp.inputs.clone(), nodes: grp.nodes.clone() };
     let n_in = grp.inputs.len();
+    // The streams whose values `nodes` read (all inputs, for an elementwise group).
+    let body_of = |nodes: &[Value]| Body {
+        g,
+        batch,
+        inputs: grp
+            .inputs
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|&(_, v)| parts.is_none() || nodes.iter().any(|&n| g.node(n).inputs.contains(&v)))
+            .collect(),
+        nodes: nodes.to_vec(),
+    };
 
-    match grp.kind {
-        GroupKind::Elementwise => {
+    match parts {
+        None => {
+            let body = body_of(&grp.nodes);
             em.nest(&outer, &ptrs, Some((lo, hi)), outer_vec, &mut |em, p| {
-                let vals = body.eval(em, p)?;
+                let vals = body.eval(em, p, &[])?;
                 for (k, &o) in outputs.iter().enumerate() {
                     let n = g.node(o);
                     let src = if matches!(n.op, Op::Assign) { n.inputs[1] } else { o };
@@ -737,23 +762,34 @@ pub fn lower_group(
                 Ok(())
             })?;
         }
-        _ => {
-            let red = outputs[0];
+        Some((pro, red, epi)) => {
             let rn = g.node(red);
             let Op::Reduce { op, .. } = rn.op else { unreachable!("checked above") };
             let src = rn.inputs[0];
             let complex = g.ty(src).dtype.is_complex();
+            let mut pro_red = pro.to_vec();
+            pro_red.push(red);
+            let (prologue, epilogue) = (body_of(&pro_red), body_of(epi));
             em.nest(&outer, &ptrs, Some((lo, hi)), outer_vec, &mut |em, p| {
-                let out_ptr = p[n_in];
                 let acc = reduce_init(em, op);
                 em.nest(&inner, p, None, inner_vec, &mut |em, q| {
-                    let vals = body.eval(em, q)?;
+                    let vals = prologue.eval(em, q, &[])?;
                     let x = *vals.get(&src).ok_or("reduction operand not computed")?;
                     reduce_step(em, op, &acc, x);
                     Ok(())
                 })?;
                 let v = reduce_finish(em, op, &acc, complex);
-                em.store(rn.ty.dtype, v, out_ptr, n_in)
+                if epi.is_empty() {
+                    return em.store(rn.ty.dtype, v, p[n_in], n_in);
+                }
+                // The epilogue at this output element: its operands are broadcast along the
+                // reduced axes, so the outer loops' pointers address them.
+                let vals = epilogue.eval(em, p, &[(red, v)])?;
+                for (k, &o) in outputs.iter().enumerate() {
+                    let x = *vals.get(&o).ok_or_else(|| format!("epilogue output {o} not computed"))?;
+                    em.store(g.ty(o).dtype, x, p[n_in + k], n_in + k)?;
+                }
+                Ok(())
             })?;
         }
     }

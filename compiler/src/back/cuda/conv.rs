@@ -68,7 +68,19 @@ pub(crate) fn too_shallow_for_tensor_cores(depth: usize) -> bool {
 /// implicit GEMM serves better (strided, narrow or short outputs, very large kernels, tiles
 /// that do not fit the device, reductions deep enough for tensor cores at a reduced precision) or where the target's [`ConvKernel::Gemm`] asks for the
 /// implicit GEMM (to measure one against the other).
-pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kernel>> {
+///
+/// With `stats` (reduction groups that [`stats_join`] accepted) the kernel also computes
+/// those per-channel sums from the values it stores: its blocks then loop over the tiles
+/// (a few per SM), each thread folds its outputs into f64 accumulators, and the last block of
+/// each channel block adds the blocks' partials (scratch memory at byte offset `scratch`)
+/// in block order, so the sums do not depend on the order the blocks ran in.
+pub(crate) fn direct(
+    ctx: &Ctx,
+    v: Value,
+    name: &str,
+    stats: &[&KernelGroup],
+    scratch: usize,
+) -> CompileResult<Option<Kernel>> {
     let choice = ctx.target.kernels.conv;
     if choice == ConvKernel::Gemm {
         return Ok(None);
@@ -142,8 +154,18 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
     {
         return Ok(None);
     }
-    // Every index is one of the three tensors' (the image `b` multiplies the strides).
-    let index = ctx.indexing(&[x, w, v], &[]);
+    let sums = Sums::of(ctx, v, stats)?;
+    // With sums, a few blocks per SM loop over the tiles (`fill=BLOCKS` sets how many).
+    let resident = ctx.target.kernels.fill.unwrap_or(STATS_BLOCKS_PER_SM * ctx.target.device.sm_count);
+    let grid_x = if sums.is_empty() { blocks } else { blocks.min(resident.max(1)) };
+    let grid_yz = d.m.div_ceil(bm) * d.groups;
+    let (values_per_block, scratch_bytes) =
+        (bm * sums.parts, grid_x * grid_yz * bm * sums.parts * 8 + 4 * grid_yz);
+    // Every index is one of the three tensors' (the image `b` multiplies the strides), or of
+    // the sums' partials.
+    let mut buffers = vec![x, w, v];
+    buffers.extend(sums.each.iter().map(|s| s.red));
+    let index = ctx.indexing(&buffers, &[scratch_bytes / 8]);
     let (tw_, tx_, tc_) = (ctx.dtype(w), ctx.dtype(x), ctx.dtype(v));
     let (ta, tb, tc) = (ctype(tw_), ctype(tx_), ctype(tc_));
     let (px, pw, po) = (ctx.ptr(x)?, ctx.ptr(w)?, ctx.ptr(v)?);
@@ -184,14 +206,27 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
     c.push_str(index.typedef());
     let _ = writeln!(c, "  const u32 tid = threadIdx.x, tx = tid % 16u, ty = tid / 16u;");
     let _ = writeln!(c, "  const ix g = blockIdx.z;\n  const u32 m0 = blockIdx.y * {bm}u;");
-    let _ = writeln!(
-        c,
-        "  const ix b = blockIdx.x / {t}u;\n  const u32 tile = blockIdx.x % {t}u, y0 = (tile / {tiles_x}u) * {th}u, x0 = (tile % {tiles_x}u) * {TW}u;",
+    // One tile per block, or with sums a loop over tiles (the same trips in every thread).
+    let blk = if sums.is_empty() { "blockIdx.x" } else { "blk" };
+    let tile_of = format!(
+        "  const ix b = {blk} / {t}u;\n  const u32 tile = {blk} % {t}u, y0 = (tile / {tiles_x}u) * {th}u, x0 = (tile % {tiles_x}u) * {TW}u;",
         t = tiles_y * tiles_x
     );
+    if sums.is_empty() {
+        let _ = writeln!(c, "{tile_of}");
+    }
     let _ = writeln!(c, "  __shared__ {ta} Ws[{taps}][{bm}];");
     let _ = writeln!(c, "  __shared__ {tb} Xs[{ck}][{hr}][{hc}];");
     let _ = writeln!(c, "  {ta} rw[{per_w}];\n  {tb} rx[{per_x}];");
+    if !sums.is_empty() {
+        let _ = writeln!(c, "  double st[{tm}][{}];", sums.parts);
+        let _ = writeln!(
+            c,
+            "  #pragma unroll\n  for (int i = 0; i < {tm}; ++i)\n    #pragma unroll\n    for (int k = 0; k < {}; ++k) st[i][k] = 0.0;",
+            sums.parts
+        );
+        let _ = writeln!(c, "  for (ix blk = blockIdx.x; blk < {blocks}u; blk += gridDim.x) {{\n{tile_of}");
+    }
     let _ = writeln!(c, "  {tc} acc[{tm}][{tn}];");
     let _ = writeln!(
         c,
@@ -256,20 +291,234 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
         c,
         "  #pragma unroll\n  for (int ii = 0; ii < {tm}; ++ii)\n    #pragma unroll\n    for (int jj = 0; jj < {tn}; ++jj) {{\n      \
          const u32 m = m0 + ty + ii * 16, y = y0 + jj, x = x0 + tx;\n      \
-         if (m < {m}u && y < {hout}u && x < {wout}u) {po}[((b * {cout}u + g * {m}u + m) * {hout}u + y) * {wout}u + x] = acc[ii][jj];\n    }}\n}}",
+         if (m < {m}u && y < {hout}u && x < {wout}u) {po}[((b * {cout}u + g * {m}u + m) * {hout}u + y) * {wout}u + x] = acc[ii][jj];\n    }}",
         m = d.m,
         hout = d.hout,
         wout = d.wout,
         cout = d.cout,
     );
+    if !sums.is_empty() {
+        sums.fold(ctx, v, &d, tm, tn, &mut c)?;
+        c.push_str("  }\n");
+        sums.finish(ctx, &d, bm, values_per_block, scratch, &mut c)?;
+    }
+    c.push_str("}\n");
     Ok(Some(Kernel {
         code: c,
-        grid: [blocks as u32, d.m.div_ceil(bm) as u32, d.groups as u32],
+        grid: [grid_x as u32, d.m.div_ceil(bm) as u32, d.groups as u32],
         block: [256, 1, 1],
         zero: Vec::new(),
-        scratch: 0,
+        scratch: if sums.is_empty() { 0 } else { scratch_bytes },
         pre: None,
         shared: 0,
         index,
     }))
+}
+
+/// Blocks per SM of a direct convolution that computes sums: its blocks loop over the tiles,
+/// and four blocks of 256 threads are what an SM holds at 64 registers a thread, so every
+/// block runs from the start (no second wave to wait for) and the last block adds one
+/// partial per block.
+const STATS_BLOCKS_PER_SM: usize = 4;
+
+/// The most f64 accumulators (a real sum one, a complex sum two) per output channel of a
+/// direct convolution's sums: a batchnorm's four statistics.
+const MAX_STATS_PARTS: usize = 4;
+
+/// Whether reduction group `next` can be computed inside the direct convolution of group
+/// `conv`, joining the groups `run` already there: the target fuses such sums
+/// ([`KernelConfig::conv_stats`](crate::target::KernelConfig::conv_stats)), the convolution is
+/// a stride-1 `Conv2d`, and `next` sums, per channel (over the batch and both spatial axes),
+/// an elementwise function of the convolution's output alone into a full-width buffer that
+/// shares no memory with the convolution's operands, its output or the run's sums. (Whether
+/// the direct kernel serves the convolution at all is [`direct`]'s to decide.)
+pub(crate) fn stats_join(ctx: &Ctx, conv: &KernelGroup, run: &[&KernelGroup], next: &KernelGroup) -> bool {
+    let (&[v], true) = (&conv.nodes[..], ctx.target.kernels.conv_stats) else { return false };
+    let node = ctx.g.node(v);
+    if !matches!(&node.op, Op::Conv2d { geom, .. } if geom.stride == [1, 1]) {
+        return false;
+    }
+    let Some((_, red, epi)) = next.reduce_parts(ctx.g) else { return false };
+    let sum_per_channel =
+        matches!(&ctx.g.node(red).op, Op::Reduce { op: ReduceOp::Sum, axes } if axes[..] == [0, 2, 3]);
+    let parts = |k: &KernelGroup| k.reduce_parts(ctx.g).map_or(0, |(_, r, _)| ctx.dtype(r).bytes() / 4);
+    let fits = sum_per_channel
+        && epi.is_empty()
+        && next.inputs == [v]
+        && next.domain.resolve(ctx.batch) == ctx.shape(v)
+        && ctx.storage(red) == Storage::Full
+        && matches!(ctx.dtype(red), DType::F32 | DType::C64)
+        && run.iter().copied().chain([next]).map(parts).sum::<usize>() <= MAX_STATS_PARTS;
+    if !fits {
+        return false;
+    }
+    let range = |v: Value| ctx.offset(v).ok().map(|o| (o, o + ctx.bytes(v)));
+    let Some(r) = range(red) else { return false };
+    let mut others: Vec<Value> = node.inputs.clone();
+    others.push(v);
+    others.extend(run.iter().flat_map(|k| k.outputs.iter().copied()));
+    others.iter().all(|&o| range(o).is_some_and(|q| q.1 <= r.0 || r.1 <= q.0))
+}
+
+/// One per-channel sum of a direct convolution's output (a `Reduce` group it computes).
+struct Sum {
+    /// The reduction node (its buffer gets the sum).
+    red: Value,
+    /// The value summed (computed from the output by the prologue).
+    operand: Value,
+    /// First accumulator (of one, or two for a complex sum).
+    part: usize,
+    complex: bool,
+}
+
+/// The sums a direct convolution computes, with their prologues.
+struct Sums {
+    each: Vec<Sum>,
+    /// The prologues' nodes, in graph order (each once).
+    prologue: Vec<Value>,
+    /// Accumulators per output channel.
+    parts: usize,
+}
+
+impl Sums {
+    fn of(ctx: &Ctx, v: Value, stats: &[&KernelGroup]) -> CompileResult<Sums> {
+        let mut each = Vec::new();
+        let mut prologue: Vec<Value> = Vec::new();
+        let mut parts = 0;
+        for k in stats {
+            let (pro, red, _) =
+                k.reduce_parts(ctx.g).ok_or_else(|| internal!("a convolution's sum is not a reduction"))?;
+            let complex = ctx.dtype(red) == DType::C64;
+            let operand = ctx.g.node(red).inputs[0];
+            if operand != v && !pro.contains(&operand) {
+                return Err(internal!("{red}: its operand {operand} is not computed from the convolution"));
+            }
+            each.push(Sum { red, operand, part: parts, complex });
+            parts += if complex { 2 } else { 1 };
+            for &p in pro {
+                if !prologue.contains(&p) {
+                    prologue.push(p);
+                }
+            }
+        }
+        prologue.sort();
+        Ok(Sums { each, prologue, parts })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.each.is_empty()
+    }
+
+    /// After a tile's stores: each thread adds, per channel, its column's values (as stored,
+    /// 16-bit formats rounded) through the prologues into f32 partials, then those into `st`.
+    fn fold(
+        &self,
+        ctx: &Ctx,
+        v: Value,
+        d: &Direct,
+        tm: usize,
+        tn: usize,
+        c: &mut String,
+    ) -> CompileResult<()> {
+        let stored = stored_ctype(ctx.storage(v), ctx.dtype(v));
+        let _ = writeln!(c, "  #pragma unroll\n  for (int ii = 0; ii < {tm}; ++ii) {{");
+        let _ = writeln!(c, "    float p[{}];", self.parts);
+        let _ = writeln!(c, "    #pragma unroll\n    for (int k = 0; k < {}; ++k) p[k] = 0.0f;", self.parts);
+        let _ = writeln!(
+            c,
+            "    #pragma unroll\n    for (int jj = 0; jj < {tn}; ++jj) {{\n      const u32 m = m0 + ty + ii * 16, y = y0 + jj, x = x0 + tx;\n      \
+             if (m < {m}u && y < {hout}u && x < {wout}u) {{\n      {stored} s_;\n      s_ = acc[ii][jj];\n      const {t} v{n} = s_;",
+            m = d.m,
+            hout = d.hout,
+            wout = d.wout,
+            t = ctype(ctx.dtype(v)),
+            n = v.index()
+        );
+        let coords = ["b".to_string(), format!("(g * {}u + m)", d.m), "y".into(), "x".into()];
+        let linear = format!("((b * {}u + g * {}u + m) * {}u + y) * {}u + x", d.cout, d.m, d.hout, d.wout);
+        let domain = ctx.shape(v);
+        let vars = std::collections::HashMap::from([(v, format!("v{}", v.index()))]);
+        let vars = super::kernels::emit_values(ctx, &self.prologue, &[], &domain, &coords, &linear, c, vars)?;
+        for s in &self.each {
+            let x =
+                vars.get(&s.operand).ok_or_else(|| internal!("{}: its operand is not computed", s.red))?;
+            if s.complex {
+                let _ = writeln!(c, "      p[{}] += {x}.x; p[{}] += {x}.y;", s.part, s.part + 1);
+            } else {
+                let _ = writeln!(c, "      p[{}] += {x};", s.part);
+            }
+        }
+        let _ = writeln!(
+            c,
+            "      }}\n    }}\n    #pragma unroll\n    for (int k = 0; k < {}; ++k) st[ii][k] += (double)p[k];\n  }}",
+            self.parts
+        );
+        Ok(())
+    }
+
+    /// After the tiles: the 16 threads of a channel row add their accumulators (a fixed
+    /// tree), the first stores the block's partial; the last block of each channel block to
+    /// finish adds the partials in block order and stores the sums.
+    fn finish(
+        &self,
+        ctx: &Ctx,
+        d: &Direct,
+        bm: usize,
+        per_block: usize,
+        scratch: usize,
+        c: &mut String,
+    ) -> CompileResult<()> {
+        let parts = self.parts;
+        // Threads per summed value in the last block, each over a range of blocks.
+        let share = (256 / per_block).max(1);
+        let _ = writeln!(
+            c,
+            "  #pragma unroll\n  for (int ii = 0; ii < {tm}; ++ii)\n    #pragma unroll\n    for (int k = 0; k < {parts}; ++k)\n      \
+             for (int off = 8; off >= 1; off >>= 1) st[ii][k] += __shfl_down_sync(0xffffffffu, st[ii][k], off);",
+            tm = bm / 16
+        );
+        let _ = writeln!(
+            c,
+            "  const ix cb = (ix)blockIdx.z * gridDim.y + blockIdx.y;\n  double* part = (double*)(A + {scratch}ull);\n  \
+             if (tx == 0u) {{\n    #pragma unroll\n    for (int ii = 0; ii < {tm}; ++ii)\n      #pragma unroll\n      for (int k = 0; k < {parts}; ++k)\n        \
+             part[(cb * gridDim.x + blockIdx.x) * {per_block}u + (ty + ii * 16u) * {parts}u + k] = st[ii][k];\n  }}",
+            tm = bm / 16
+        );
+        let counters = format!(
+            "((u32*)(A + {scratch}ull + (ix)gridDim.y * gridDim.z * gridDim.x * {}ull))",
+            per_block * 8
+        );
+        let _ = writeln!(
+            c,
+            "  __threadfence();\n  __syncthreads();\n  __shared__ u32 last;\n  \
+             if (tid == 0u) last = atomicAdd({counters} + cb, 1u) == gridDim.x - 1u;\n  __syncthreads();\n  if (!last) return;\n  __threadfence();"
+        );
+        let _ = writeln!(
+            c,
+            "  __shared__ double fin[256];\n  {{\n    const u32 q = tid % {per_block}u, h = tid / {per_block}u, per = (gridDim.x + {share}u - 1u) / {share}u;\n    \
+             double s = 0.0;\n    if (h < {share}u)\n      for (u32 k = h * per; k < min((h + 1u) * per, (u32)gridDim.x); ++k) s += __ldcg(part + (cb * gridDim.x + k) * {per_block}u + q);\n    \
+             fin[tid] = s;\n  }}\n  __syncthreads();"
+        );
+        let _ = writeln!(
+            c,
+            "  if (tid < {per_block}u) {{\n    double s = fin[tid];\n    for (u32 h = 1u; h < {share}u; ++h) s += fin[h * {per_block}u + tid];\n    \
+             const u32 m = blockIdx.y * {bm}u + tid / {parts}u, k = tid % {parts}u;\n    const ix ch = (ix)blockIdx.z * {mm}u + m;\n    if (m < {mm}u) {{",
+            mm = d.m
+        );
+        for s in &self.each {
+            let at = ctx.offset(s.red)?;
+            if s.complex {
+                let _ = writeln!(
+                    c,
+                    "      if (k == {p0}u || k == {p1}u) ((float*)(A + {at}ull))[ch * 2u + (k - {p0}u)] = (float)s;",
+                    p0 = s.part,
+                    p1 = s.part + 1
+                );
+            } else {
+                let _ = writeln!(c, "      if (k == {}u) ((float*)(A + {at}ull))[ch] = (float)s;", s.part);
+            }
+        }
+        let _ = writeln!(c, "    }}\n  }}\n  if (tid == 0u) {counters}[cb] = 0u;");
+        Ok(())
+    }
 }

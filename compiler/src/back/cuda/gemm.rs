@@ -248,7 +248,7 @@ impl Load {
 /// A contraction group.
 pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResult<Kernel> {
     let v = *group.nodes.last().ok_or_else(|| internal!("empty contraction group"))?;
-    if let Some(k) = super::conv::direct(ctx, v, name)? {
+    if let Some(k) = super::conv::direct(ctx, v, name, &[], 0)? {
         return Ok(k);
     }
     if let Some(k) = super::wgrad::direct(ctx, v, name)? {

@@ -59,7 +59,7 @@ fn owner_guard(shape: &[usize], domain: &[usize], coords: &[String]) -> Option<S
 /// Emits the loads of `inputs` and the evaluation of `nodes` at one domain point; returns
 /// the C variable of every value, those of `vars` (values already computed) included.
 #[allow(clippy::too_many_arguments)]
-fn emit_values(
+pub(crate) fn emit_values(
     ctx: &Ctx,
     nodes: &[Value],
     inputs: &[Value],
@@ -338,10 +338,8 @@ impl Acc {
 /// shares memory with any input or other output (the memory plan may reuse a buffer that dies
 /// at one member for a later member's output; then they stay separate kernels).
 pub(crate) fn joins(ctx: &Ctx, run: &[&KernelGroup], next: &KernelGroup) -> bool {
-    let key = |k: &KernelGroup| match k.nodes.last().map(|&v| &ctx.g.node(v).op) {
-        Some(Op::Reduce { op: ReduceOp::Sum, axes }) if k.kind == GroupKind::Reduce => {
-            Some((k.domain.resolve(ctx.batch), axes.clone()))
-        }
+    let key = |k: &KernelGroup| match k.reduce_parts(ctx.g).map(|(_, red, _)| &ctx.g.node(red).op) {
+        Some(Op::Reduce { op: ReduceOp::Sum, axes }) => Some((k.domain.resolve(ctx.batch), axes.clone())),
         _ => None,
     };
     let Some(first) = run.first() else { return false };
@@ -393,13 +391,17 @@ pub(crate) fn reduce(
     let group = *groups.first().ok_or_else(|| internal!("no reduction group"))?;
     let mut reds = Vec::new();
     let mut prologue: Vec<Value> = Vec::new();
+    // The operands the prologues read over the domain; each epilogue's own, read once per
+    // output element.
     let mut inputs: Vec<Value> = Vec::new();
+    let mut epilogues: Vec<(&[Value], Vec<Value>, &[Value])> = Vec::new();
     for k in groups {
-        let (&red, pro) = k.nodes.split_last().ok_or_else(|| internal!("empty reduction group"))?;
+        let (pro, red, epi) =
+            k.reduce_parts(ctx.g).ok_or_else(|| internal!("a reduction group without a reduction"))?;
         let rn = ctx.g.node(red);
         let (op, axes) = match &rn.op {
             Op::Reduce { op, axes } => (*op, axes.clone()),
-            other => return Err(internal!("{red}: a reduction group ends in {}", other.mnemonic())),
+            other => return Err(internal!("{red}: a reduction group reduces by {}", other.mnemonic())),
         };
         reds.push((red, rn.inputs[0], op, axes, rn.ty.dtype));
         for &v in pro {
@@ -407,11 +409,14 @@ pub(crate) fn reduce(
                 prologue.push(v);
             }
         }
+        let read_by = |part: &[Value], v: Value| part.iter().any(|&n| ctx.g.node(n).inputs.contains(&v));
         for &v in &k.inputs {
-            if !inputs.contains(&v) {
+            if (read_by(pro, v) || rn.inputs[0] == v) && !inputs.contains(&v) {
                 inputs.push(v);
             }
         }
+        let epi_in: Vec<Value> = k.inputs.iter().copied().filter(|&v| read_by(epi, v)).collect();
+        epilogues.push((epi, epi_in, &k.outputs[..]));
     }
     let (op, axes) = (reds[0].2, reds[0].3.clone());
     let red = reds[0].0;
@@ -470,7 +475,10 @@ pub(crate) fn reduce(
         ctx.grid_for(o_n * lanes, BLOCK as usize)
     };
     let parts: usize = accs.iter().map(|a| a.parts.len()).sum();
-    let buffers: Vec<Value> = inputs.iter().copied().chain(reds.iter().map(|r| r.0)).collect();
+    let mut buffers: Vec<Value> = inputs.clone();
+    for (_, epi_in, outs) in &epilogues {
+        buffers.extend(epi_in.iter().chain(outs.iter()).copied());
+    }
     // Besides the buffers: the domain, the threads of the grid-stride loop over outputs, the
     // split reduced range and the partial sums in scratch memory.
     let index =
@@ -723,14 +731,16 @@ pub(crate) fn reduce(
         }
         code.push_str("        }\n");
         for (j, &(red, _, op, _, dt)) in reds.iter().enumerate() {
-            let _ =
-                writeln!(code, "        {}[o] = {};", ctx.ptr(red)?, Acc::result(op, dt, &format!("a{j}")));
+            let res = Acc::result(op, dt, &format!("a{j}"));
+            code.push_str(&store_result(ctx, red, &res, &epilogues[j], &out_shape)?);
         }
         code.push_str("        *count = 0u;\n      }\n    }\n");
     } else {
         for (j, &(red, _, op, _, dt)) in reds.iter().enumerate() {
             let res = Acc::result(op, dt, &format!("a{j}"));
-            let _ = writeln!(code, "    if ({lead}) {}[o] = {res};", ctx.ptr(red)?);
+            let _ = writeln!(code, "    if ({lead}) {{");
+            code.push_str(&store_result(ctx, red, &res, &epilogues[j], &out_shape)?);
+            code.push_str("    }\n");
         }
     }
     code.push_str("  }\n}\n");
@@ -744,6 +754,45 @@ pub(crate) fn reduce(
         shared: 0,
         index,
     })
+}
+
+/// Stores reduction `red`'s result `res` (an expression) at output element `o`: as it is, or,
+/// where its group has an epilogue (`fusion::merge_epilogues`), through the epilogue's nodes,
+/// whose operands are read at that element and whose outputs are stored there; the sum itself
+/// is then not stored. Its own scope, so its names may shadow the kernel's.
+fn store_result(
+    ctx: &Ctx,
+    red: Value,
+    res: &str,
+    (epi, epi_in, outs): &(&[Value], Vec<Value>, &[Value]),
+    out_shape: &[usize],
+) -> CompileResult<String> {
+    let mut code = String::from("    {\n");
+    if epi.is_empty() {
+        let _ = writeln!(code, "    {}[o] = {res};", ctx.ptr(red)?);
+    } else {
+        let ostr = strides(out_shape);
+        let coords: Vec<String> = (0..out_shape.len())
+            .map(|a| {
+                if out_shape[a] > 1 {
+                    format!("((o / {}u) % {}u)", ostr[a], out_shape[a])
+                } else {
+                    "0u".into()
+                }
+            })
+            .collect();
+        let name = format!("v{}", red.index());
+        let _ = writeln!(code, "    const {} {name} = {res};", ctype(ctx.dtype(red)));
+        let vars = HashMap::from([(red, name)]);
+        let vars = emit_values(ctx, epi, epi_in, out_shape, &coords, "o", &mut code, vars)?;
+        for &out in outs.iter() {
+            let v = vars.get(&out).ok_or_else(|| internal!("{out}: an epilogue's output is not computed"))?;
+            let idx = index_in(&ctx.shape(out), out_shape, &coords, "o");
+            let _ = writeln!(code, "    {}[{idx}] = {v};", ctx.ptr(out)?);
+        }
+    }
+    code.push_str("    }\n");
+    Ok(code)
 }
 
 /// Whether operand `v` of an elementwise group over `domain` runs along the domain's

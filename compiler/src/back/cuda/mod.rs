@@ -294,13 +294,46 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
                 }
             }
         }
+        // Per-channel sums of a direct convolution's output right after it (a batchnorm's
+        // statistics) run inside the convolution when its kernel is the direct one.
+        let mut with_sums = None;
+        if group.kind == GroupKind::Contraction {
+            let mut sums: Vec<&KernelGroup> = Vec::new();
+            let (mut next, mut end) = (at, at);
+            while next < program.order.len() {
+                let k = group_at(program.order[next])?;
+                if k.kind == GroupKind::View {
+                    next += 1;
+                } else if conv::stats_join(&ctx, group, &sums, k) {
+                    sums.push(k);
+                    ids.push(program.order[next]);
+                    next += 1;
+                    end = next;
+                } else {
+                    break;
+                }
+            }
+            if !sums.is_empty() {
+                let v = *group.nodes.last().ok_or_else(|| internal!("empty contraction group"))?;
+                with_sums = conv::direct(&ctx, v, &name, &sums, scratch_end)?;
+                if with_sums.is_some() {
+                    run.extend(sums);
+                    at = end;
+                } else {
+                    ids.truncate(1);
+                }
+            }
+        }
         let mut libs = Vec::new();
         let out = match group.kind {
             GroupKind::View => continue,
             GroupKind::Elementwise => kernels::elementwise(&ctx, group, &name)?,
             GroupKind::Reduce => kernels::reduce(&ctx, &run, &name, scratch_end)?,
             GroupKind::Movement => kernels::movement(&ctx, group, &name)?,
-            GroupKind::Contraction => gemm::contraction(&ctx, group, &name)?,
+            GroupKind::Contraction => match with_sums {
+                Some(k) => k,
+                None => gemm::contraction(&ctx, group, &name)?,
+            },
             GroupKind::Attention => {
                 if !attention_lib {
                     source.push_str(attention::LIB);
