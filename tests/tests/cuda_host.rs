@@ -135,6 +135,28 @@ fn seed_network_weight_gradients_from_asynchronous_copies_match_the_interpreter(
     assert_eq!(copying, 3, "every weight gradient on asynchronous copies");
 }
 
+/// A mean over 9,000 points per output: its sum is split over blocks and the scale by 1/9000
+/// is the sum's epilogue, run by the last block of each output.
+const LONG_MEAN: &str = r#"
+model LongMean {
+    input x:     c64[B, 9000, 2]
+    input label: class[B] of 2
+    logits = x |> mean(axis = 1) |> flatten |> linear(2) |> abs
+    output logits
+    loss cross_entropy(logits, label)
+}
+"#;
+
+#[test]
+fn a_split_sum_with_an_epilogue_on_host_compiled_cuda_matches_the_interpreter() {
+    let code = check_source_text("long_mean.cvnn", LONG_MEAN, 1, "default");
+    let kernel = code
+        .split("// group ")
+        .find(|k| k.lines().next().is_some_and(|l| l.contains("=reduce_sum %") && l.contains("=mul  [")))
+        .expect("a sum with its scale as the epilogue");
+    assert!(kernel.contains("atomicAdd(count, 1u)"), "the sum split over blocks:\n{kernel}");
+}
+
 #[test]
 fn token_model_step_on_host_compiled_cuda_matches_the_interpreter() {
     // Sums over 70 × 64 tokens into 6 features, in blocks of 8 consecutive features (32

@@ -202,7 +202,10 @@ pub(crate) fn direct(
     let per_w = (taps * bm).div_ceil(256);
     let per_x = (ck * hr * hc).div_ceil(256);
     let mut c = String::new();
-    let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__(256) {name}(char* A) {{");
+    // With sums, [`STATS_BLOCKS_PER_SM`] blocks must fit an SM (64 registers: no spill at
+    // bf16, 8 bytes at fp32 for the seed network's first layer; NVRTC, sm_90a).
+    let bounds = if sums.is_empty() { "256".to_string() } else { format!("256, {STATS_BLOCKS_PER_SM}") };
+    let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__({bounds}) {name}(char* A) {{");
     c.push_str(index.typedef());
     let _ = writeln!(c, "  const u32 tid = threadIdx.x, tx = tid % 16u, ty = tid / 16u;");
     let _ = writeln!(c, "  const ix g = blockIdx.z;\n  const u32 m0 = blockIdx.y * {bm}u;");
@@ -219,11 +222,13 @@ pub(crate) fn direct(
     let _ = writeln!(c, "  __shared__ {tb} Xs[{ck}][{hr}][{hc}];");
     let _ = writeln!(c, "  {ta} rw[{per_w}];\n  {tb} rx[{per_x}];");
     if !sums.is_empty() {
-        let _ = writeln!(c, "  double st[{tm}][{}];", sums.parts);
+        // Each thread's f64 accumulators, in shared memory (a column per thread): in registers
+        // they took the kernel from 64 to 96 (2 blocks per SM instead of 4; NVRTC, sm_90a).
+        let _ = writeln!(c, "  __shared__ double st[{}][256];", tm * sums.parts);
         let _ = writeln!(
             c,
-            "  #pragma unroll\n  for (int i = 0; i < {tm}; ++i)\n    #pragma unroll\n    for (int k = 0; k < {}; ++k) st[i][k] = 0.0;",
-            sums.parts
+            "  #pragma unroll\n  for (int k = 0; k < {}; ++k) st[k][tid] = 0.0;",
+            tm * sums.parts
         );
         let _ = writeln!(c, "  for (ix blk = blockIdx.x; blk < {blocks}u; blk += gridDim.x) {{\n{tile_of}");
     }
@@ -316,9 +321,9 @@ pub(crate) fn direct(
 }
 
 /// Blocks per SM of a direct convolution that computes sums: its blocks loop over the tiles,
-/// and four blocks of 256 threads are what an SM holds at 64 registers a thread, so every
-/// block runs from the start (no second wave to wait for) and the last block adds one
-/// partial per block.
+/// and four blocks of 256 threads are what an SM holds at 64 registers a thread (the kernel's
+/// launch bounds ask for that), so every block runs from the start (no second wave to wait
+/// for) and the last block adds one partial per block.
 const STATS_BLOCKS_PER_SM: usize = 4;
 
 /// The most f64 accumulators (a real sum one, a complex sum two) per output channel of a
@@ -450,14 +455,14 @@ impl Sums {
         }
         let _ = writeln!(
             c,
-            "      }}\n    }}\n    #pragma unroll\n    for (int k = 0; k < {}; ++k) st[ii][k] += (double)p[k];\n  }}",
-            self.parts
+            "      }}\n    }}\n    #pragma unroll\n    for (int k = 0; k < {p}; ++k) st[ii * {p} + k][tid] += (double)p[k];\n  }}",
+            p = self.parts
         );
         Ok(())
     }
 
-    /// After the tiles: the 16 threads of a channel row add their accumulators (a fixed
-    /// tree), the first stores the block's partial; the last block of each channel block to
+    /// After the tiles: the first of the 16 threads of a channel row adds their accumulators
+    /// in order and stores the block's partial; the last block of each channel block to
     /// finish adds the partials in block order and stores the sums.
     fn finish(
         &self,
@@ -473,16 +478,11 @@ impl Sums {
         let share = (256 / per_block).max(1);
         let _ = writeln!(
             c,
-            "  #pragma unroll\n  for (int ii = 0; ii < {tm}; ++ii)\n    #pragma unroll\n    for (int k = 0; k < {parts}; ++k)\n      \
-             for (int off = 8; off >= 1; off >>= 1) st[ii][k] += __shfl_down_sync(0xffffffffu, st[ii][k], off);",
-            tm = bm / 16
-        );
-        let _ = writeln!(
-            c,
-            "  const ix cb = (ix)blockIdx.z * gridDim.y + blockIdx.y;\n  double* part = (double*)(A + {scratch}ull);\n  \
-             if (tx == 0u) {{\n    #pragma unroll\n    for (int ii = 0; ii < {tm}; ++ii)\n      #pragma unroll\n      for (int k = 0; k < {parts}; ++k)\n        \
-             part[(cb * gridDim.x + blockIdx.x) * {per_block}u + (ty + ii * 16u) * {parts}u + k] = st[ii][k];\n  }}",
-            tm = bm / 16
+            "  __syncthreads();\n  const ix cb = (ix)blockIdx.z * gridDim.y + blockIdx.y;\n  double* part = (double*)(A + {scratch}ull);\n  \
+             if (tx == 0u) {{\n    #pragma unroll\n    for (int k = 0; k < {n}; ++k) {{\n      double s = 0.0;\n      \
+             for (u32 l = 0u; l < 16u; ++l) s += st[k][tid + l];\n      \
+             part[(cb * gridDim.x + blockIdx.x) * {per_block}u + (ty + (k / {parts}) * 16u) * {parts}u + k % {parts}] = s;\n    }}\n  }}",
+            n = (bm / 16) * parts
         );
         let counters = format!(
             "((u32*)(A + {scratch}ull + (ix)gridDim.y * gridDim.z * gridDim.x * {}ull))",
