@@ -172,8 +172,9 @@ pub struct KernelConfig {
     /// Stride-1 weight gradients: direct kernel (and its variant) or implicit GEMM.
     pub wgrad: WgradKernel,
     /// Blocks a contraction should fill before it stops splitting K (split-K matmuls and
-    /// convolutions, the direct weight gradient's pixel splits); `None`: the device's
-    /// [`CudaDevice::fill_blocks`].
+    /// convolutions, the direct weight gradient's pixel splits) — and, when set, the blocks
+    /// of a direct convolution that computes its output's sums ([`KernelConfig::conv_stats`];
+    /// else 4 per SM); `None`: the device's [`CudaDevice::fill_blocks`].
     pub fill: Option<usize>,
     /// 32-deep K tiles in the fp32 implicit GEMM where tiles are at most 64 wide (half the
     /// barriers per multiply-add, twice the shared memory); `false`: 16-deep tiles.

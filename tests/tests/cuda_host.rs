@@ -96,7 +96,7 @@ fn seed_network_step_on_host_compiled_cuda_matches_the_interpreter() {
     // The first layer's batchnorm sums inside its direct convolution; the first pool's mean
     // written by its window sum (at this batch the planner keeps the second pool's sum, which
     // the backward pass reads to recompute the mean).
-    assert!(code.contains("st[ii][k] += (double)p[k]"), "a convolution that sums its output per channel");
+    assert!(code.contains("][tid] += (double)p[k];"), "a convolution that sums its output per channel");
     let pool_mean = |l: &str| {
         l.starts_with("// group") && l.contains("=reduce_sum %") && l.ends_with("=mul  [logits/avgpool2d]")
     };
@@ -155,6 +155,40 @@ fn a_split_sum_with_an_epilogue_on_host_compiled_cuda_matches_the_interpreter() 
         .find(|k| k.lines().next().is_some_and(|l| l.contains("=reduce_sum %") && l.contains("=mul  [")))
         .expect("a sum with its scale as the epilogue");
     assert!(kernel.contains("atomicAdd(count, 1u)"), "the sum split over blocks:\n{kernel}");
+}
+
+/// A convolution with a bias before a batchnorm: the statistics' prologue adds the bias, a
+/// per-channel operand the convolution's sums read at each output's channel.
+const BIAS_NORM: &str = r#"
+model BiasNorm {
+    input x:     c64[B, 2, 16, 16]
+    input label: class[B] of 3
+    logits = x |> conv2d(8, kernel = 3, pad = 1) |> batchnorm(kind = naive) |> crelu |> avgpool2d(4)
+        |> flatten |> linear(3) |> abs
+    output logits
+    loss cross_entropy(logits, label)
+}
+"#;
+
+#[test]
+fn a_convolution_summing_its_biased_output_on_host_compiled_cuda_matches_the_interpreter() {
+    // `fill=2`: 6 tiles (3 images of 2) in 2 blocks of 3 each.
+    for precision in [Precision::Fp32, Precision::Bf16] {
+        let code = check_at_precision("bias_norm.cvnn", BIAS_NORM, 3, "fill=2", precision);
+        let conv = code
+            .split("k0_gemm(char* A)")
+            .nth(1)
+            .and_then(|k| k.split("\n}\n").next())
+            .expect("the convolution");
+        assert!(
+            conv.contains("blk += gridDim.x"),
+            "{precision:?}: the convolution computes its sums:\n{conv}"
+        );
+        assert!(
+            conv.contains("[(g * 8u + m)];"),
+            "{precision:?}: the sums read the bias per channel:\n{conv}"
+        );
+    }
 }
 
 #[test]

@@ -155,8 +155,11 @@ pub(crate) fn direct(
         return Ok(None);
     }
     let sums = Sums::of(ctx, v, stats)?;
-    // With sums, a few blocks per SM loop over the tiles (`fill=BLOCKS` sets how many).
-    let resident = ctx.target.kernels.fill.unwrap_or(STATS_BLOCKS_PER_SM * ctx.target.device.sm_count);
+    // With sums, the blocks an SM holds loop over the tiles (`fill=BLOCKS` sets how many):
+    // 4 of a kernel whose input channels fit one chunk (64 registers, as without sums), 2 of
+    // one that prefetches the next chunk (about 120 registers without sums; NVRTC, sm_90).
+    let per_sm = if d.red <= ck { STATS_BLOCKS_PER_SM } else { STATS_BLOCKS_PER_SM / 2 };
+    let resident = ctx.target.kernels.fill.unwrap_or(per_sm * ctx.target.device.sm_count);
     let grid_x = if sums.is_empty() { blocks } else { blocks.min(resident.max(1)) };
     let grid_yz = d.m.div_ceil(bm) * d.groups;
     let (values_per_block, scratch_bytes) =
@@ -164,7 +167,7 @@ pub(crate) fn direct(
     // Every index is one of the three tensors' (the image `b` multiplies the strides), or of
     // the sums' partials.
     let mut buffers = vec![x, w, v];
-    buffers.extend(sums.each.iter().map(|s| s.red));
+    buffers.extend(sums.each.iter().map(|s| s.red).chain(sums.inputs.iter().copied()));
     let index = ctx.indexing(&buffers, &[scratch_bytes / 8]);
     let (tw_, tx_, tc_) = (ctx.dtype(w), ctx.dtype(x), ctx.dtype(v));
     let (ta, tb, tc) = (ctype(tw_), ctype(tx_), ctype(tc_));
@@ -202,9 +205,9 @@ pub(crate) fn direct(
     let per_w = (taps * bm).div_ceil(256);
     let per_x = (ck * hr * hc).div_ceil(256);
     let mut c = String::new();
-    // With sums, [`STATS_BLOCKS_PER_SM`] blocks must fit an SM (64 registers: no spill at
-    // bf16, 8 bytes at fp32 for the seed network's first layer; NVRTC, sm_90a).
-    let bounds = if sums.is_empty() { "256".to_string() } else { format!("256, {STATS_BLOCKS_PER_SM}") };
+    // With sums, that many blocks must fit an SM (one chunk: 64 registers, no spill at bf16
+    // and 8 bytes at fp32 for the seed network's first layer; NVRTC, sm_90a).
+    let bounds = if sums.is_empty() { "256".to_string() } else { format!("256, {per_sm}") };
     let _ = writeln!(c, "extern \"C\" __global__ void __launch_bounds__({bounds}) {name}(char* A) {{");
     c.push_str(index.typedef());
     let _ = writeln!(c, "  const u32 tid = threadIdx.x, tx = tid % 16u, ty = tid / 16u;");
@@ -320,10 +323,11 @@ pub(crate) fn direct(
     }))
 }
 
-/// Blocks per SM of a direct convolution that computes sums: its blocks loop over the tiles,
-/// and four blocks of 256 threads are what an SM holds at 64 registers a thread (the kernel's
-/// launch bounds ask for that), so every block runs from the start (no second wave to wait
-/// for) and the last block adds one partial per block.
+/// Blocks per SM of a direct convolution that computes sums, where its input channels fit
+/// one chunk (half that where they do not): its blocks loop over the tiles, and four blocks
+/// of 256 threads are what an SM holds at 64 registers a thread (the kernel's launch bounds
+/// ask for that), so every block runs from the start (no second wave to wait for) and the
+/// last block adds one partial per block.
 const STATS_BLOCKS_PER_SM: usize = 4;
 
 /// The most f64 accumulators (a real sum one, a complex sum two) per output channel of a
@@ -334,8 +338,9 @@ const MAX_STATS_PARTS: usize = 4;
 /// `conv`, joining the groups `run` already there: the target fuses such sums
 /// ([`KernelConfig::conv_stats`](crate::target::KernelConfig::conv_stats)), the convolution is
 /// a stride-1 `Conv2d`, and `next` sums, per channel (over the batch and both spatial axes),
-/// an elementwise function of the convolution's output alone into a full-width buffer that
-/// shares no memory with the convolution's operands, its output or the run's sums. (Whether
+/// an elementwise function of the convolution's output (and of per-channel operands such as
+/// a bias) into a full-width buffer that shares no memory with the convolution's operands,
+/// its output, the sums' operands or the run's sums. (Whether
 /// the direct kernel serves the convolution at all is [`direct`]'s to decide.)
 pub(crate) fn stats_join(ctx: &Ctx, conv: &KernelGroup, run: &[&KernelGroup], next: &KernelGroup) -> bool {
     let (&[v], true) = (&conv.nodes[..], ctx.target.kernels.conv_stats) else { return false };
@@ -347,10 +352,12 @@ pub(crate) fn stats_join(ctx: &Ctx, conv: &KernelGroup, run: &[&KernelGroup], ne
     let sum_per_channel =
         matches!(&ctx.g.node(red).op, Op::Reduce { op: ReduceOp::Sum, axes } if axes[..] == [0, 2, 3]);
     let parts = |k: &KernelGroup| k.reduce_parts(ctx.g).map_or(0, |(_, r, _)| ctx.dtype(r).bytes() / 4);
+    let domain = ctx.shape(v);
     let fits = sum_per_channel
         && epi.is_empty()
-        && next.inputs == [v]
-        && next.domain.resolve(ctx.batch) == ctx.shape(v)
+        && next.inputs.contains(&v)
+        && next.inputs.iter().all(|&u| u == v || per_channel(&ctx.shape(u), &domain))
+        && next.domain.resolve(ctx.batch) == domain
         && ctx.storage(red) == Storage::Full
         && matches!(ctx.dtype(red), DType::F32 | DType::C64)
         && run.iter().copied().chain([next]).map(parts).sum::<usize>() <= MAX_STATS_PARTS;
@@ -360,9 +367,19 @@ pub(crate) fn stats_join(ctx: &Ctx, conv: &KernelGroup, run: &[&KernelGroup], ne
     let range = |v: Value| ctx.offset(v).ok().map(|o| (o, o + ctx.bytes(v)));
     let Some(r) = range(red) else { return false };
     let mut others: Vec<Value> = node.inputs.clone();
-    others.push(v);
+    others.extend(next.inputs.iter().copied());
     others.extend(run.iter().flat_map(|k| k.outputs.iter().copied()));
     others.iter().all(|&o| range(o).is_some_and(|q| q.1 <= r.0 || r.1 <= q.0))
+}
+
+/// Whether a tensor of `shape` broadcast to `domain` (`[N, C, H, W]`) is constant but along
+/// the channel axis: a bias the sums' prologue adds (`conv2d(…, bias = true)` before a
+/// batchnorm), read at each output's channel.
+fn per_channel(shape: &[usize], domain: &[usize]) -> bool {
+    let lead = domain.len().checked_sub(shape.len());
+    lead.is_some_and(|lead| {
+        shape.iter().enumerate().all(|(j, &e)| e == 1 || (j + lead == 1 && e == domain[1]))
+    })
 }
 
 /// One per-channel sum of a direct convolution's output (a `Reduce` group it computes).
@@ -381,6 +398,8 @@ struct Sums {
     each: Vec<Sum>,
     /// The prologues' nodes, in graph order (each once).
     prologue: Vec<Value>,
+    /// What the prologues read besides the convolution's output (per-channel operands).
+    inputs: Vec<Value>,
     /// Accumulators per output channel.
     parts: usize,
 }
@@ -389,8 +408,14 @@ impl Sums {
     fn of(ctx: &Ctx, v: Value, stats: &[&KernelGroup]) -> CompileResult<Sums> {
         let mut each = Vec::new();
         let mut prologue: Vec<Value> = Vec::new();
+        let mut inputs: Vec<Value> = Vec::new();
         let mut parts = 0;
         for k in stats {
+            for &u in &k.inputs {
+                if u != v && !inputs.contains(&u) {
+                    inputs.push(u);
+                }
+            }
             let (pro, red, _) =
                 k.reduce_parts(ctx.g).ok_or_else(|| internal!("a convolution's sum is not a reduction"))?;
             let complex = ctx.dtype(red) == DType::C64;
@@ -407,7 +432,7 @@ impl Sums {
             }
         }
         prologue.sort();
-        Ok(Sums { each, prologue, parts })
+        Ok(Sums { each, prologue, inputs, parts })
     }
 
     fn is_empty(&self) -> bool {
@@ -443,7 +468,16 @@ impl Sums {
         let linear = format!("((b * {}u + g * {}u + m) * {}u + y) * {}u + x", d.cout, d.m, d.hout, d.wout);
         let domain = ctx.shape(v);
         let vars = std::collections::HashMap::from([(v, format!("v{}", v.index()))]);
-        let vars = super::kernels::emit_values(ctx, &self.prologue, &[], &domain, &coords, &linear, c, vars)?;
+        let vars = super::kernels::emit_values(
+            ctx,
+            &self.prologue,
+            &self.inputs,
+            &domain,
+            &coords,
+            &linear,
+            c,
+            vars,
+        )?;
         for s in &self.each {
             let x =
                 vars.get(&s.operand).ok_or_else(|| internal!("{}: its operand is not computed", s.red))?;
