@@ -213,3 +213,22 @@ fn token_model_step_on_host_compiled_cuda_matches_the_interpreter() {
         );
     }
 }
+
+/// The examples whose convolutions compute their batchnorm sums (`convstats=fuse`: several
+/// per network, over more than one channel chunk), at batch 1, fp32 and bf16. Minutes under
+/// the emulation: run by hand (`cargo test -p cvc-tests --test cuda_host -- --ignored`).
+#[test]
+#[ignore = "minutes on the host; the seed and bias tests above cover the same kernels in CI"]
+fn examples_with_summing_convolutions_on_host_compiled_cuda_match_the_interpreter() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the repository root");
+    for file in ["examples/complex_resnet.cvnn", "examples/polsar_unet.cvnn"] {
+        let src = std::fs::read_to_string(root.join(file)).expect("a readable example");
+        for precision in [Precision::Fp32, Precision::Bf16] {
+            let code = check_at_precision(file, &src, 1, "default", precision);
+            assert!(
+                code.contains("blk += gridDim.x"),
+                "{file} {precision:?}: no convolution computes its sums"
+            );
+        }
+    }
+}
