@@ -22,7 +22,7 @@ for part in ${CVC_W38_PARTS:-bench jax check}; do
         set -- $r
         bin=.gpu/gpu
         [ "$1" = old ] && bin=.gpu-old/gpu
-        OUT=$W CVC_GPU_TEST_BIN=$bin CVC_TC_TAG=" $1" CVC_TC_APPEND=1 CVC_TC_PROFILE_ALL=1 \
+        OUT=$W CVC_GPU_TEST_BIN=$bin CVC_TC_TAG="-$1" CVC_TC_APPEND=1 CVC_TC_PROFILE_ALL=1 \
           CVC_TC_RUNS="$2 $3 $4 $5" bash bench/gpu-tc.sh bench >/dev/null
       done
       grep -v '^{' "$W/summary.txt" | grep -E "profile|  [0-9.]+ ms  k" | head -200 >>"$S"
