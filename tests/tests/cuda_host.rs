@@ -72,9 +72,11 @@ fn check_at_precision(file: &str, src: &str, batch: usize, spec: &str, precision
         }
     }
     be.step().unwrap_or_else(|e| panic!("{file}: step: {}", e.0));
-    // At bf16, every product's operands and every stored value are rounded to 8 bits.
+    // At bf16, every product's operands and every stored value are rounded to 8 bits; at
+    // tf32, the products' operands to 11 bits.
     let numerics = match precision {
         Precision::Bf16 => Numerics { operand: 1.0 / 256.0, store: 1.0 / 256.0, max_finite: 0.0 },
+        Precision::Tf32 => Numerics { operand: 1.0 / 2048.0, ..Numerics::default() },
         _ => Numerics::default(),
     };
     let report = check_step_locally_with(&program, &mut be, &leaves, numerics)
@@ -114,6 +116,9 @@ fn seed_network_at_bf16_on_host_compiled_cuda_matches_the_interpreter() {
     // 64 tiles in 5 blocks (13 or 12 each) and adds 5 partials a channel.
     let code = check_at_precision("examples/seed_cnn.cvnn", &src, 2, "fill=5", Precision::Bf16);
     assert!(code.contains("blk += gridDim.x"), "a convolution's blocks loop over its tiles");
+    // conv2 and conv3 on the 16-bit `wgmma` GEMM sum their outputs per channel in the
+    // epilogue; a second kernel adds the tiles' partials.
+    assert_eq!(code.matches("_gemm_sum(char* A)").count(), 2, "two GEMMs that sum their output");
     assert!(code.contains("vld<4>(((cbf16s*)"), "16-byte loads of four bf16 pairs");
     assert!(code.contains("vst<4>(((cbf16s*)"), "16-byte stores of four bf16 pairs");
 }
@@ -214,21 +219,26 @@ fn token_model_step_on_host_compiled_cuda_matches_the_interpreter() {
     }
 }
 
-/// The examples whose convolutions compute their batchnorm sums (`convstats=fuse`: several
-/// per network, over more than one channel chunk), at batch 1, fp32 and bf16. Minutes under
-/// the emulation: run by hand (`cargo test -p cvc-tests --test cuda_host -- --ignored`).
+/// Networks whose convolutions compute their batchnorm sums (`convstats=fuse`: direct
+/// kernels over one or several channel chunks, and the `wgmma` GEMMs at tf32 and bf16), at
+/// small batches. Minutes under the emulation: run by hand
+/// (`cargo test -p cvc-tests --test cuda_host -- --ignored`).
 #[test]
 #[ignore = "minutes on the host; the seed and bias tests above cover the same kernels in CI"]
 fn examples_with_summing_convolutions_on_host_compiled_cuda_match_the_interpreter() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the repository root");
-    for file in ["examples/complex_resnet.cvnn", "examples/polsar_unet.cvnn"] {
+    let runs = [
+        ("examples/seed_cnn.cvnn", 2, Precision::Tf32),
+        ("examples/complex_resnet.cvnn", 1, Precision::Fp32),
+        ("examples/complex_resnet.cvnn", 1, Precision::Bf16),
+        ("examples/complex_resnet.cvnn", 1, Precision::Tf32),
+        ("examples/polsar_unet.cvnn", 1, Precision::Fp32),
+        ("examples/polsar_unet.cvnn", 1, Precision::Bf16),
+    ];
+    for (file, batch, precision) in runs {
         let src = std::fs::read_to_string(root.join(file)).expect("a readable example");
-        for precision in [Precision::Fp32, Precision::Bf16] {
-            let code = check_at_precision(file, &src, 1, "default", precision);
-            assert!(
-                code.contains("blk += gridDim.x"),
-                "{file} {precision:?}: no convolution computes its sums"
-            );
-        }
+        let code = check_at_precision(file, &src, batch, "default", precision);
+        let summing = code.contains("blk += gridDim.x") || code.contains("_gemm_sum(char* A)");
+        assert!(summing, "{file} {precision:?}: no convolution computes its sums");
     }
 }

@@ -285,6 +285,7 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
         zero: Vec::new(),
         scratch: 0,
         pre: None,
+        post: None,
         shared: if tc { tc_shared } else { 0 },
         index,
     })

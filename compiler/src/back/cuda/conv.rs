@@ -318,6 +318,7 @@ pub(crate) fn direct(
         zero: Vec::new(),
         scratch: if sums.is_empty() { 0 } else { scratch_bytes },
         pre: None,
+        post: None,
         shared: 0,
         index,
     }))
@@ -383,29 +384,30 @@ fn per_channel(shape: &[usize], domain: &[usize]) -> bool {
 }
 
 /// One per-channel sum of a direct convolution's output (a `Reduce` group it computes).
-struct Sum {
+pub(crate) struct Sum {
     /// The reduction node (its buffer gets the sum).
-    red: Value,
+    pub red: Value,
     /// The value summed (computed from the output by the prologue).
-    operand: Value,
+    pub operand: Value,
     /// First accumulator (of one, or two for a complex sum).
-    part: usize,
-    complex: bool,
+    pub part: usize,
+    pub complex: bool,
 }
 
-/// The sums a direct convolution computes, with their prologues.
-struct Sums {
-    each: Vec<Sum>,
+/// The sums a convolution computes, with their prologues (the direct kernel's, or the
+/// `wgmma` GEMM's epilogue: `gemm.rs`).
+pub(crate) struct Sums {
+    pub each: Vec<Sum>,
     /// The prologues' nodes, in graph order (each once).
-    prologue: Vec<Value>,
+    pub prologue: Vec<Value>,
     /// What the prologues read besides the convolution's output (per-channel operands).
-    inputs: Vec<Value>,
+    pub inputs: Vec<Value>,
     /// Accumulators per output channel.
-    parts: usize,
+    pub parts: usize,
 }
 
 impl Sums {
-    fn of(ctx: &Ctx, v: Value, stats: &[&KernelGroup]) -> CompileResult<Sums> {
+    pub(crate) fn of(ctx: &Ctx, v: Value, stats: &[&KernelGroup]) -> CompileResult<Sums> {
         let mut each = Vec::new();
         let mut prologue: Vec<Value> = Vec::new();
         let mut inputs: Vec<Value> = Vec::new();
@@ -435,8 +437,68 @@ impl Sums {
         Ok(Sums { each, prologue, inputs, parts })
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.each.is_empty()
+    }
+
+    /// The statements that store the sum `s` (a double) of accumulator `k` of channel `ch`
+    /// (names in the C scope) into its reduction's buffer.
+    pub(crate) fn store(&self, ctx: &Ctx, c: &mut String) -> CompileResult<()> {
+        for s in &self.each {
+            let at = ctx.offset(s.red)?;
+            if s.complex {
+                let _ = writeln!(
+                    c,
+                    "      if (k == {p0}u || k == {p1}u) ((float*)(A + {at}ull))[ch * 2u + (k - {p0}u)] = (float)s;",
+                    p0 = s.part,
+                    p1 = s.part + 1
+                );
+            } else {
+                let _ = writeln!(c, "      if (k == {}u) ((float*)(A + {at}ull))[ch] = (float)s;", s.part);
+            }
+        }
+        Ok(())
+    }
+
+    /// The prologues at one output element of `v` whose value is the C expression `value`
+    /// (rounded here to how the output is stored, as the sum kernel would read it), at
+    /// coordinates `coords` and linear index `linear`; each sum's operand is added to the f32
+    /// partial `{acc}[part]`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn point(
+        &self,
+        ctx: &Ctx,
+        v: Value,
+        value: &str,
+        coords: &[String],
+        linear: &str,
+        acc: &str,
+        c: &mut String,
+    ) -> CompileResult<()> {
+        let stored = stored_ctype(ctx.storage(v), ctx.dtype(v));
+        let (t, n) = (ctype(ctx.dtype(v)), v.index());
+        let _ = writeln!(c, "      {stored} s_;\n      s_ = {value};\n      const {t} v{n} = s_;");
+        let vars = std::collections::HashMap::from([(v, format!("v{n}"))]);
+        let vars = super::kernels::emit_values(
+            ctx,
+            &self.prologue,
+            &self.inputs,
+            &ctx.shape(v),
+            coords,
+            linear,
+            c,
+            vars,
+        )?;
+        for s in &self.each {
+            let x =
+                vars.get(&s.operand).ok_or_else(|| internal!("{}: its operand is not computed", s.red))?;
+            if s.complex {
+                let _ = writeln!(c, "      {acc}[{}] += {x}.x; {acc}[{}] += {x}.y;", s.part, s.part + 1);
+            } else {
+                let _ = writeln!(c, "      {acc}[{}] += {x};", s.part);
+            }
+        }
+        Ok(())
     }
 
     /// After a tile's stores: each thread adds, per channel, its column's values (as stored,
@@ -450,43 +512,20 @@ impl Sums {
         tn: usize,
         c: &mut String,
     ) -> CompileResult<()> {
-        let stored = stored_ctype(ctx.storage(v), ctx.dtype(v));
         let _ = writeln!(c, "  #pragma unroll\n  for (int ii = 0; ii < {tm}; ++ii) {{");
         let _ = writeln!(c, "    float p[{}];", self.parts);
         let _ = writeln!(c, "    #pragma unroll\n    for (int k = 0; k < {}; ++k) p[k] = 0.0f;", self.parts);
         let _ = writeln!(
             c,
             "    #pragma unroll\n    for (int jj = 0; jj < {tn}; ++jj) {{\n      const u32 m = m0 + ty + ii * 16, y = y0 + jj, x = x0 + tx;\n      \
-             if (m < {m}u && y < {hout}u && x < {wout}u) {{\n      {stored} s_;\n      s_ = acc[ii][jj];\n      const {t} v{n} = s_;",
+             if (m < {m}u && y < {hout}u && x < {wout}u) {{",
             m = d.m,
             hout = d.hout,
             wout = d.wout,
-            t = ctype(ctx.dtype(v)),
-            n = v.index()
         );
         let coords = ["b".to_string(), format!("(g * {}u + m)", d.m), "y".into(), "x".into()];
         let linear = format!("((b * {}u + g * {}u + m) * {}u + y) * {}u + x", d.cout, d.m, d.hout, d.wout);
-        let domain = ctx.shape(v);
-        let vars = std::collections::HashMap::from([(v, format!("v{}", v.index()))]);
-        let vars = super::kernels::emit_values(
-            ctx,
-            &self.prologue,
-            &self.inputs,
-            &domain,
-            &coords,
-            &linear,
-            c,
-            vars,
-        )?;
-        for s in &self.each {
-            let x =
-                vars.get(&s.operand).ok_or_else(|| internal!("{}: its operand is not computed", s.red))?;
-            if s.complex {
-                let _ = writeln!(c, "      p[{}] += {x}.x; p[{}] += {x}.y;", s.part, s.part + 1);
-            } else {
-                let _ = writeln!(c, "      p[{}] += {x};", s.part);
-            }
-        }
+        self.point(ctx, v, "acc[ii][jj]", &coords, &linear, "p", c)?;
         let _ = writeln!(
             c,
             "      }}\n    }}\n    #pragma unroll\n    for (int k = 0; k < {p}; ++k) st[ii * {p} + k][tid] += (double)p[k];\n  }}",
@@ -539,19 +578,7 @@ impl Sums {
              const u32 m = blockIdx.y * {bm}u + tid / {parts}u, k = tid % {parts}u;\n    const ix ch = (ix)blockIdx.z * {mm}u + m;\n    if (m < {mm}u) {{",
             mm = d.m
         );
-        for s in &self.each {
-            let at = ctx.offset(s.red)?;
-            if s.complex {
-                let _ = writeln!(
-                    c,
-                    "      if (k == {p0}u || k == {p1}u) ((float*)(A + {at}ull))[ch * 2u + (k - {p0}u)] = (float)s;",
-                    p0 = s.part,
-                    p1 = s.part + 1
-                );
-            } else {
-                let _ = writeln!(c, "      if (k == {}u) ((float*)(A + {at}ull))[ch] = (float)s;", s.part);
-            }
-        }
+        self.store(ctx, c)?;
         let _ = writeln!(c, "    }}\n  }}\n  if (tid == 0u) {counters}[cb] = 0u;");
         Ok(())
     }

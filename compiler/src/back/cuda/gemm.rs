@@ -42,6 +42,24 @@ struct Gemm {
     b_k_fast: bool,
     /// The convolution taps' table that `load_b` reads (tensor-core kernels).
     taps: Option<TapTable>,
+    /// Per-channel sums of a convolution's output that the `wgmma` kernel computes in its
+    /// epilogue (`convstats=fuse`; [`contraction_summing`]).
+    sums: Option<GemmSums>,
+}
+
+/// The sums a `wgmma` convolution computes from the outputs it stores: each block adds its
+/// tile's values per channel (f32 over the tile's row, then the quad of threads sharing the
+/// row) and stores one f32 partial per channel, accumulator and tile at byte offset
+/// `scratch` (`[value][tile]`: 8 MiB for the seed network's conv2 at batch 1024); a second
+/// kernel adds each value's partials in f64 in a fixed order (a strided pass, then a tree)
+/// and stores the sums, so they do not depend on the order the blocks ran in.
+struct GemmSums {
+    sums: super::conv::Sums,
+    scratch: usize,
+    /// Output height × width and width (the coordinates of pixel `n`).
+    hw: (usize, usize),
+    /// Output channels in all (groups × per group).
+    channels: usize,
 }
 
 /// A table in shared memory of a convolution's taps, filled once per block: for tap `t` =
@@ -245,6 +263,41 @@ impl Load {
     }
 }
 
+/// A stride-1 convolution group whose output's per-channel sums `stats` (accepted by
+/// [`super::conv::stats_join`]) its `wgmma` kernel computes in its epilogue ([`GemmSums`]),
+/// with the kernel that adds the tiles' partials (scratch memory at byte offset `scratch`) as
+/// its `post`; `None` where the convolution runs on another kernel or this one cannot sum.
+pub(crate) fn contraction_summing(
+    ctx: &Ctx,
+    group: &KernelGroup,
+    name: &str,
+    stats: &[&KernelGroup],
+    scratch: usize,
+) -> CompileResult<Option<Kernel>> {
+    let v = *group.nodes.last().ok_or_else(|| internal!("empty contraction group"))?;
+    let Op::Conv2d { geom, conj } = &ctx.g.node(v).op else { return Ok(None) };
+    // Only where `contraction` would take the `wgmma` GEMM: not the direct kernels, not the
+    // halo tiles.
+    if !ctx.tensor_cores() || ctx.split_tf32() || super::conv::direct(ctx, v, name, &[], 0)?.is_some() {
+        return Ok(None);
+    }
+    if super::halo::conv(ctx, v, name)?.is_some() {
+        return Ok(None);
+    }
+    let mut gm = conv_gemm(ctx, v, geom, conj)?;
+    let [_, o, ho, wo] = dims(&ctx.shape(v))?;
+    gm.sums = Some(GemmSums {
+        sums: super::conv::Sums::of(ctx, v, stats)?,
+        scratch,
+        hw: (ho * wo, wo),
+        channels: o,
+    });
+    if !wgmma_serves(ctx, &gm, v) {
+        return Ok(None);
+    }
+    emit_wgmma(ctx, &gm, v, name)
+}
+
 /// A contraction group.
 pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResult<Kernel> {
     let v = *group.nodes.last().ok_or_else(|| internal!("empty contraction group"))?;
@@ -267,35 +320,7 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
             let mm = MatMulShape::new(&ctx.shape(x0), &ctx.shape(x1), *trans, *sum_batch);
             mm.gemm([t0, t1, tc], [&p0, &p1, &out], *trans, *conj)
         }
-        Op::Conv2d { geom, conj } => {
-            let [nb, c, h, w] = dims(&ctx.shape(x0))?;
-            let [o, cg, kh, kw] = dims(&ctx.shape(x1))?;
-            let [_, _, ho, wo] = dims(&ctx.shape(v))?;
-            let og = o / geom.groups;
-            let kk = cg * kh * kw;
-            let (load_b, taps) = patch_gather(
-                ctx,
-                &Patch { tap: "k", pixel: "n", x: &p0, c, cg, h, w, ho, wo, kh, kw, geom, conj: conj[0] },
-            );
-            Gemm {
-                m: og,
-                n: nb * ho * wo,
-                k: kk,
-                groups: geom.groups,
-                ta: t1,
-                tb: t0,
-                tc,
-                load_a: Load::plain(&p1, format!("(g * {og}u + m) * {kk}u + k"), conj[1]),
-                load_b,
-                out: format!(
-                    "{out}[((n / {hwo}u) * {o}u + g * {og}u + m) * {hwo}u + n % {hwo}u]",
-                    hwo = ho * wo
-                ),
-                a_k_fast: true,
-                b_k_fast: false,
-                taps,
-            }
-        }
+        Op::Conv2d { geom, conj } => conv_gemm(ctx, v, geom, conj)?,
         Op::ConvTranspose2d { geom, out_hw, conj } => {
             let [nb, o, ho, wo] = dims(&ctx.shape(x0))?;
             let [_, cg, kh, kw] = dims(&ctx.shape(x1))?;
@@ -402,6 +427,7 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                 a_k_fast: true,
                 b_k_fast: false,
                 taps,
+                sums: None,
             }
         }
         Op::Conv2dWeightGrad { geom, kernel, conj } => {
@@ -434,6 +460,7 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
                 a_k_fast: true,
                 b_k_fast: true,
                 taps,
+                sums: None,
             }
         }
         // Fusion puts only contractions in contraction groups.
@@ -464,6 +491,40 @@ pub(crate) fn contraction(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
         | Op::Assign) => return Err(internal!("{v}: {} is not a contraction", other.mnemonic())),
     };
     emit(ctx, &gemm, v, name)
+}
+
+/// The GEMM of a `Conv2d` node `v`: output channels × pixels, over channels × taps.
+fn conv_gemm(ctx: &Ctx, v: Value, geom: &ConvGeom, conj: &[bool; 2]) -> CompileResult<Gemm> {
+    let node = ctx.g.node(v);
+    let tc = node.ty.dtype;
+    let (x0, x1) = (node.inputs[0], node.inputs[1]);
+    let (t0, t1) = (ctx.dtype(x0), ctx.dtype(x1));
+    let (p0, p1, out) = (ctx.ptr(x0)?, ctx.ptr(x1)?, ctx.ptr(v)?);
+    let [nb, c, h, w] = dims(&ctx.shape(x0))?;
+    let [o, cg, kh, kw] = dims(&ctx.shape(x1))?;
+    let [_, _, ho, wo] = dims(&ctx.shape(v))?;
+    let og = o / geom.groups;
+    let kk = cg * kh * kw;
+    let (load_b, taps) = patch_gather(
+        ctx,
+        &Patch { tap: "k", pixel: "n", x: &p0, c, cg, h, w, ho, wo, kh, kw, geom, conj: conj[0] },
+    );
+    Ok(Gemm {
+        m: og,
+        n: nb * ho * wo,
+        k: kk,
+        groups: geom.groups,
+        ta: t1,
+        tb: t0,
+        tc,
+        load_a: Load::plain(&p1, format!("(g * {og}u + m) * {kk}u + k"), conj[1]),
+        load_b,
+        out: format!("{out}[((n / {hwo}u) * {o}u + g * {og}u + m) * {hwo}u + n % {hwo}u]", hwo = ho * wo),
+        a_k_fast: true,
+        b_k_fast: false,
+        taps,
+        sums: None,
+    })
 }
 
 /// The extents of a (batched) matmul and how its batch maps onto the GEMM template.
@@ -558,6 +619,7 @@ impl MatMulShape {
             a_k_fast: !trans[0],
             b_k_fast: trans[1],
             taps: None,
+            sums: None,
         }
     }
 }
@@ -867,6 +929,7 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
         shared: 0,
         index,
         pre: None,
+        post: None,
     })
 }
 
@@ -894,6 +957,22 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
 /// (`[x][k]`, so that a fragment register holds two consecutive k), and multiplied 16 deep
 /// through `mma.sync.m16n8k16` in 32-deep K tiles (16-deep where K is); staged `plain` or
 /// `prefetch` (a copy cannot round).
+/// Whether [`emit_tf32`] tries the `wgmma` kernel for `gm` (which may still decline it).
+fn wgmma_serves(ctx: &Ctx, gm: &Gemm, v: Value) -> bool {
+    let kc = &ctx.target.kernels;
+    let conv = !matches!(ctx.g.node(v).op, Op::MatMul { .. });
+    let native = match kc.tc16_for(&ctx.target.device) {
+        TcHalf::Native => true,
+        TcHalf::Wgmma => kc.tc16 == TcHalf::Auto && !conv && pair_format(ctx, gm, v).is_none(),
+        _ => false,
+    };
+    let half = matches!(ctx.precision(), Precision::Bf16 | Precision::Fp16) && native;
+    kc.tc_mma == TcMma::Wgmma
+        && !half
+        && (gm.tc == DType::C64) == (gm.ta == DType::C64 || gm.tb == DType::C64)
+        && ctx.target.device.compute_capability == (9, 0)
+}
+
 fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
     let kc = &ctx.target.kernels;
     let conv = !matches!(ctx.g.node(v).op, Op::MatMul { .. });
@@ -1186,6 +1265,7 @@ fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel
         zero,
         scratch: 0,
         pre: None,
+        post: None,
         shared: dynamic,
         index,
     })
@@ -1338,6 +1418,11 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
     let gy = rows.div_ceil(bm);
     let tiles = gx * gy * gm.groups;
     let (splits, chunk) = split_k(ctx, gm, v, tiles, bk);
+    // Sums of the output (`convstats=fuse`) take each output once, in a tile whose rows are
+    // channels: not under split K, copying warpgroups, swapped tiles or split operands.
+    if gm.sums.is_some() && (splits > 1 || spec || swap || split) {
+        return Ok(None);
+    }
     let grid = Grid::new(ctx, [gx, gy, gm.groups * splits], &kernel_name(ctx, v))?;
     let index = indexing(ctx, gm, v, if swap { [bn, bm, bk] } else { [bm, bn, bk] }, splits * chunk);
     // Floats of a plane of `x` rows, and the descriptor's offsets (bytes).
@@ -1794,29 +1879,92 @@ fn emit_wgmma(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Optio
         }
     }
     let val = if ca || cb { "make_float2(cr[4 * i + q], ci[4 * i + q])" } else { "cr[4 * i + q]" };
-    let store =
+    let mut store =
         if splits > 1 { format!("atomic_acc(&{}, {val});", gm.out) } else { format!("{} = {val};", gm.out) };
+    if let Some(gs) = &gm.sums {
+        let _ = writeln!(c, "  float sp[2][{}] = {{}};", gs.sums.parts);
+        let (hwo, wo) = gs.hw;
+        let coords = [
+            format!("(n / {hwo}u)"),
+            format!("(g * {}u + m)", gm.m),
+            format!("((n % {hwo}u) / {wo}u)"),
+            format!("(n % {wo}u)"),
+        ];
+        let linear = format!("((n / {hwo}u) * {}u + g * {}u + m) * {hwo}u + n % {hwo}u", gs.channels, gm.m);
+        let mut point = String::new();
+        gs.sums.point(ctx, v, val, &coords, &linear, "sp[q >> 1]", &mut point)?;
+        store = format!("{{\n      {store}\n{point}      }}");
+    }
     let _ = writeln!(
         c,
         "  #pragma unroll\n  for (int i = 0; i < {}; ++i)\n    #pragma unroll\n    for (int q = 0; q < 4; ++q) {{\n      \
          const ix {row} = {row}0 + wg * 64u + wl * 16u + (lane >> 2) + (q >= 2 ? 8u : 0u), {col} = {col}0 + i * 8u + 2u * (lane & 3u) + (q & 1);\n      \
-         if (m < {}u && n < {}u) {store}\n    }}\n}}",
+         if (m < {}u && n < {}u) {store}\n    }}",
         bn / 8,
         gm.m,
         gm.n,
         row = row_op.1,
         col = col_op.1,
     );
+    let mut post = None;
+    let mut scratch = 0;
+    if let Some(gs) = &gm.sums {
+        let parts = gs.sums.parts;
+        let values = gs.channels * parts;
+        // The four threads of a quad share their rows: their partials meet by shuffles, and
+        // the first stores the row's (one channel's) partial of this tile.
+        let _ = writeln!(
+            c,
+            "  #pragma unroll\n  for (int r = 0; r < 2; ++r)\n    #pragma unroll\n    for (int k = 0; k < {parts}; ++k) {{\n      \
+             float x = sp[r][k];\n      x += __shfl_xor_sync(0xffffffffu, x, 1);\n      x += __shfl_xor_sync(0xffffffffu, x, 2);\n      sp[r][k] = x;\n    }}\n  \
+             if ((lane & 3u) == 0u) {{\n    float* part = (float*)(A + {at}ull) + n0 / {bn}u;\n    \
+             #pragma unroll\n    for (int r = 0; r < 2; ++r) {{\n      const ix m = m0 + wg * 64u + wl * 16u + (lane >> 2) + (ix)r * 8u;\n      \
+             if (m < {mm}u)\n        #pragma unroll\n        for (int k = 0; k < {parts}; ++k) part[((g * {mm}u + m) * {parts}u + k) * {gx}u] = sp[r][k];\n    }}\n  }}",
+            at = gs.scratch,
+            mm = gm.m,
+        );
+        scratch = gx * values * 4;
+        let sum_name = format!("{name}_sum");
+        let mut k = String::new();
+        let _ = writeln!(k, "extern \"C\" __global__ void __launch_bounds__(256) {sum_name}(char* A) {{");
+        k.push_str(index.typedef());
+        let _ = writeln!(
+            k,
+            "  const u32 tid = threadIdx.x, q = blockIdx.x;\n  const float* part = (const float*)(A + {at}ull) + (ix)q * {gx}u;\n  double s = 0.0;\n  \
+             for (u32 t = tid; t < {gx}u; t += 256u) s += (double)part[t];\n  __shared__ double sh[256];\n  sh[tid] = s;\n  __syncthreads();\n  \
+             for (u32 w = 128u; w > 0u; w >>= 1) {{\n    if (tid < w) sh[tid] += sh[tid + w];\n    __syncthreads();\n  }}\n  \
+             if (tid == 0u) {{\n    const double s = sh[0];\n    const ix ch = q / {parts}u;\n    const u32 k = q % {parts}u;\n    {{",
+            at = gs.scratch,
+        );
+        gs.sums.store(ctx, &mut k)?;
+        k.push_str("    }\n  }\n}\n");
+        post = Some((
+            sum_name,
+            Box::new(Kernel {
+                code: k,
+                grid: [values as u32, 1, 1],
+                block: [256, 1, 1],
+                zero: Vec::new(),
+                scratch: 0,
+                pre: None,
+                post: None,
+                shared: 0,
+                index,
+            }),
+        ));
+    }
+    c.push_str("}\n");
     let zero = if splits > 1 { vec![(ctx.offset(v)?, ctx.bytes(v))] } else { Vec::new() };
     Ok(Some(Kernel {
         code: c,
         grid: grid.launch,
         block: [threads as u32, 1, 1],
         zero,
-        scratch: 0,
+        scratch,
         shared: stages * stage_bytes,
         index,
         pre,
+        post,
     }))
 }
 

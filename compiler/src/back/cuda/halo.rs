@@ -377,6 +377,7 @@ pub(crate) fn conv(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Kern
         zero: Vec::new(),
         scratch: 0,
         pre,
+        post: None,
         shared,
         index,
     }))

@@ -751,6 +751,7 @@ pub(crate) fn reduce(
         zero: Vec::new(),
         scratch: scratch_bytes,
         pre: None,
+        post: None,
         shared: 0,
         index,
     })

@@ -294,8 +294,9 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
                 }
             }
         }
-        // Per-channel sums of a direct convolution's output right after it (a batchnorm's
-        // statistics) run inside the convolution when its kernel is the direct one.
+        // Per-channel sums of a convolution's output right after it (a batchnorm's
+        // statistics) run inside the convolution when its kernel is the direct one or the
+        // `wgmma` GEMM (whose tiles' partials a second kernel then adds).
         let mut with_sums = None;
         if group.kind == GroupKind::Contraction {
             let mut sums: Vec<&KernelGroup> = Vec::new();
@@ -315,7 +316,10 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
             }
             if !sums.is_empty() {
                 let v = *group.nodes.last().ok_or_else(|| internal!("empty contraction group"))?;
-                with_sums = conv::direct(&ctx, v, &name, &sums, scratch_end)?;
+                with_sums = match conv::direct(&ctx, v, &name, &sums, scratch_end)? {
+                    Some(k) => Some(k),
+                    None => gemm::contraction_summing(&ctx, group, &name, &sums, scratch_end)?,
+                };
                 if with_sums.is_some() {
                     run.extend(sums);
                     at = end;
@@ -376,6 +380,19 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
         steps.extend(out.zero.iter().map(|&(offset, bytes)| CudaStep::Zero { offset, bytes }));
         steps.push(CudaStep::Launch(out.launch(&name, gi)));
         kernels.push(name);
+        // A kernel that finishes this one's work (`convstats=fuse` on a GEMM) runs just after.
+        if let Some((post_name, post)) = &out.post {
+            let code = format!(
+                "// group {gi}: the sums of {}\n// index: {}\n{}\n",
+                kernels[kernels.len() - 1],
+                post.index,
+                post.code
+            );
+            source.push_str(&code);
+            kernel_code.push((code, Vec::new()));
+            steps.push(CudaStep::Launch(post.launch(post_name, gi)));
+            kernels.push(post_name.clone());
+        }
     }
     // `wgmma` is an instruction of the architecture-specific target only (ptxas rejects it for
     // `sm_90`); such a module runs on compute capability 9.0 alone, which is what it was made for.
@@ -435,6 +452,9 @@ pub(crate) struct Kernel {
     /// A kernel launched just before this one, with its name: the expansion of a parameter
     /// operand into the staging buffer (`wexpand=pre`).
     pub pre: Option<(String, Box<Kernel>)>,
+    /// A kernel launched just after this one, with its name: the sum of a `wgmma`
+    /// convolution's per-tile partials (`convstats=fuse`), in the scratch this one was given.
+    pub post: Option<(String, Box<Kernel>)>,
 }
 
 impl Kernel {
@@ -462,6 +482,7 @@ impl Kernel {
             shared: 0,
             index,
             pre: None,
+            post: None,
         }
     }
 }

@@ -226,6 +226,7 @@ pub(crate) fn kernel(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResul
         zero: Vec::new(),
         scratch: 0,
         pre: None,
+        post: None,
         shared: 0,
         index,
     })

@@ -353,6 +353,7 @@ pub(crate) fn direct(ctx: &Ctx, v: Value, name: &str) -> CompileResult<Option<Ke
         zero: vec![(ctx.offset(v)?, ctx.bytes(v))],
         scratch: 0,
         pre: None,
+        post: None,
         shared: if copies { 2 * smem } else { 0 },
         index,
     }))
