@@ -285,6 +285,9 @@ pub fn largest_batch(
             return Ok(Err(None));
         }
         match backend.generate(&p) {
+            // The scratch memory past the arena (the sums' partials, the staged weights) must
+            // fit the budget too.
+            Ok(Some(m)) if m.scratch.1 > 0 && (m.scratch.0 + m.scratch.1) as u64 > budget => Ok(Err(None)),
             Ok(_) => Ok(Ok(p)),
             Err(e) if e.is_internal() => Err(e),
             Err(e) => Ok(Err(Some(e.message()))),
