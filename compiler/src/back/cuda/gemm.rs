@@ -933,6 +933,33 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
     })
 }
 
+/// The 16-bit format in which [`emit_tf32`] multiplies `gm` natively (`mma.sync.m16n8k16`),
+/// or `None` for TF32 products. `tc16=auto` on Hopper: 16-bit `wgmma` pairs where the product
+/// has a complex operand stored in the precision's format; else a convolution widened, a
+/// matmul native.
+fn native_half(ctx: &Ctx, gm: &Gemm, v: Value) -> Option<Half> {
+    let kc = &ctx.target.kernels;
+    let conv = !matches!(ctx.g.node(v).op, Op::MatMul { .. });
+    let native = match kc.tc16_for(&ctx.target.device) {
+        TcHalf::Native => true,
+        TcHalf::Wgmma => kc.tc16 == TcHalf::Auto && !conv && pair_format(ctx, gm, v).is_none(),
+        _ => false,
+    };
+    match ctx.precision() {
+        Precision::Bf16 if native => Some(Half::Bf16),
+        Precision::Fp16 if native => Some(Half::F16),
+        _ => None,
+    }
+}
+
+/// Whether [`emit_tf32`] tries the `wgmma` kernel for `gm` (which may still decline it).
+fn wgmma_serves(ctx: &Ctx, gm: &Gemm, v: Value) -> bool {
+    ctx.target.kernels.tc_mma == TcMma::Wgmma
+        && native_half(ctx, gm, v).is_none()
+        && (gm.tc == DType::C64) == (gm.ta == DType::C64 || gm.tb == DType::C64)
+        && ctx.target.device.compute_capability == (9, 0)
+}
+
 /// The tensor-core variant (`Precision::Tf32`, and `Bf16`/`Fp16`, whose 16-bit operands widen
 /// to TF32 exactly): the same gathers, with each warp computing a `16·tm × 8·tn`
 /// piece of the block tile through `mma.sync.m16n8k8` on TF32 operands. Complex operands are
@@ -957,45 +984,11 @@ fn emit(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
 /// (`[x][k]`, so that a fragment register holds two consecutive k), and multiplied 16 deep
 /// through `mma.sync.m16n8k16` in 32-deep K tiles (16-deep where K is); staged `plain` or
 /// `prefetch` (a copy cannot round).
-/// Whether [`emit_tf32`] tries the `wgmma` kernel for `gm` (which may still decline it).
-fn wgmma_serves(ctx: &Ctx, gm: &Gemm, v: Value) -> bool {
-    let kc = &ctx.target.kernels;
-    let conv = !matches!(ctx.g.node(v).op, Op::MatMul { .. });
-    let native = match kc.tc16_for(&ctx.target.device) {
-        TcHalf::Native => true,
-        TcHalf::Wgmma => kc.tc16 == TcHalf::Auto && !conv && pair_format(ctx, gm, v).is_none(),
-        _ => false,
-    };
-    let half = matches!(ctx.precision(), Precision::Bf16 | Precision::Fp16) && native;
-    kc.tc_mma == TcMma::Wgmma
-        && !half
-        && (gm.tc == DType::C64) == (gm.ta == DType::C64 || gm.tb == DType::C64)
-        && ctx.target.device.compute_capability == (9, 0)
-}
-
 fn emit_tf32(ctx: &Ctx, gm: &Gemm, v: Value, name: &str) -> CompileResult<Kernel> {
     let kc = &ctx.target.kernels;
-    let conv = !matches!(ctx.g.node(v).op, Op::MatMul { .. });
-    // `tc16=auto` on Hopper: 16-bit `wgmma` pairs where the product has a complex operand
-    // stored in the precision's format; else a convolution widened, a matmul native.
-    let native = match kc.tc16_for(&ctx.target.device) {
-        TcHalf::Native => true,
-        TcHalf::Wgmma => kc.tc16 == TcHalf::Auto && !conv && pair_format(ctx, gm, v).is_none(),
-        _ => false,
-    };
-    let half = match ctx.precision() {
-        Precision::Bf16 if native => Some(Half::Bf16),
-        Precision::Fp16 if native => Some(Half::F16),
-        _ => None,
-    };
+    let half = native_half(ctx, gm, v);
     let full = ctx.g.node(v).inputs.iter().all(|&x| !ctx.storage(x).is_half());
-    let complex_out = gm.tc == DType::C64;
-    let complex_in = gm.ta == DType::C64 || gm.tb == DType::C64;
-    if kc.tc_mma == TcMma::Wgmma
-        && half.is_none()
-        && complex_out == complex_in
-        && ctx.target.device.compute_capability == (9, 0)
-    {
+    if wgmma_serves(ctx, gm, v) {
         if let Some(k) = emit_wgmma(ctx, gm, v, name)? {
             return Ok(k);
         }

@@ -279,41 +279,22 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
         let mut run = vec![group];
         let mut ids = vec![gi];
         if group.kind == GroupKind::Reduce {
-            let mut next = at;
-            while next < program.order.len() {
-                let k = group_at(program.order[next])?;
-                if k.kind == GroupKind::View {
-                    next += 1;
-                } else if kernels::joins(&ctx, &run, k) {
-                    run.push(k);
-                    ids.push(program.order[next]);
-                    next += 1;
-                    at = next;
-                } else {
-                    break;
-                }
-            }
+            let (more, more_ids, end) = following(program, at, |k, so_far| {
+                let mut joined = run.clone();
+                joined.extend_from_slice(so_far);
+                kernels::joins(&ctx, &joined, k)
+            })?;
+            run.extend(more);
+            ids.extend(more_ids);
+            at = end;
         }
         // Per-channel sums of a convolution's output right after it (a batchnorm's
         // statistics) run inside the convolution when its kernel is the direct one or the
         // `wgmma` GEMM (whose tiles' partials a second kernel then adds).
         let mut with_sums = None;
         if group.kind == GroupKind::Contraction {
-            let mut sums: Vec<&KernelGroup> = Vec::new();
-            let (mut next, mut end) = (at, at);
-            while next < program.order.len() {
-                let k = group_at(program.order[next])?;
-                if k.kind == GroupKind::View {
-                    next += 1;
-                } else if conv::stats_join(&ctx, group, &sums, k) {
-                    sums.push(k);
-                    ids.push(program.order[next]);
-                    next += 1;
-                    end = next;
-                } else {
-                    break;
-                }
-            }
+            let (sums, sum_ids, end) =
+                following(program, at, |k, so_far| conv::stats_join(&ctx, group, so_far, k))?;
             if !sums.is_empty() {
                 let v = *group.nodes.last().ok_or_else(|| internal!("empty contraction group"))?;
                 with_sums = match conv::direct(&ctx, v, &name, &sums, scratch_end)? {
@@ -322,9 +303,8 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
                 };
                 if with_sums.is_some() {
                     run.extend(sums);
+                    ids.extend(sum_ids);
                     at = end;
-                } else {
-                    ids.truncate(1);
                 }
             }
         }
@@ -410,6 +390,33 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
         scratch: (scratch_start, scratch_end - scratch_start),
         arch,
     })
+}
+
+/// The groups from position `at` of `program`'s schedule on that `joins` accepts one after
+/// another (given the ones accepted so far; views between them are skipped, as they launch
+/// nothing), their ids, and the position after the last one accepted (`at` if none).
+fn following<'p>(
+    program: &'p Program,
+    at: usize,
+    mut joins: impl FnMut(&'p KernelGroup, &[&'p KernelGroup]) -> bool,
+) -> CompileResult<(Vec<&'p KernelGroup>, Vec<crate::passes::fusion::GroupId>, usize)> {
+    let (mut groups, mut ids, mut end) = (Vec::new(), Vec::new(), at);
+    for (next, &gi) in program.order.iter().enumerate().skip(at) {
+        let k = program
+            .groups
+            .get(gi)
+            .ok_or_else(|| internal!("schedule names group {gi}, which does not exist"))?;
+        if k.kind == GroupKind::View {
+            continue;
+        }
+        if !joins(k, &groups) {
+            break;
+        }
+        groups.push(k);
+        ids.push(gi);
+        end = next + 1;
+    }
+    Ok((groups, ids, end))
 }
 
 fn kind_tag(g: &KernelGroup) -> &'static str {
