@@ -4,7 +4,8 @@
 # layer's batchnorm sums inside its direct convolution (`convstats=fuse`, back/cuda/conv.rs).
 #   bench: the seed network at batch 1024, the build before these changes (.gpu-old, main at
 #          17f291f) and this one (.gpu) alternating run by run, this one also under
-#          `convstats=apart` (the sums as a kernel of their own), profiled;
+#          `convstats=apart` (the sums as a kernel of their own) and at bf16 under `ewbatch=1`
+#          (every small elementwise kernel its own launch, as before), profiled;
 #   jax:   the JAX seed network at its default precision and in fp32, same call;
 #   check: every example's kernels on the GPU against the f64 interpreter (this build).
 # CVC_W38_PARTS picks from "bench jax check" (default all three, in that order);
@@ -12,7 +13,7 @@
 # CVC_W38_CHECKS: `SPEC:PRECISIONS:FIXTURES` items for the check.
 # Builds nothing (.gpu/gpu, .gpu-old/gpu); a table last.
 . "$(dirname "$0")/gpu-prologue.sh"
-RUNS=${CVC_W38_RUNS:-"old seed_cnn 1024 bf16 default|new seed_cnn 1024 bf16 default|new seed_cnn 1024 bf16 convstats=apart|old seed_cnn 1024 tf32 default|new seed_cnn 1024 tf32 default|new seed_cnn 1024 tf32 convstats=apart|old seed_cnn 1024 fp32 default|new seed_cnn 1024 fp32 default|old seed_cnn 1024 bf16 default|new seed_cnn 1024 bf16 default"}
+RUNS=${CVC_W38_RUNS:-"old seed_cnn 1024 bf16 default|new seed_cnn 1024 bf16 default|new seed_cnn 1024 bf16 convstats=apart|new seed_cnn 1024 bf16 ewbatch=1|old seed_cnn 1024 tf32 default|new seed_cnn 1024 tf32 default|new seed_cnn 1024 tf32 convstats=apart|old seed_cnn 1024 fp32 default|new seed_cnn 1024 fp32 default|old seed_cnn 1024 bf16 default|new seed_cnn 1024 bf16 default"}
 for part in ${CVC_W38_PARTS:-bench jax check}; do
   case $part in
     bench)

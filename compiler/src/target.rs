@@ -263,6 +263,12 @@ pub struct KernelConfig {
     /// as one vector of up to 16 bytes, and per-channel operands once. Fewer where the domain's
     /// innermost extent is not a multiple, or where the vectors would pass 16 bytes.
     pub ew_vector: usize,
+    /// The most small elementwise kernels one launch runs (`ewbatch=N`, default 16; 1: each
+    /// its own launch): kernels next to each other in the schedule, each of at most 2¹⁸
+    /// elements, that touch disjoint memory run as one kernel, each over its own blocks
+    /// (`back/cuda/kernels.rs` `batches`). A step launches fewer kernels: a batchnorm's
+    /// per-channel statistics and updates, a norm's parameter pieces, the optimizer's updates.
+    pub ew_batch: usize,
     /// Under [`TcMma::Wgmma`]: how the threads that copy an operand tile whose rows are
     /// consecutive in memory (`tcfetch=rows`, default: a warp's 32 threads take 32 consecutive
     /// rows at one K, which meet in 8 of shared memory's 32 banks in the core-matrix planes) or
@@ -575,6 +581,7 @@ impl Default for KernelConfig {
             wgmma_a: WgmmaA::Registers,
             tc_conv: TcConv::default(),
             ew_vector: 4,
+            ew_batch: 16,
             tc_fetch_banks: false,
             tc_expand_pre: true,
             tc_raw_gather: true,
@@ -589,7 +596,7 @@ pub const KERNEL_SPEC_KEYS: &str = "conv=direct32|direct64|gemm, wgrad=direct|ge
                                     tc=plain|prefetch|async, tctile=auto|64|128|64w4, tc16=auto|native|tf32|wgmma, frag=ldmatrix|lds, \
                                     cmul=4m|3m, ftile=64|128, attn=tc|fma, tcblocks=BLOCKS, \
                                     tcstages=2..8, tctaps=index|table|mask, launch=graph|stream, mma=sync|wgmma, wgwait=0|1, wgprod=0..3, \
-                                    colout=8|16|32, fp32=fma|3xtf32, wga=regs|smem, tcconv=grad|gemm|halo, ewvec=1|2|4, tcfetch=rows|banks, wexpand=pre|tile, tcraw=gather|row, convstats=fuse|apart";
+                                    colout=8|16|32, fp32=fma|3xtf32, wga=regs|smem, tcconv=grad|gemm|halo, ewvec=1|2|4, ewbatch=1..64, tcfetch=rows|banks, wexpand=pre|tile, tcraw=gather|row, convstats=fuse|apart";
 
 impl KernelConfig {
     /// The 16-bit products' form on `device`: [`TcHalf::Auto`] resolved, and
@@ -655,6 +662,8 @@ impl KernelConfig {
     ///   convolutions and their input gradients ([`TcConv`]);
     /// - `ewvec`: `4` (default), `2` or `1`, the consecutive elements a thread of an
     ///   elementwise kernel takes ([`KernelConfig::ew_vector`]);
+    /// - `ewbatch`: `16` (default), from 1 (off) to 64, the most small elementwise kernels
+    ///   one launch runs ([`KernelConfig::ew_batch`]);
     /// - `tcfetch`: `rows` (default) or `banks`, how the `wgmma` GEMM's copying threads walk a
     ///   tile ([`KernelConfig::tc_fetch_banks`]);
     /// - `wexpand`: `pre` (default) or `tile`, where the 16-bit products expand a parameter
@@ -794,6 +803,9 @@ impl KernelConfig {
                 "ewvec" => {
                     k.ew_vector = value.parse().ok().filter(|n| [1, 2, 4].contains(n)).ok_or_else(bad)?
                 }
+                "ewbatch" => {
+                    k.ew_batch = value.parse().ok().filter(|n| (1..=64).contains(n)).ok_or_else(bad)?
+                }
                 "colout" => {
                     k.column_outputs =
                         value.parse().ok().filter(|n| [8, 16, 32].contains(n)).ok_or_else(bad)?
@@ -880,6 +892,7 @@ impl KernelConfig {
             "wgprod" => "a number from 0 to 3",
             "colout" => "8, 16 or 32",
             "ewvec" => "1, 2 or 4",
+            "ewbatch" => "a number from 1 to 64",
             "fp32" => "fma or 3xtf32",
             "wga" => "regs or smem",
             "tcfetch" => "rows or banks",
@@ -1078,6 +1091,9 @@ impl fmt::Display for KernelConfig {
         }
         if self.ew_vector != d.ew_vector {
             parts.push(format!("ewvec={}", self.ew_vector));
+        }
+        if self.ew_batch != d.ew_batch {
+            parts.push(format!("ewbatch={}", self.ew_batch));
         }
         if self.fp32_products == Fp32Products::Tf32x3 {
             parts.push("fp32=3xtf32".into());

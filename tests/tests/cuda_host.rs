@@ -103,6 +103,9 @@ fn seed_network_step_on_host_compiled_cuda_matches_the_interpreter() {
         l.starts_with("// group") && l.contains("=reduce_sum %") && l.ends_with("=mul  [logits/avgpool2d]")
     };
     assert!(code.lines().any(pool_mean), "a pool's window sum with its mean as the epilogue");
+    // Small per-channel kernels (a batchnorm's statistics, parameter updates) batched into
+    // one launch, each over its own blocks.
+    assert!(code.contains("  else if (blockIdx.x < "), "small elementwise kernels batched into one launch");
 }
 
 #[test]

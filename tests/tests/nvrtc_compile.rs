@@ -1400,3 +1400,107 @@ fn chunked_recurrence_kernels_compile_with_nvrtc() {
         eprintln!("{name}: {} kernels, {} bytes of cubin", module.kernels.len(), cubin.len());
     }
 }
+
+/// Every batched launch of small elementwise kernels (`ewbatch`, on by default) holds groups
+/// whose blocks may run in any order: none depends on another through the schedule's
+/// dependencies (directly or through views and groups between them), and none writes bytes
+/// of the real memory plan (buffers reused after they die) that another reads or writes.
+/// Every example and fixture at fp32 and bf16; the seed network and the ViT must batch some.
+#[test]
+fn batched_elementwise_launches_hold_independent_groups() {
+    use cvc_compiler::ir::Op;
+    use cvc_compiler::passes::fusion::{Fusion, GroupKind};
+    let mut batched_in = HashSet::new();
+    for (name, precision) in
+        variant_programs().into_iter().flat_map(|(n, _)| [(n.clone(), Precision::Fp32), (n, Precision::Bf16)])
+    {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+        let path = [root.join("examples").join(&name), root.join("tests/fixtures/ok").join(&name)]
+            .into_iter()
+            .find(|p| p.exists())
+            .expect("the file");
+        let src = std::fs::read_to_string(&path).expect("readable .cvnn");
+        let mut checked = check_source(&name, &src, Mode::Train).expect("checks");
+        if checked.graph.loss.is_none() {
+            checked = check_source(&name, &src, Mode::Eval).expect("checks");
+        }
+        let opts = Options {
+            batch: 64,
+            optimizer: checked.train.optimizer.clone(),
+            half: precision.storage(),
+            ..Options::default()
+        };
+        let program = compile(checked.graph, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let module = cuda::generate(&program, &CudaTarget::h200().with_precision(precision))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let g = &program.graph;
+        let fusion = Fusion { groups: program.groups.clone(), recomputed: Vec::new() };
+        let deps = cvc_compiler::passes::schedule::dependencies(g, &fusion);
+        let depends_on = |b: usize, a: usize| {
+            let (mut todo, mut seen) = (vec![b], HashSet::new());
+            while let Some(x) = todo.pop() {
+                for &d in &deps[x] {
+                    if d == a {
+                        return true;
+                    }
+                    if seen.insert(d) {
+                        todo.push(d);
+                    }
+                }
+            }
+            false
+        };
+        let bytes = |v: cvc_compiler::ir::Value| {
+            let s = program.plan.slot(v).unwrap_or_else(|| panic!("{name}: {v} has no buffer"));
+            (s.offset, s.offset + s.bytes.max(1))
+        };
+        let reads = |gi: usize| {
+            let k = &program.groups[gi];
+            let mut r: Vec<_> = k.inputs.clone();
+            for &h in &k.nodes {
+                r.extend(g.node(h).inputs.iter().filter(|&&i| program.plan.slot(i).is_some()).copied());
+            }
+            r.into_iter().map(bytes).collect::<Vec<_>>()
+        };
+        let writes = |gi: usize| {
+            program.groups[gi]
+                .outputs
+                .iter()
+                .map(|&o| match g.node(o).op {
+                    // An `Assign` stores into its target's buffer.
+                    Op::Assign => bytes(g.node(o).inputs[0]),
+                    _ => bytes(o),
+                })
+                .collect::<Vec<_>>()
+        };
+        let meet = |a: (usize, usize), b: (usize, usize)| a.0 < b.1 && b.0 < a.1;
+        for (code, _) in &module.kernel_code {
+            let members: Vec<usize> = code
+                .lines()
+                .filter_map(|l| l.strip_prefix("// group ")?.split(':').next()?.parse().ok())
+                .collect();
+            if !code.contains("  else if (blockIdx.x < ") {
+                continue;
+            }
+            batched_in.insert(name.clone());
+            assert!(members.len() > 1, "{name}: a batched kernel names {members:?}");
+            for (i, &a) in members.iter().enumerate() {
+                assert_eq!(program.groups[a].kind, GroupKind::Elementwise, "{name}: group {a}");
+                for &b in &members[i + 1..] {
+                    assert!(!depends_on(b, a), "{name}: batched group {b} depends on group {a}");
+                    for (x, y) in [(a, b), (b, a)] {
+                        for w in writes(x) {
+                            assert!(
+                                reads(y).into_iter().chain(writes(y)).all(|r| !meet(w, r)),
+                                "{name} ({precision:?}): batched group {x} writes bytes {w:?} that group {y} touches"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for must in ["seed_cnn.cvnn", "vit_sar.cvnn"] {
+        assert!(batched_in.contains(must), "{must}: no batched elementwise launch ({batched_in:?})");
+    }
+}

@@ -75,8 +75,9 @@ pub enum Backend {
     Cpu,
     /// The CUDA back end for `target`.
     Cuda {
-        /// The device, kernel choices and numerics the kernels are generated for.
-        target: CudaTarget,
+        /// The device, kernel choices and numerics the kernels are generated for (boxed: a
+        /// target is large next to the CPU variant).
+        target: Box<CudaTarget>,
         /// Whether `target`'s device is the GPU of this machine (else the H200 defaults).
         queried: bool,
     },
@@ -107,7 +108,7 @@ impl Backend {
             Err(_) => (cvc_compiler::target::CudaDevice::h200(), false),
         };
         let target = CudaTarget { device, ..CudaTarget::h200() }.with_precision(c.train.precision);
-        Backend::Cuda { target, queried }
+        Backend::Cuda { target: Box::new(target), queried }
     }
 
     /// The kernels of `p` on this back end: the CUDA module (`None` on the CPU), or the

@@ -211,17 +211,58 @@ fn open_kernel(name: &str, index: &Indexing) -> String {
 
 /// An elementwise group: one loop over the domain, storing every output.
 pub(crate) fn elementwise(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResult<Kernel> {
+    let part = elementwise_loop(ctx, group, None)?;
+    let mut code = open_kernel(name, &part.index);
+    code.push_str(&part.code);
+    code.push_str("}\n");
+    Ok(Kernel::grid_stride(code, part.grid, part.index))
+}
+
+/// The grid-stride loop of an elementwise group, and the grid and index type it needs.
+struct EwLoop {
+    code: String,
+    grid: u32,
+    index: Indexing,
+}
+
+/// The blocks of a grid-stride loop over `items` items, one per thread: on a grid of its own
+/// (`first` is `None`), as the target's `grid` cap allows; as a member of a batched kernel,
+/// one pass (a member has at most [`BATCH_ELEMENTS`] elements), so the source does not
+/// depend on that cap.
+fn loop_grid(ctx: &Ctx, items: usize, first: Option<u32>) -> u32 {
+    match first {
+        None => ctx.grid_for(items, BLOCK as usize),
+        Some(_) => items.div_ceil(BLOCK as usize).max(1) as u32,
+    }
+}
+
+/// Where a grid-stride loop's blocks are: the whole grid (`None`), or `Some(first)`, its own
+/// range of a batched kernel's grid from block `first` on (its stride is then its own grid).
+fn loop_head(first: Option<u32>, grid: u32) -> (String, String) {
+    match first {
+        None => ("(ix)blockIdx.x".to_string(), "gridDim.x".to_string()),
+        Some(f) => (format!("(ix)(blockIdx.x - {f}u)"), format!("{grid}u")),
+    }
+}
+
+/// The loop of [`elementwise`] (or of [`elementwise_vector`] where a thread takes several
+/// consecutive elements), over the blocks `first` names (see [`loop_head`]).
+fn elementwise_loop(ctx: &Ctx, group: &KernelGroup, first: Option<u32>) -> CompileResult<EwLoop> {
     let domain = group.domain.resolve(ctx.batch);
     let n: usize = domain.iter().product();
     let width = vector_width(ctx, group, &domain)?;
     if width > 1 {
-        return elementwise_vector(ctx, group, name, &domain, width);
+        return elementwise_vector(ctx, group, &domain, width, first);
     }
-    let grid = ctx.grid_for(n, BLOCK as usize);
+    let grid = loop_grid(ctx, n, first);
     let buffers: Vec<Value> = group.inputs.iter().chain(&group.outputs).copied().collect();
     let index = ctx.indexing(&buffers, &[n, grid as usize * BLOCK as usize]);
-    let mut code = open_kernel(name, &index);
-    grid_stride_open(n, &mut code);
+    let (block, stride) = loop_head(first, grid);
+    let mut code = String::new();
+    let _ = writeln!(
+        code,
+        "  for (ix i = {block} * blockDim.x + threadIdx.x; i < {n}u; i += (ix)blockDim.x * {stride}) {{"
+    );
     let coords = emit_coords(&domain, "i", &mut code);
     let vars =
         emit_values(ctx, &group.nodes, &group.inputs, &domain, &coords, "i", &mut code, HashMap::new())?;
@@ -232,8 +273,84 @@ pub(crate) fn elementwise(ctx: &Ctx, group: &KernelGroup, name: &str) -> Compile
         let store = format!("{}[{idx}] = {var};", ctx.ptr(o)?);
         guarded_store(owner_guard(&shape, &domain, &coords), &store, &mut code);
     }
-    code.push_str("  }\n}\n");
-    Ok(Kernel::grid_stride(code, grid, index))
+    code.push_str("  }\n");
+    Ok(EwLoop { code, grid, index })
+}
+
+/// The most elements of an elementwise group that [`batches`] puts into a batched kernel:
+/// launches of groups this small are dominated by the launch itself (per-channel statistics,
+/// normalisation parameters and their updates, the optimizer's updates of small parameters).
+pub(crate) const BATCH_ELEMENTS: usize = 1 << 18;
+
+/// Whether the elementwise group `next` can join the run of small elementwise groups `run`
+/// (consecutive in the schedule; views between them) in one batched launch
+/// ([`elementwise_batch`]): the target's `ewbatch` allows one more, every group is small
+/// ([`BATCH_ELEMENTS`]), and no group writes memory that another reads or writes. The blocks
+/// of the members run in no particular order, so a later member may neither read an earlier
+/// one's output (directly or through a view) nor overwrite a buffer an earlier one still
+/// reads (the memory plan reuses buffers that died); each member alone may work in place.
+pub(crate) fn batches(ctx: &Ctx, run: &[&KernelGroup], next: &KernelGroup) -> bool {
+    let small = |k: &KernelGroup| {
+        k.kind == GroupKind::Elementwise
+            && k.domain.resolve(ctx.batch).iter().product::<usize>() <= BATCH_ELEMENTS
+    };
+    if run.is_empty()
+        || run.len() >= ctx.target.kernels.ew_batch
+        || !small(next)
+        || !run.iter().all(|k| small(k))
+    {
+        return false;
+    }
+    let range = |v: Value| ctx.offset(v).ok().map(|o| (o, o + ctx.bytes(v)));
+    let overlap = |a: Option<(usize, usize)>, b: Option<(usize, usize)>| match (a, b) {
+        (Some(a), Some(b)) => a.0 < b.1 && b.0 < a.1,
+        _ => true,
+    };
+    // Every buffer a group reads: its inputs and the leaves its nodes touch without listing
+    // them (an `Assign`'s target).
+    let reads = |k: &KernelGroup| -> Vec<Option<(usize, usize)>> {
+        let mut r: Vec<Option<(usize, usize)>> = k.inputs.iter().map(|&i| range(i)).collect();
+        for &h in &k.nodes {
+            let leaves = ctx.g.node(h).inputs.iter().filter(|&&i| ctx.g.node(i).op.is_leaf());
+            // A leaf without a buffer (a constant) is no memory at all.
+            r.extend(leaves.map(|&i| range(i)).filter(Option::is_some));
+        }
+        r
+    };
+    let writes =
+        |k: &KernelGroup| -> Vec<Option<(usize, usize)>> { k.outputs.iter().map(|&o| range(o)).collect() };
+    let (next_reads, next_writes) = (reads(next), writes(next));
+    run.iter().all(|k| {
+        let (r, w) = (reads(k), writes(k));
+        next_writes.iter().all(|&a| r.iter().chain(&w).all(|&b| !overlap(a, b)))
+            && next_reads.iter().all(|&a| w.iter().all(|&b| !overlap(a, b)))
+    })
+}
+
+/// Small elementwise groups in one launch (see [`batches`]): each member keeps the loop it
+/// has alone, over its own range of the grid's blocks, and the index type is the widest any
+/// member needs.
+pub(crate) fn elementwise_batch(ctx: &Ctx, run: &[&KernelGroup], name: &str) -> CompileResult<Kernel> {
+    let mut first = 0u32;
+    let mut parts = Vec::new();
+    for k in run {
+        let part = elementwise_loop(ctx, k, Some(first))?;
+        first += part.grid;
+        parts.push((first, part));
+    }
+    let index = parts
+        .iter()
+        .map(|(_, p)| p.index)
+        .max_by_key(|i| (i.width, i.largest))
+        .ok_or_else(|| internal!("an empty batch of elementwise kernels"))?;
+    let mut code = open_kernel(name, &index);
+    for (i, (end, part)) in parts.iter().enumerate() {
+        let _ = writeln!(code, "  {}if (blockIdx.x < {end}u) {{", if i == 0 { "" } else { "else " });
+        code.push_str(&part.code);
+        code.push_str("  }\n");
+    }
+    code.push_str("}\n");
+    Ok(Kernel::grid_stride(code, first, index))
 }
 
 /// Points a reduction's thread folds per trip of its loop (a sum's f32 partial covers them).
@@ -899,19 +1016,20 @@ fn vector_width_of(ctx: &Ctx, inputs: &[Value], outputs: &[Value], domain: &[usi
 fn elementwise_vector(
     ctx: &Ctx,
     group: &KernelGroup,
-    name: &str,
     domain: &[usize],
     width: usize,
-) -> CompileResult<Kernel> {
+    first: Option<u32>,
+) -> CompileResult<EwLoop> {
     let n: usize = domain.iter().product();
     let passes = n / width;
-    let grid = ctx.grid_for(passes, BLOCK as usize);
+    let grid = loop_grid(ctx, passes, first);
     let buffers: Vec<Value> = group.inputs.iter().chain(&group.outputs).copied().collect();
     let index = ctx.indexing(&buffers, &[n, grid as usize * BLOCK as usize * width]);
-    let mut code = open_kernel(name, &index);
+    let (block, stride) = loop_head(first, grid);
+    let mut code = String::new();
     let _ = writeln!(
         code,
-        "  for (ix j = (ix)blockIdx.x * blockDim.x + threadIdx.x; j < {passes}u; j += (ix)blockDim.x * gridDim.x) {{\n    const ix i = j * {width}u;"
+        "  for (ix j = {block} * blockDim.x + threadIdx.x; j < {passes}u; j += (ix)blockDim.x * {stride}) {{\n    const ix i = j * {width}u;"
     );
     let coords = emit_coords(domain, "i", &mut code);
     let last = coords.len() - 1;
@@ -971,8 +1089,8 @@ fn elementwise_vector(
             }
         }
     }
-    code.push_str("  }\n}\n");
-    Ok(Kernel::grid_stride(code, grid, index))
+    code.push_str("  }\n");
+    Ok(EwLoop { code, grid, index })
 }
 
 /// A data-movement or special node: one thread per output element.
