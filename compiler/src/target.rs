@@ -263,11 +263,12 @@ pub struct KernelConfig {
     /// as one vector of up to 16 bytes, and per-channel operands once. Fewer where the domain's
     /// innermost extent is not a multiple, or where the vectors would pass 16 bytes.
     pub ew_vector: usize,
-    /// The most small elementwise kernels one launch runs (`ewbatch=N`, default 16; 1: each
-    /// its own launch): kernels next to each other in the schedule, each of at most 2¹⁸
-    /// elements, that touch disjoint memory run as one kernel, each over its own blocks
-    /// (`back/cuda/kernels.rs` `batches`). A step launches fewer kernels: a batchnorm's
-    /// per-channel statistics and updates, a norm's parameter pieces, the optimizer's updates.
+    /// The most small elementwise and data-movement kernels one launch runs (`ewbatch=N`,
+    /// default 16; 1: each its own launch): kernels next to each other in the schedule, each
+    /// of at most 2¹⁸ elements, that touch disjoint memory run as one kernel, each over its
+    /// own blocks (`back/cuda/kernels.rs` `batches`). A step launches fewer kernels: a
+    /// batchnorm's per-channel statistics and updates, the slices of a norm's parameters and
+    /// their gradients' concatenations, the optimizer's updates.
     pub ew_batch: usize,
     /// Under [`TcMma::Wgmma`]: how the threads that copy an operand tile whose rows are
     /// consecutive in memory (`tcfetch=rows`, default: a warp's 32 threads take 32 consecutive
@@ -662,8 +663,8 @@ impl KernelConfig {
     ///   convolutions and their input gradients ([`TcConv`]);
     /// - `ewvec`: `4` (default), `2` or `1`, the consecutive elements a thread of an
     ///   elementwise kernel takes ([`KernelConfig::ew_vector`]);
-    /// - `ewbatch`: `16` (default), from 1 (off) to 64, the most small elementwise kernels
-    ///   one launch runs ([`KernelConfig::ew_batch`]);
+    /// - `ewbatch`: `16` (default), from 1 (off) to 64, the most small elementwise and
+    ///   data-movement kernels one launch runs ([`KernelConfig::ew_batch`]);
     /// - `tcfetch`: `rows` (default) or `banks`, how the `wgmma` GEMM's copying threads walk a
     ///   tile ([`KernelConfig::tc_fetch_banks`]);
     /// - `wexpand`: `pre` (default) or `tile`, where the 16-bit products expand a parameter

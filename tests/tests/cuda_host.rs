@@ -219,6 +219,12 @@ fn token_model_step_on_host_compiled_cuda_matches_the_interpreter() {
             "{spec}: no block of {per_block} consecutive outputs:\n{}",
             code.lines().filter(|l| l.contains("slot =")).collect::<Vec<_>>().join("\n")
         );
+        // The norms' parameters sliced into their pieces, several slices in one launch.
+        let batched_slices = code.split("\n}\n").any(|k| {
+            k.contains("  else if (blockIdx.x < ")
+                && k.lines().filter(|l| l.contains("=slice  [")).count() > 1
+        });
+        assert!(batched_slices, "{spec}: no launch of several slices");
     }
 }
 

@@ -282,7 +282,21 @@ fn elementwise_loop(ctx: &Ctx, group: &KernelGroup, first: Option<u32>) -> Compi
 /// normalisation parameters and their updates, the optimizer's updates of small parameters).
 pub(crate) const BATCH_ELEMENTS: usize = 1 << 18;
 
-/// Whether the elementwise group `next` can join the run of small elementwise groups `run`
+/// Whether `k` may be a member of a batched launch: an elementwise group or a data-movement
+/// group other than `ScatterAdd` (which accumulates into memory zeroed before its launch), of
+/// at most [`BATCH_ELEMENTS`] elements.
+pub(crate) fn batchable(ctx: &Ctx, k: &KernelGroup) -> bool {
+    let kind = match k.kind {
+        GroupKind::Elementwise => true,
+        GroupKind::Movement => {
+            k.nodes.last().is_some_and(|&v| !matches!(ctx.g.node(v).op, Op::ScatterAdd { .. }))
+        }
+        _ => false,
+    };
+    kind && k.domain.resolve(ctx.batch).iter().product::<usize>() <= BATCH_ELEMENTS
+}
+
+/// Whether the elementwise or data-movement group `next` can join the run of small groups `run`
 /// (consecutive in the schedule; views between them) in one batched launch
 /// ([`elementwise_batch`]): the target's `ewbatch` allows one more, every group is small
 /// ([`BATCH_ELEMENTS`]), and no group writes memory that another reads or writes. The blocks
@@ -290,10 +304,7 @@ pub(crate) const BATCH_ELEMENTS: usize = 1 << 18;
 /// one's output (directly or through a view) nor overwrite a buffer an earlier one still
 /// reads (the memory plan reuses buffers that died); each member alone may work in place.
 pub(crate) fn batches(ctx: &Ctx, run: &[&KernelGroup], next: &KernelGroup) -> bool {
-    let small = |k: &KernelGroup| {
-        k.kind == GroupKind::Elementwise
-            && k.domain.resolve(ctx.batch).iter().product::<usize>() <= BATCH_ELEMENTS
-    };
+    let small = |k: &KernelGroup| batchable(ctx, k);
     if run.is_empty()
         || run.len() >= ctx.target.kernels.ew_batch
         || !small(next)
@@ -327,14 +338,17 @@ pub(crate) fn batches(ctx: &Ctx, run: &[&KernelGroup], next: &KernelGroup) -> bo
     })
 }
 
-/// Small elementwise groups in one launch (see [`batches`]): each member keeps the loop it
-/// has alone, over its own range of the grid's blocks, and the index type is the widest any
-/// member needs.
-pub(crate) fn elementwise_batch(ctx: &Ctx, run: &[&KernelGroup], name: &str) -> CompileResult<Kernel> {
+/// Small elementwise and data-movement groups in one launch (see [`batches`]): each member
+/// keeps the loop it has alone, over its own range of the grid's blocks, and the index type is
+/// the widest any member needs.
+pub(crate) fn batch(ctx: &Ctx, run: &[&KernelGroup], name: &str) -> CompileResult<Kernel> {
     let mut first = 0u32;
     let mut parts = Vec::new();
     for k in run {
-        let part = elementwise_loop(ctx, k, Some(first))?;
+        let part = match k.kind {
+            GroupKind::Movement => movement_loop(ctx, k, Some(first))?,
+            _ => elementwise_loop(ctx, k, Some(first))?,
+        };
         first += part.grid;
         parts.push((first, part));
     }
@@ -1096,22 +1110,37 @@ fn elementwise_vector(
 /// A data-movement or special node: one thread per output element.
 pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileResult<Kernel> {
     let v = *group.nodes.last().ok_or_else(|| internal!("empty movement group"))?;
-    let n = ctx.g.node(v);
-    if let Op::ScatterAdd { rows } = n.op {
+    if let Op::ScatterAdd { rows } = ctx.g.node(v).op {
         return scatter_add(ctx, v, rows, name);
     }
+    let part = movement_loop(ctx, group, None)?;
+    let mut code = open_kernel(name, &part.index);
+    code.push_str(&part.code);
+    code.push_str("}\n");
+    Ok(Kernel::grid_stride(code, part.grid, part.index))
+}
+
+/// The loop of [`movement`] over the blocks `first` names (see [`loop_head`]); not for
+/// `ScatterAdd`, whose output is zeroed first.
+fn movement_loop(ctx: &Ctx, group: &KernelGroup, first: Option<u32>) -> CompileResult<EwLoop> {
+    let v = *group.nodes.last().ok_or_else(|| internal!("empty movement group"))?;
+    let n = ctx.g.node(v);
     let oshape = ctx.shape(v);
     let on: usize = oshape.iter().product();
     let odt = n.ty.dtype;
     let out = ctx.ptr(v)?;
-    let grid = ctx.grid_for(on, BLOCK as usize);
+    let grid = loop_grid(ctx, on, first);
     let buffers: Vec<Value> = n.inputs.iter().copied().chain([v]).collect();
     let index = ctx.indexing(&buffers, &[on, grid as usize * BLOCK as usize]);
-    let mut code = open_kernel(name, &index);
+    let mut code = String::new();
     if let Op::DropoutMask { .. } = n.op {
         let _ = writeln!(code, "  const u32 step = (u32)(*{});", ctx.ptr(n.inputs[0])?);
     }
-    grid_stride_open(on, &mut code);
+    let (block, stride) = loop_head(first, grid);
+    let _ = writeln!(
+        code,
+        "  for (ix i = {block} * blockDim.x + threadIdx.x; i < {on}u; i += (ix)blockDim.x * {stride}) {{"
+    );
     let coords = emit_coords(&oshape, "i", &mut code);
     let promote = |x: String, from: DType| {
         if odt == DType::C64 && from != DType::C64 {
@@ -1244,8 +1273,8 @@ pub(crate) fn movement(ctx: &Ctx, group: &KernelGroup, name: &str) -> CompileRes
         | Op::Assign) => return Err(internal!("{v}: {} is not a data-movement op", other.mnemonic())),
     };
     let _ = writeln!(code, "    {body}");
-    code.push_str("  }\n}\n");
-    Ok(Kernel::grid_stride(code, grid, index))
+    code.push_str("  }\n");
+    Ok(EwLoop { code, grid, index })
 }
 
 /// `ScatterAdd`: one thread per source element adds it into its row of the zeroed output with

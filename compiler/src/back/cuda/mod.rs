@@ -42,8 +42,9 @@
 //!   window of taps in registers, partial sums added with atomics); at the reduced
 //!   precisions only layers too thin for tensor-core tiles do (fewer than 32 terms per
 //!   output: a first layer's one channel × 9 taps, `conv::too_shallow_for_tensor_cores`);
-//! - small elementwise kernels that the schedule put next to each other and that touch
-//!   disjoint memory are one launch (`ewbatch`), each over its own range of the blocks;
+//! - small elementwise and data-movement kernels that the schedule put next to each other and
+//!   that touch disjoint memory are one launch (`ewbatch`), each over its own range of the
+//!   blocks;
 //! - sibling sums that the schedule put next to each other (same domain and axes) are one
 //!   kernel; a sum split over blocks keeps f64 partials in scratch memory past the arena
 //!   ([`CudaModule::scratch`]) and its last block adds them in order (deterministic);
@@ -290,9 +291,10 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
             ids.extend(more_ids);
             at = end;
         }
-        // Small elementwise kernels next to each other that touch disjoint memory (per-channel
-        // arithmetic, parameter updates) become one launch, each over its own blocks.
-        if group.kind == GroupKind::Elementwise {
+        // Small elementwise and data-movement kernels next to each other that touch disjoint
+        // memory (per-channel arithmetic, parameter updates and slices) become one launch,
+        // each over its own blocks.
+        if kernels::batchable(&ctx, group) {
             let (more, more_ids, end) = following(program, at, |k, so_far| {
                 let mut joined = run.clone();
                 joined.extend_from_slice(so_far);
@@ -325,7 +327,9 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
         let mut libs = Vec::new();
         let out = match group.kind {
             GroupKind::View => continue,
-            GroupKind::Elementwise if run.len() > 1 => kernels::elementwise_batch(&ctx, &run, &name)?,
+            GroupKind::Elementwise | GroupKind::Movement if run.len() > 1 => {
+                kernels::batch(&ctx, &run, &name)?
+            }
             GroupKind::Elementwise => kernels::elementwise(&ctx, group, &name)?,
             GroupKind::Reduce => kernels::reduce(&ctx, &run, &name, scratch_end)?,
             GroupKind::Movement => kernels::movement(&ctx, group, &name)?,
