@@ -7,27 +7,29 @@
 #          `convstats=apart` (the sums as a kernel of their own) and at bf16 under `ewbatch=1`
 #          (every small elementwise kernel its own launch, as before), profiled;
 #   jax:   the JAX seed network at its default precision and in fp32, same call;
-#   check: every example's kernels on the GPU against the f64 interpreter (this build).
-# CVC_W38_PARTS picks from "bench jax check" (default all three, in that order);
-# CVC_W38_RUNS: '|'-separated `BUILD FILE BATCH PRECISION SPEC` items (BUILD: old or new);
+#   check: every example's kernels on the GPU against the f64 interpreter (this build);
+#   vit:   the ViT at bf16 (default and `ewbatch=1`) and fp32, then the JAX ViT in fp32
+#          (CVC_W38_JAX_VIT=0 skips it).
+# CVC_W38_PARTS picks from "bench jax check vit" (default all four, in that order);
+# CVC_W38_RUNS, CVC_W38_VIT_RUNS: '|'-separated `BUILD FILE BATCH PRECISION SPEC` items (BUILD:
+# old or new);
 # CVC_W38_CHECKS: `SPEC:PRECISIONS:FIXTURES` items for the check.
 # Builds nothing (.gpu/gpu, .gpu-old/gpu); a table last.
 . "$(dirname "$0")/gpu-prologue.sh"
 RUNS=${CVC_W38_RUNS:-"old seed_cnn 1024 bf16 default|new seed_cnn 1024 bf16 default|new seed_cnn 1024 bf16 convstats=apart|new seed_cnn 1024 bf16 ewbatch=1|old seed_cnn 1024 tf32 default|new seed_cnn 1024 tf32 default|new seed_cnn 1024 tf32 convstats=apart|old seed_cnn 1024 fp32 default|new seed_cnn 1024 fp32 default|old seed_cnn 1024 bf16 default|new seed_cnn 1024 bf16 default"}
-for part in ${CVC_W38_PARTS:-bench jax check}; do
-  case $part in
-    bench)
-      : >"$W/tc.jsonl"
-      IFS='|' read -ra RS <<<"$RUNS"
-      for r in "${RS[@]}"; do
-        set -- $r
-        bin=.gpu/gpu
-        [ "$1" = old ] && bin=.gpu-old/gpu
-        OUT=$W CVC_GPU_TEST_BIN=$bin CVC_TC_TAG="-$1" CVC_TC_APPEND=1 CVC_TC_PROFILE_ALL=1 \
-          CVC_TC_RUNS="$2 $3 $4 $5" bash bench/gpu-tc.sh bench >/dev/null
-      done
-      grep -v '^{' "$W/summary.txt" | grep -E "profile|  [0-9.]+ ms  k" | head -200 >>"$S"
-      grep -h '^{' "$W/tc.jsonl" | tee -a "$S" | python3 -c '
+VIT_RUNS=${CVC_W38_VIT_RUNS:-"new vit_sar 128 bf16 default|new vit_sar 128 bf16 ewbatch=1|new vit_sar 128 fp32 default"}
+# The runs of '|'-separated items $1, profiled, then their table.
+bench_runs() {
+  : >"$W/tc.jsonl"
+  IFS='|' read -ra RS <<<"$1"
+  for r in "${RS[@]}"; do
+    set -- $r
+    bin=.gpu/gpu
+    [ "$1" = old ] && bin=.gpu-old/gpu
+    OUT=$W CVC_GPU_TEST_BIN=$bin CVC_TC_TAG="-$1" CVC_TC_APPEND=1 CVC_TC_PROFILE_ALL=1 \
+      CVC_TC_RUNS="$2 $3 $4 $5" bash bench/gpu-tc.sh bench >/dev/null
+  done
+  grep -h '^{' "$W/tc.jsonl" | tee -a "$S" | python3 -c '
 import json, sys
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
 print("%-10s %-6s %-26s %10s %10s %10s" % ("file", "mode", "choice / build", "step ms", "min ms", "peak MiB"))
@@ -35,6 +37,20 @@ for r in rows:
     print("%-10s %-6s %-26s %10.3f %10.3f %10s" % (r["file"], r["mode"], r["choice"], r["step_ms"], r["step_ms_min"],
           r.get("peak_mib", r.get("measured_peak_mib", "-"))))
 ' | tee -a "$S"
+}
+for part in ${CVC_W38_PARTS:-bench jax check vit}; do
+  case $part in
+    bench)
+      bench_runs "$RUNS"
+      grep -v '^{' "$W/summary.txt" | grep -E "profile|  [0-9.]+ ms  k" | head -200 >>"$S"
+      ;;
+    vit)
+      bench_runs "$VIT_RUNS"
+      # The JAX ViT in fp32 (issue 11's peer) when CVC_W38_JAX_VIT=1 (default).
+      if [ "${CVC_W38_JAX_VIT:-1}" = 1 ]; then
+        PYTHONUNBUFFERED=1 timeout 200 python3 bench/vit/jax_vit.py --tokens 256 --batch 128 --precision fp32 --steps 10 \
+          2>>"$W/jax.err" | tail -1 | tee -a "$S"
+      fi
       ;;
     jax)
       for flag in "" --fp32; do
@@ -50,4 +66,4 @@ for r in rows:
 done
 rm -f "$W/b.out"
 tar czf "$O/logs.tgz" -C "$W" . 2>/dev/null
-grep -E "^tests|mismatch|panicked|^seed|^file|jax|step|^vit" "$S" | grep -v "^{" | tail -30
+grep -E "^tests|mismatch|panicked|^seed|^file|jax|step|^vit" "$S" | grep -v "^{" | tail -45
