@@ -318,10 +318,17 @@ pub fn check_step_locally_with(
             report.excluded += c.excluded;
             report.relative_rounding.insert(o, c.relative_rounding);
             if let Op::Assign = g.node(o).op {
+                // (An operand read through a reshape is its source's value.)
+                let source = |mut i: Value| {
+                    while let Op::Reshape = g.node(i).op {
+                        i = g.node(i).inputs[0];
+                    }
+                    i
+                };
                 let of_operands = group
                     .inputs
                     .iter()
-                    .filter_map(|i| report.relative_rounding.get(i))
+                    .filter_map(|&i| report.relative_rounding.get(&source(i)))
                     .fold(0.0f64, |m, &r| m.max(r.min(1.0)));
                 report.operand_rounding.insert(g.node(o).inputs[0], of_operands);
             }

@@ -729,3 +729,36 @@ fn net_polsar_unet() {
 fn net_mri_volume() {
     check_network_file("examples/mri_volume.cvnn");
 }
+
+/// The group check's record of how much of an update may be its operands' rounding
+/// (`LocalReport::operand_rounding`, which widens `check_training_steps`' plan-vs-plan
+/// comparison): all of it for the bias of a convolution right before a batchnorm (the
+/// batchnorm removes the bias, so its gradient is a sum that cancels to zero but for rounding),
+/// almost none for the last convolution's bias and for the batchnorms' scales. On the CPU, one
+/// SGD step of `polsar_unet_tiny` at batch 2 from fresh random leaves.
+#[test]
+fn operand_rounding_marks_gradients_that_are_rounding_alone() {
+    use cvc_compiler::config::{Optimizer, OptimizerKind};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/ok/polsar_unet_tiny.cvnn");
+    let src = std::fs::read_to_string(&root).expect("the fixture");
+    let checked =
+        cvc_compiler::front::check_source("polsar_unet_tiny.cvnn", &src, Mode::Train).expect("checks");
+    let sgd =
+        Optimizer { kind: OptimizerKind::Sgd { momentum: 0.0, nesterov: false }, lr: 1.0, weight_decay: 0.0 };
+    let opts = Options { batch: 2, optimizer: sgd, ..Options::default() };
+    let program = keep_every_value(&compile(checked.graph, &opts).expect("compiles"));
+    let mut rng = SplitMix64::new(seed_for("cpu_vs_interp::operand_rounding"));
+    let leaves = random_leaves(&program.graph, 2, &mut rng);
+    let (report, _) = run_locally(&program, &leaves);
+    let g = &program.graph;
+    let rounding = |name: &str| {
+        let v = g.persistent().find(|&v| g.leaf_name(v) == Some(name)).unwrap_or_else(|| panic!("{name}"));
+        report.operand_rounding.get(&v).copied().unwrap_or_else(|| panic!("{name}: no update compared"))
+    };
+    for before_norm in ["e1.conv2d_0.bias", "e2.conv2d_1.bias", "d1.conv2d_1.bias"] {
+        assert_eq!(rounding(before_norm), 1.0, "{before_norm}: a gradient of rounding alone");
+    }
+    for name in ["logits.conv2d_0.bias", "e1.batchnorm_0.gamma_re", "d1.batchnorm_1.gamma_im"] {
+        assert!(rounding(name) < 1e-2, "{name}: {}", rounding(name));
+    }
+}
