@@ -1412,15 +1412,10 @@ fn batched_elementwise_launches_hold_independent_groups() {
     use cvc_compiler::ir::Op;
     use cvc_compiler::passes::fusion::{Fusion, GroupKind};
     let mut batched_in = HashSet::new();
-    for (name, precision) in
-        variant_programs().into_iter().flat_map(|(n, _)| [(n.clone(), Precision::Fp32), (n, Precision::Bf16)])
-    {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
-        let path = [root.join("examples").join(&name), root.join("tests/fixtures/ok").join(&name)]
-            .into_iter()
-            .find(|p| p.exists())
-            .expect("the file");
-        let src = std::fs::read_to_string(&path).expect("readable .cvnn");
+    let files: Vec<PathBuf> = cvnn_files();
+    for (path, precision) in files.iter().flat_map(|p| [(p, Precision::Fp32), (p, Precision::Bf16)]) {
+        let name = path.file_name().expect("file name").to_string_lossy().into_owned();
+        let src = std::fs::read_to_string(path).expect("readable .cvnn");
         let mut checked = check_source(&name, &src, Mode::Train).expect("checks");
         if checked.graph.loss.is_none() {
             checked = check_source(&name, &src, Mode::Eval).expect("checks");

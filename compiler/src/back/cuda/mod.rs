@@ -277,28 +277,24 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
         let group = group_at(gi)?;
         at += 1;
         let name = format!("k{gi}_{}", kind_tag(group));
-        // Sibling sums the schedule put next to each other (views between them are free)
-        // become one kernel: one pass over their common domain.
+        // Groups the schedule put next to each other (views between them launch nothing)
+        // that become one kernel: sibling sums (one pass over their common domain), and small
+        // elementwise and data-movement kernels that touch disjoint memory (per-channel
+        // arithmetic, parameter updates and slices: one launch, each over its own blocks).
         let mut run = vec![group];
         let mut ids = vec![gi];
-        if group.kind == GroupKind::Reduce {
+        let join: Option<JoinTest> = if group.kind == GroupKind::Reduce {
+            Some(kernels::joins)
+        } else if kernels::batchable(&ctx, group) {
+            Some(kernels::batches)
+        } else {
+            None
+        };
+        if let Some(join) = join {
             let (more, more_ids, end) = following(program, at, |k, so_far| {
                 let mut joined = run.clone();
                 joined.extend_from_slice(so_far);
-                kernels::joins(&ctx, &joined, k)
-            })?;
-            run.extend(more);
-            ids.extend(more_ids);
-            at = end;
-        }
-        // Small elementwise and data-movement kernels next to each other that touch disjoint
-        // memory (per-channel arithmetic, parameter updates and slices) become one launch,
-        // each over its own blocks.
-        if kernels::batchable(&ctx, group) {
-            let (more, more_ids, end) = following(program, at, |k, so_far| {
-                let mut joined = run.clone();
-                joined.extend_from_slice(so_far);
-                kernels::batches(&ctx, &joined, k)
+                join(&ctx, &joined, k)
             })?;
             run.extend(more);
             ids.extend(more_ids);
@@ -410,6 +406,10 @@ pub fn generate(program: &Program, target: &CudaTarget) -> CompileResult<CudaMod
         arch,
     })
 }
+
+/// Whether a group can join the run of groups before it in one kernel ([`kernels::joins`],
+/// [`kernels::batches`]).
+type JoinTest = fn(&Ctx, &[&KernelGroup], &KernelGroup) -> bool;
 
 /// The groups from position `at` of `program`'s schedule on that `joins` accepts one after
 /// another (given the ones accepted so far; views between them are skipped, as they launch
